@@ -1,0 +1,38 @@
+# The two set-up commands of the README, plus helpers. Everything runs from .venv at the repo root.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# Ray: no usage stats, no token auth file in $HOME, a short private temp dir (socket paths are length-limited).
+export RAY_USAGE_STATS_ENABLED := 0
+export RAY_AUTH_MODE := disabled
+
+.PHONY: quickstart test test-fast bench browse clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# Re-install whenever pyproject.toml changes; the stamp records which extras are in.
+$(VENV)/.installed-base: pyproject.toml | $(PY)
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PIP) install -q -e ".[dev]"
+	touch $@ $(VENV)/.installed-base
+
+quickstart: $(VENV)/.installed-base
+	$(PY) experiments/hello_world.py
+
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest -q
+
+test-fast: $(VENV)/.installed-dev
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(VENV)/.installed-dev
+	$(PY) benchmarks/executor_bench.py
+
+clean:
+	rm -rf $(VENV) local_store .pytest_cache

@@ -1,0 +1,1 @@
+"""Marin-style open lab: versioned experiment DAGs, data steps, and an embedded JAX trainer."""

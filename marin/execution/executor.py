@@ -1,0 +1,338 @@
+"""The executor: materialize a planned DAG under a prefix, idempotently and exactly once.
+
+For each step, in dependency order:
+
+    SUCCESS in .executor_status        -> skip (fn is not called, Ray is not even started)
+    FAILED                             -> error, unless force_run_failed
+    lease held by a live executor      -> wait for its result (poll), take over if its lease goes stale
+    otherwise                          -> take the lease, write RUNNING, run fn(config) as a Ray task,
+                                          then, if the lease is still ours, write SUCCESS
+
+A failed step marks everything downstream DEP_FAILED while independent branches go on; the run then
+raises ``StepsFailed`` listing the failures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from marin.execution import experiment
+from marin.execution.lease import Heartbeat, Lease, LeaseConfig, new_owner_id, read_lease, try_acquire
+from marin.execution.plan import Plan, PlannedStep, instantiate_config, plan_steps
+from marin.execution.status import StepState, append_event, current_state, last_message, mark_waiting, write_info
+from marin.execution.step import ExecutorStep
+
+logger = logging.getLogger(__name__)
+
+
+class StepsFailed(RuntimeError):
+    def __init__(self, failed: dict[str, str]):
+        self.failed = failed
+        lines = "\n".join(f"  {name}: {message}" for name, message in failed.items())
+        super().__init__(f"{len(failed)} step(s) did not succeed:\n{lines}")
+
+
+class PreviouslyFailed(RuntimeError):
+    """Steps that failed in an earlier run; rerunning them needs ``force_run_failed``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: str  # "run" | "skip" | "wait"
+    reason: str
+
+
+@dataclasses.dataclass
+class RunResult:
+    plan: Plan
+    ran: list[str]
+    skipped: list[str]
+    waited: list[str]
+    record_url: str | None
+
+
+class Executor:
+    """Plans and runs steps under ``prefix``. ``runner`` is created on demand (Ray) unless given."""
+
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        force_run_failed: bool = False,
+        run_only: Sequence[str] | None = None,
+        max_concurrent: int | None = None,
+        lease: LeaseConfig = LeaseConfig(),
+        poll_s: float = 1.0,
+        description: str | None = None,
+        caller_file: str | None = None,
+        runner: Any = None,
+    ):
+        self.prefix = prefix
+        self.force_run_failed = force_run_failed
+        self.run_only = list(run_only or [])
+        self.max_concurrent = max_concurrent
+        self.lease_config = lease
+        self.poll_s = poll_s
+        self.description = description
+        self.caller_file = caller_file
+        self._runner = runner
+        self.owner = new_owner_id()
+
+    # -- planning (pure) ---------------------------------------------------------------------------
+    def plan(self, steps: Sequence[ExecutorStep]) -> Plan:
+        return plan_steps(steps, self.prefix)
+
+    def decide(self, plan: Plan) -> dict[str, Decision]:
+        """What a run would do with each selected step, reading only status and lease files."""
+        decisions: dict[str, Decision] = {}
+        for p in self._select(plan):
+            decisions[p.identity] = self._decide_one(p)
+        return decisions
+
+    def _decide_one(self, p: PlannedStep) -> Decision:
+        state = current_state(p.output_path)
+        if state == StepState.SUCCESS:
+            return Decision("skip", "already succeeded")
+        if state == StepState.FAILED:
+            why = f"failed before ({last_message(p.output_path)})"
+            if self.force_run_failed:
+                return Decision("run", f"{why}; rerun by force_run_failed")
+            return Decision("error", f"{why}; rerun with --force_run_failed true")
+        lease = read_lease(p.output_path)
+        if lease is not None:
+            age = time.time() - lease["heartbeat"]
+            if age < self.lease_config.stale_after_s:
+                return Decision("wait", f"running in executor {lease['owner']} (heartbeat {age:.0f}s ago)")
+            return Decision("run", f"previous holder {lease['owner']} is gone (lease stale for {age:.0f}s)")
+        if state == StepState.DEP_FAILED:
+            return Decision("run", "a dependency failed in an earlier run")
+        if state == StepState.RUNNING:
+            return Decision("run", "an earlier run stopped without finishing")
+        return Decision("run", "no output yet")
+
+    def _select(self, plan: Plan) -> list[PlannedStep]:
+        """All steps, or with ``run_only`` the matching ones plus dependencies that have not succeeded."""
+        if not self.run_only:
+            return plan.steps
+        patterns = [re.compile(r) for r in self.run_only]
+        wanted = {p.identity for p in plan.steps if any(r.search(p.name) for r in patterns)}
+        if not wanted:
+            raise ValueError(f"--run_only {self.run_only} matches no step; steps are {[p.name for p in plan.steps]}")
+        stack = [p for p in plan.steps if p.identity in wanted]
+        while stack:
+            for dep in stack.pop().deps:
+                if dep.identity not in wanted and current_state(dep.output_path) != StepState.SUCCESS:
+                    wanted.add(dep.identity)
+                    stack.append(dep)
+        return [p for p in plan.steps if p.identity in wanted]
+
+    # -- dry run -----------------------------------------------------------------------------------
+    def dry_run(self, steps: Sequence[ExecutorStep]) -> list[str]:
+        """One line per step (action, output path, reason, identity fields); touches nothing."""
+        plan = self.plan(steps)
+        script = experiment.script_name(self.caller_file)
+        previous = experiment.previous_record(plan, script, exclude=experiment.record_url(plan, script))
+        old_steps = {}
+        if previous:
+            for s in previous.get("steps", []):
+                old_steps.setdefault(s["name"], []).append(s)
+        lines = []
+        for identity, decision in self.decide(plan).items():
+            p = plan.by_identity()[identity]
+            line = f"{decision.action:5s} {p.output_path}  ({decision.reason})"
+            fields = ", ".join(f"{k}={experiment._short(v, 40)}" for k, v in sorted(p.version["config"].items()))
+            line += f"\n      identity: {fields or 'no versioned fields'}"
+            olds = old_steps.get(p.name, [])
+            if len(olds) == 1 and olds[0]["identity"] != p.identity:
+                changes = experiment.changed_fields(olds[0]["version"], p.version)
+                line += f"\n      changed since {olds[0]['identity']}: " + "; ".join(changes)
+            lines.append(line)
+        return lines
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self, steps: Sequence[ExecutorStep]) -> RunResult:
+        plan = self.plan(steps)
+        decisions = self.decide(plan)
+        errors = {i: d.reason for i, d in decisions.items() if d.action == "error"}
+        if errors:
+            lines = "\n".join(f"  {i}: {r}" for i, r in errors.items())
+            raise PreviouslyFailed(f"{len(errors)} step(s) failed in an earlier run:\n{lines}")
+        skipped = [i for i, d in decisions.items() if d.action == "skip"]
+        todo = [p for p in plan.steps if p.identity in decisions and decisions[p.identity].action != "skip"]
+        record_url = self._write_record(plan)
+        if not todo:
+            logger.info("nothing to run: all %d steps already succeeded", len(skipped))
+            return RunResult(plan, [], skipped, [], record_url)
+        for p in todo:  # lets the browser show the whole DAG at once
+            mark_waiting(p.output_path, self.owner)
+        runner = self._start_runner()
+        for p in todo:
+            runner.check_feasible(p.name, p.step.resource_config)
+        run = _Run(self, plan, todo, set(skipped), runner)
+        run.loop()
+        if run.failed:
+            raise StepsFailed(run.failed)
+        return RunResult(plan, run.ran, skipped, run.waited, record_url)
+
+    def _start_runner(self):
+        if self._runner is None:
+            from marin.execution.ray_runner import RayRunner
+
+            self._runner = RayRunner()
+        self._runner.start()
+        return self._runner
+
+    def _write_record(self, plan: Plan) -> str:
+        script = experiment.script_name(self.caller_file)
+        url = experiment.record_url(plan, script)
+        experiment.write_record(url, experiment.build_record(plan, self.caller_file, self.description))
+        return url
+
+
+class _Run:
+    """The state of one run's event loop: what is pending, in flight, watched, done or failed."""
+
+    def __init__(self, executor: Executor, plan: Plan, todo: list[PlannedStep], done: set[str], runner):
+        self.ex = executor
+        self.plan = plan
+        self.pending = list(todo)  # topological order
+        self.done = set(done)
+        self.failed: dict[str, str] = {}
+        self.in_flight: dict[Any, tuple[PlannedStep, Lease]] = {}
+        self.watching: list[PlannedStep] = []
+        self.ran: list[str] = []
+        self.waited: list[str] = []
+        self.runner = runner
+        self.heartbeat = Heartbeat(executor.lease_config)
+
+    def loop(self) -> None:
+        try:
+            while self.pending or self.in_flight or self.watching:
+                self._launch_ready()
+                if self.in_flight:
+                    timeout = self.ex.poll_s if self.watching else None
+                    for ref in self.runner.wait(list(self.in_flight), timeout):
+                        self._finish(ref)
+                elif self.watching:
+                    time.sleep(self.ex.poll_s)
+                self._poll_watched()
+        finally:
+            self.heartbeat.stop()
+            for _, lease in self.in_flight.values():  # interrupted: let others take over at once
+                lease.release()
+
+    def _launch_ready(self) -> None:
+        for p in list(self.pending):
+            blocked_by = [d for d in p.deps if d.identity in self.failed]
+            if blocked_by:
+                self.pending.remove(p)
+                self._mark_dep_failed(p, blocked_by[0])
+            elif all(d.identity in self.done for d in p.deps):
+                if self.ex.max_concurrent and len(self.in_flight) >= self.ex.max_concurrent:
+                    return
+                self.pending.remove(p)
+                self._start(p)
+
+    def _start(self, p: PlannedStep) -> None:
+        lease = try_acquire(p.output_path, self.ex.owner, self.ex.lease_config)
+        if lease is None:
+            if p not in self.watching:
+                logger.info("waiting for %s: another executor is running it", p.identity)
+                self.watching.append(p)
+            return
+        if p in self.watching:
+            self.watching.remove(p)
+        state = current_state(p.output_path)  # re-read under the lease: another executor may have finished
+        if state == StepState.SUCCESS:
+            lease.release()
+            self._succeeded(p, waited=True)
+            return
+        if state == StepState.FAILED and not self.ex.force_run_failed:
+            lease.release()
+            self._failed(p, f"failed in another executor: {last_message(p.output_path)}")
+            return
+        config = instantiate_config(p)
+        write_info(p.output_path, _info(p, config))
+        append_event(p.output_path, StepState.RUNNING, owner=self.ex.owner)
+        logger.info("start   %s -> %s", p.identity, p.output_path)
+        try:
+            ref = self.runner.submit(p.name, p.step.fn, config, p.step.resource_config, p.step.pip_extras)
+        except Exception as e:  # e.g. an unpicklable config or a bad runtime env
+            message = f"could not submit: {type(e).__name__}: {e}"
+            append_event(p.output_path, StepState.FAILED, message=message, owner=self.ex.owner)
+            lease.release()
+            self._failed(p, message)
+            return
+        self.heartbeat.add(lease)
+        self.in_flight[ref] = (p, lease)
+
+    def _finish(self, ref) -> None:
+        p, lease = self.in_flight.pop(ref)
+        self.heartbeat.remove(lease)
+        error = self.runner.outcome(ref)
+        if error is None and not lease.refresh():  # fencing: only the lease holder may mark success
+            error = "lease lost to another executor while running; not marking SUCCESS"
+        if error is None:
+            append_event(p.output_path, StepState.SUCCESS, owner=self.ex.owner)
+            lease.release()
+            self.ran.append(p.identity)
+            self._succeeded(p)
+            return
+        if not lease.lost:
+            append_event(p.output_path, StepState.FAILED, message=error, owner=self.ex.owner)
+        lease.release()
+        self._failed(p, error)
+
+    def _poll_watched(self) -> None:
+        for p in list(self.watching):
+            state = current_state(p.output_path)
+            if state == StepState.SUCCESS:
+                self.watching.remove(p)
+                self._succeeded(p, waited=True)
+            elif state == StepState.FAILED and read_lease(p.output_path) is None:
+                self.watching.remove(p)
+                self._failed(p, f"failed in another executor: {last_message(p.output_path)}")
+            else:
+                self._start(p)  # takes the lease over if its holder died
+
+    def _succeeded(self, p: PlannedStep, waited: bool = False) -> None:
+        self.done.add(p.identity)
+        if waited:
+            self.waited.append(p.identity)
+            logger.info("reused  %s (completed by another executor)", p.identity)
+        else:
+            logger.info("done    %s", p.identity)
+
+    def _failed(self, p: PlannedStep, message: str) -> None:
+        self.failed[p.identity] = message
+        logger.error("FAILED  %s: %s", p.identity, message)
+
+    def _mark_dep_failed(self, p: PlannedStep, dep: PlannedStep) -> None:
+        message = f"dependency {dep.identity} did not succeed"
+        lease = try_acquire(p.output_path, self.ex.owner, self.ex.lease_config)
+        if lease is not None:
+            append_event(p.output_path, StepState.DEP_FAILED, message=message, owner=self.ex.owner)
+            lease.release()
+        self.failed[p.identity] = message
+        logger.error("DEP_FAILED %s: %s", p.identity, message)
+
+
+def _info(p: PlannedStep, config: Any) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "fn": p.fn_name,
+        "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+        "version": p.version,
+        "identity": p.identity,
+        "dependencies": [d.output_path for d in p.deps],
+        "nonblocking_dependencies": [d.output_path for d in p.nonblocking_deps],
+        "output_path": p.output_path,
+        "description": p.step.description,
+        "resources": dataclasses.asdict(p.step.resource_config),
+        "pip_extras": list(p.step.pip_extras),
+    }

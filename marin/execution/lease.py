@@ -1,0 +1,174 @@
+"""Step leases: how several executors on one prefix run each step exactly once.
+
+The lease is a small JSON file in the step's output directory:
+
+    {"owner": "host:4242:9f2c1a", "acquired": 1763780000.0, "heartbeat": 1763780030.0}
+
+1. Acquire: ``create_only`` (``O_EXCL``-style link locally; generation/ETag preconditions on object
+   stores). Exactly one racer wins.
+2. Hold: a heartbeat thread rewrites ``heartbeat`` with ``replace_if_version``, i.e. only if the file is
+   still the version this holder last wrote. A failed swap means someone took the lease over: the
+   lease is marked lost and the executor will not write SUCCESS (fencing).
+3. Take over: a lease whose heartbeat is older than ``stale_after`` belongs to a dead executor; it is
+   replaced with a compare-and-swap against the stale version, so exactly one taker wins.
+4. Release: ``delete_if_version`` after the final status is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from marin.storage import create_only, delete_if_version, join, read_versioned, replace_if_version
+from marin.execution.status import LEASE_FILE
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseConfig:
+    heartbeat_s: float = 30.0
+    """How often the holder refreshes its lease."""
+    stale_after_s: float = 90.0
+    """A lease not refreshed for this long is considered abandoned and may be taken over."""
+
+    def __post_init__(self):
+        if self.heartbeat_s <= 0:
+            raise ValueError(f"LeaseConfig.heartbeat_s must be > 0, got {self.heartbeat_s}")
+        if self.stale_after_s <= self.heartbeat_s:
+            raise ValueError(
+                f"LeaseConfig.stale_after_s ({self.stale_after_s}) must exceed heartbeat_s ({self.heartbeat_s})"
+            )
+
+
+def new_owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """A held lease on one step directory. ``lost`` turns true once another owner replaced it."""
+
+    def __init__(self, url: str, owner: str, version: str, acquired: float):
+        self.url = url
+        self.owner = owner
+        self._version = version
+        self._acquired = acquired
+        self._lock = threading.Lock()
+        self.lost = False
+
+    def refresh(self) -> bool:
+        """Rewrite the heartbeat; returns False (and marks the lease lost) if it was taken over."""
+        with self._lock:
+            if self.lost:
+                return False
+            blob = replace_if_version(self.url, _encode(self.owner, self._acquired), self._version)
+            if blob is None:
+                self.lost = True
+                logger.error("lease %s was taken over by another executor; this run will not mark it done", self.url)
+                return False
+            self._version = blob.version
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            if not self.lost:
+                delete_if_version(self.url, self._version)
+            self.lost = True
+
+
+def lease_url(output_path: str) -> str:
+    return join(output_path, LEASE_FILE)
+
+
+def read_lease(output_path: str) -> dict | None:
+    """The current lease document, or None if there is none (or it is unreadable garbage)."""
+    blob = read_versioned(lease_url(output_path))
+    return None if blob is None else _decode(blob.data)
+
+
+def try_acquire(output_path: str, owner: str, config: LeaseConfig) -> Lease | None:
+    """Take the step's lease if it is free or stale. None if a live executor holds it."""
+    url = lease_url(output_path)
+    now = time.time()
+    blob = create_only(url, _encode(owner, now))
+    if blob is not None:
+        return Lease(url, owner, blob.version, now)
+    current = read_versioned(url)
+    if current is None:  # released between our two calls: race for it again next poll
+        return None
+    doc = _decode(current.data)
+    # A lease we cannot parse (truncated by a crash mid-write on a store without atomic PUT) is
+    # treated as stale only once it is old enough by its own mtime-free measure: its heartbeat is unknown,
+    # so we wait a full stale period from when we first saw it (see LeaseWatcher) before taking over.
+    if doc is not None and now - doc["heartbeat"] < config.stale_after_s:
+        return None
+    if doc is None and not _garbage_is_stale(url, current.version, config, now):
+        return None
+    blob = replace_if_version(url, _encode(owner, now), current.version)
+    if blob is None:
+        return None
+    previous = doc["owner"] if doc else "an unreadable lease"
+    logger.warning("took over stale lease %s from %s", url, previous)
+    return Lease(url, owner, blob.version, now)
+
+
+_first_seen_garbage: dict[tuple[str, str], float] = {}
+
+
+def _garbage_is_stale(url: str, version: str, config: LeaseConfig, now: float) -> bool:
+    first = _first_seen_garbage.setdefault((url, version), now)
+    return now - first >= config.stale_after_s
+
+
+class Heartbeat:
+    """One daemon thread refreshing every lease this executor holds."""
+
+    def __init__(self, config: LeaseConfig):
+        self._config = config
+        self._leases: set[Lease] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="marin-lease-heartbeat", daemon=True)
+        self._thread.start()
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.add(lease)
+
+    def remove(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.discard(lease)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._config.heartbeat_s):
+            with self._lock:
+                leases = list(self._leases)
+            for lease in leases:
+                try:
+                    lease.refresh()
+                except Exception:  # a transient store error must not kill the heartbeat thread
+                    logger.exception("heartbeat for %s failed; will retry", lease.url)
+
+
+def _encode(owner: str, acquired: float) -> bytes:
+    return json.dumps({"owner": owner, "acquired": acquired, "heartbeat": time.time()}).encode()
+
+
+def _decode(data: bytes) -> dict | None:
+    try:
+        doc = json.loads(data)
+        float(doc["heartbeat"])
+        str(doc["owner"])
+        return doc
+    except (ValueError, KeyError, TypeError):
+        return None

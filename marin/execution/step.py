@@ -1,0 +1,152 @@
+"""What an experiment declares: steps, the placeholders their configs hold, and resource requests.
+
+    raw = ExecutorStep(name="raw/numbers", fn=make_numbers, config=NumbersConfig(
+        n=versioned(1000), output_path=this_output_path()))
+    stats = ExecutorStep(name="stats/numbers", fn=compute_stats, config=StatsConfig(
+        input_path=raw / "numbers.jsonl", output_path=this_output_path()))
+
+Nothing here touches storage. The placeholders (``versioned``, ``InputName``, ``OutputName``) are
+replaced by concrete values when the executor instantiates a config (``marin.execution.plan``), so
+``fn`` always receives plain values and can be called directly in a notebook or a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionedValue(Generic[T]):
+    """A config value that is part of the step's identity: changing it changes the output path."""
+
+    value: T
+
+
+def versioned(value: T) -> VersionedValue[T]:
+    return VersionedValue(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputName:
+    """The step's own output directory (optionally a sub-path of it)."""
+
+    name: str | None = None
+
+
+def this_output_path(name: str | None = None) -> OutputName:
+    return OutputName(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputName:
+    """A path inside another step's output, or a prefix-relative path that no step produces.
+
+    ``step`` is an ``ExecutorStep`` or a step name (resolved against the DAG at plan time); it is None
+    for ``InputName.hardcoded(path)``. A nonblocking input counts for identity but is not waited on.
+    """
+
+    step: ExecutorStep | str | None
+    name: str | None = None
+    block_on_step: bool = True
+
+    @staticmethod
+    def hardcoded(path: str) -> InputName:
+        """A path relative to the prefix (e.g. ``raw/manual-upload``) that is not produced by a step."""
+        return InputName(step=None, name=path)
+
+    def nonblocking(self) -> InputName:
+        return dataclasses.replace(self, block_on_step=False)
+
+    def cd(self, name: str) -> InputName:
+        joined = f"{self.name.rstrip('/')}/{name}" if self.name else name
+        return dataclasses.replace(self, name=joined)
+
+    def __truediv__(self, name: str) -> InputName:
+        return self.cd(name)
+
+
+def output_path_of(step: ExecutorStep | str, name: str | None = None) -> InputName:
+    """An input that is ``step``'s output directory, or ``name`` inside it."""
+    return InputName(step=step, name=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceConfig:
+    """What one step's Ray task asks the cluster for.
+
+    ``resources`` carries custom resources, e.g. ``{"TPU-v5e-256-head": 1}`` for a TPU slice.
+    ``max_retries`` is how often Ray reruns the task after its worker or node died (preemption);
+    an exception raised by the step's function is never retried.
+    """
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+    memory: int | None = None
+    """Bytes of memory Ray reserves for the task (None: no reservation)."""
+    resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    max_retries: int = 0
+
+    def __post_init__(self):
+        for field in ("num_cpus", "num_gpus"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"ResourceConfig.{field} must be >= 0, got {getattr(self, field)}")
+        if self.memory is not None and self.memory <= 0:
+            raise ValueError(f"ResourceConfig.memory must be a positive number of bytes, got {self.memory}")
+
+    def as_ray_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory:
+            options["memory"] = self.memory
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        return options
+
+    def demands(self) -> dict[str, float]:
+        """The request in Ray's resource vocabulary (``CPU``, ``GPU``, ``memory``, custom names)."""
+        out = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus)}
+        if self.memory:
+            out["memory"] = float(self.memory)
+        out.update({k: float(v) for k, v in self.resources.items()})
+        return {k: v for k, v in out.items() if v > 0}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ExecutorStep(Generic[T]):
+    """A unit of work: ``fn(config)`` writes its outputs under the step's output path.
+
+    ``name`` looks like a path (``tokenized/stories``); with the step's hash it forms the output
+    directory ``<prefix>/<name>-<hash>``. ``override_output_path`` pins the directory instead
+    (relative to the prefix unless it is a URL or absolute path).
+    """
+
+    name: str
+    fn: Callable[[T], Any]
+    config: T
+    description: str | None = None
+    resources: ResourceConfig | Mapping[str, Any] | None = None
+    pip_extras: tuple[str, ...] = ()
+    override_output_path: str | None = None
+
+    def __post_init__(self):
+        if not self.name or self.name.startswith("/") or ".." in self.name.split("/"):
+            raise ValueError(f"ExecutorStep.name must be a relative path like 'tokenized/x', got {self.name!r}")
+        if isinstance(self.resources, Mapping):
+            object.__setattr__(self, "resources", ResourceConfig(**self.resources))
+        object.__setattr__(self, "pip_extras", tuple(self.pip_extras))
+
+    @property
+    def resource_config(self) -> ResourceConfig:
+        return self.resources or ResourceConfig()
+
+    def cd(self, name: str) -> InputName:
+        return output_path_of(self, name)
+
+    def __truediv__(self, name: str) -> InputName:
+        return self.cd(name)
+
+    def __repr__(self) -> str:
+        return f"ExecutorStep(name={self.name!r}, fn={getattr(self.fn, '__qualname__', self.fn)!r})"

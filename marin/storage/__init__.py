@@ -1,0 +1,55 @@
+"""One door for all I/O: every step reads and writes URLs through these helpers.
+
+Local paths, ``file://``, ``memory://``, ``gs://`` (gcsfs) and ``s3://`` (s3fs) all go through fsspec.
+Besides plain reads and writes the executor needs two stronger primitives, kept in
+``marin.storage.conditional``:
+
+- ``create_only(url, data)``: write only if nothing exists there (the lease's "I am first");
+- ``read_versioned`` / ``replace_if_version`` / ``delete_if_version``: compare-and-swap on a small file,
+  where the version is a backend token (a content digest under a lock locally, a generation on GCS,
+  an ETag on S3).
+"""
+
+from marin.storage.conditional import (
+    ConditionalWriteUnsupported,
+    VersionedBlob,
+    create_only,
+    delete_if_version,
+    read_versioned,
+    replace_if_version,
+)
+from marin.storage.paths import (
+    delete,
+    exists,
+    filesystem,
+    glob,
+    is_local,
+    join,
+    list_dir,
+    makedirs,
+    open_url,
+    read_bytes,
+    read_text,
+    write_atomic,
+)
+
+__all__ = [
+    "ConditionalWriteUnsupported",
+    "VersionedBlob",
+    "create_only",
+    "delete",
+    "delete_if_version",
+    "exists",
+    "filesystem",
+    "glob",
+    "is_local",
+    "join",
+    "list_dir",
+    "makedirs",
+    "open_url",
+    "read_bytes",
+    "read_text",
+    "read_versioned",
+    "replace_if_version",
+    "write_atomic",
+]

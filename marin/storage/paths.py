@@ -1,0 +1,118 @@
+"""Plain fsspec helpers: resolve a URL to a filesystem, read, list, and write whole files atomically.
+
+Atomicity differs by backend and is handled here once: a local write goes to a temporary file in the same
+directory and is renamed into place; an object-store PUT is already all-or-nothing, so it is written
+directly. Readers therefore never see half of a small metadata file.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import IO, Any
+
+import fsspec
+
+_LOCAL_PROTOCOLS = ("file", "local")
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem serving ``url`` and the path within it."""
+    return fsspec.core.url_to_fs(url)
+
+
+def is_local(url: str) -> bool:
+    """True for plain paths and ``file://`` URLs (where POSIX rename, link and flock exist)."""
+    if "://" not in url:
+        return True
+    return url.split("://", 1)[0] in _LOCAL_PROTOCOLS
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts with ``/`` without collapsing the ``scheme://`` of a URL."""
+    out = base.rstrip("/") if base not in ("/", "") else base
+    for part in parts:
+        part = str(part).strip("/")
+        if part:
+            out = f"{out}/{part}" if out else part
+    return out
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+def open_url(url: str, mode: str = "rb", **kwargs: Any) -> IO:
+    """Open any URL; in write mode local parent directories are created first."""
+    if "w" in mode and is_local(url):
+        os.makedirs(os.path.dirname(local_path(url)) or ".", exist_ok=True)
+    return fsspec.open(url, mode, **kwargs).open()
+
+
+def read_bytes(url: str) -> bytes:
+    fs, path = filesystem(url)
+    return fs.cat_file(path)
+
+
+def read_text(url: str) -> str:
+    return read_bytes(url).decode("utf-8")
+
+
+def write_atomic(url: str, data: bytes | str) -> None:
+    """Replace the whole file at ``url`` so readers see the old or the new content, never a mix."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if is_local(url):
+        path = local_path(url)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    fs, path = filesystem(url)
+    fs.pipe_file(path, payload)
+
+
+def makedirs(url: str) -> None:
+    fs, path = filesystem(url)
+    fs.makedirs(path, exist_ok=True)
+
+
+def list_dir(url: str) -> list[str]:
+    """Full URLs of the entries directly under ``url`` (empty if it does not exist)."""
+    fs, path = filesystem(url)
+    try:
+        names = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(_with_protocol(url, name) for name in names)
+
+
+def glob(pattern: str) -> list[str]:
+    fs, path = filesystem(pattern)
+    return sorted(_with_protocol(pattern, name) for name in fs.glob(path))
+
+
+def delete(url: str, recursive: bool = False) -> None:
+    fs, path = filesystem(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=recursive)
+
+
+def local_path(url: str) -> str:
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
+def _with_protocol(like: str, path: str) -> str:
+    """fsspec returns bare paths; give back URLs in the same form the caller used."""
+    if "://" not in like:
+        return path
+    scheme = like.split("://", 1)[0]
+    if scheme in _LOCAL_PROTOCOLS:
+        return f"file://{path}"
+    return f"{scheme}://{path.lstrip('/')}" if scheme != "memory" else f"memory://{path}"
