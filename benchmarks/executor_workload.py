@@ -1,15 +1,11 @@
-"""Synthetic executor workload shared by our `marin.execution` and the peer (PyPI `marin-core`).
-
-Both implementations expose the same public names from `marin.execution`, so this module
-runs unchanged under either venv; `benchmarks/executor_bench.py` picks the interpreter.
+"""Synthetic executor workload, run unchanged by our `marin.execution` and the peer (PyPI `marin-core`).
 
     python benchmarks/executor_workload.py --mode run|dry_run|plan --impl ours|peer \
         --shape chain|fan|chains_and_fan --n 200 --prefix /tmp/some/prefix
 
-Modes: `run` and `dry_run` go through `executor_main` (draccus argv `--prefix P [--dry_run true]`);
-`plan` times only the in-process planning call (ours: `Executor(prefix=p).plan(steps)`; peer:
-`Executor.compute_version` over every step, which computes names, versions, hashes, output paths
-and configs without touching storage). The last stdout line is `BENCH_JSON {...}`.
+`run`/`dry_run` call `executor_main` (draccus argv `--prefix P [--dry_run true]`); `plan` times only the in-process
+planning call (ours: `Executor(prefix=p).plan(steps)`; peer: `Executor.compute_version` over every step: names,
+versions, hashes, output paths, no storage access). Prints `BENCH_JSON {...}` as its last stdout line.
 """
 
 import time
@@ -29,7 +25,14 @@ import os  # noqa: E402
 import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
-from marin.execution import Executor, ExecutorStep, executor_main, output_path_of, this_output_path, versioned  # noqa: E402
+from marin.execution import (  # noqa: E402  (same public names in ours and the peer)
+    Executor,
+    ExecutorStep,
+    executor_main,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
 
 IMPORT_S = time.perf_counter() - _T0
 SHAPES = ("chain", "fan", "chains_and_fan")
@@ -90,8 +93,7 @@ def build_steps(shape: str, n: int) -> list:
 def plan(impl: str, steps: list, prefix: str) -> int:
     """The in-process plan+hash call for each implementation; returns the number of planned steps."""
     if impl == "ours":
-        result = Executor(prefix=prefix).plan(steps)
-        return len(result) if hasattr(result, "__len__") else len(steps)
+        return len(Executor(prefix=prefix).plan(steps).steps)
     executor = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"))
     for step in steps:
         executor.compute_version(step, is_pseudo_dep=False)

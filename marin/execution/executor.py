@@ -173,7 +173,9 @@ class Executor:
         runner = self._start_runner()
         for p in todo:
             runner.check_feasible(p.name, p.step.resource_config)
-        run = _Run(self, plan, todo, set(skipped), runner)
+        # Steps outside the selection are SUCCESS by construction of _select (or not needed).
+        todo_ids = {p.identity for p in todo}
+        run = _Run(self, plan, todo, {p.identity for p in plan.steps} - todo_ids, runner)
         run.loop()
         if run.failed:
             raise StepsFailed(run.failed)
@@ -214,6 +216,9 @@ class _Run:
         try:
             while self.pending or self.in_flight or self.watching:
                 self._launch_ready()
+                if self.pending and not (self.in_flight or self.watching):
+                    stuck = ", ".join(p.identity for p in self.pending)
+                    raise RuntimeError(f"executor bug: steps can never start: {stuck}")
                 if self.in_flight:
                     timeout = self.ex.poll_s if self.watching else None
                     for ref in self.runner.wait(list(self.in_flight), timeout):

@@ -128,7 +128,7 @@ def changed_fields(old_version: dict[str, Any], new_version: dict[str, Any]) -> 
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -1,0 +1,44 @@
+"""Step functions for executor tests. Each call leaves a trace in a calls directory so tests can count
+how many times a step's function really ran (across processes and Ray workers)."""
+
+import dataclasses
+import json
+import os
+import time
+
+from marin.storage import join, write_atomic
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceConfig:
+    calls_dir: str
+    label: str
+    output_path: str
+    inputs: tuple = ()
+    payload: object = None
+    sleep_s: float = 0.0
+    fail: bool = False
+
+
+def trace_step(config: TraceConfig) -> None:
+    """Record the call, optionally sleep or fail, then write ``result.json`` holding the inputs' results."""
+    os.makedirs(config.calls_dir, exist_ok=True)
+    with open(os.path.join(config.calls_dir, f"{config.label.replace('/', '_')}.calls"), "a") as f:
+        f.write(f"{os.getpid()} {time.time()}\n")
+    time.sleep(config.sleep_s)
+    if config.fail:
+        raise RuntimeError(f"step {config.label} was told to fail")
+    upstream = []
+    for path in config.inputs:
+        with open(path) as f:
+            upstream.append(json.load(f))
+    write_atomic(join(config.output_path, "result.json"), json.dumps({"label": config.label, "upstream": upstream}))
+
+
+def call_counts(calls_dir: str) -> dict[str, int]:
+    out = {}
+    if os.path.isdir(calls_dir):
+        for name in os.listdir(calls_dir):
+            with open(os.path.join(calls_dir, name)) as f:
+                out[name[: -len(".calls")]] = sum(1 for _ in f)
+    return out
