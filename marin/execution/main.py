@@ -18,7 +18,9 @@ from marin.execution.executor import Executor, PreviouslyFailed, StepsFailed
 from marin.execution.experiment import caller_file
 from marin.execution.lease import LeaseConfig
 from marin.execution.plan import PlanError
+from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.step import ExecutorStep
+from marin.storage import MissingBackend
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ def executor_main(steps: Sequence[ExecutorStep], description: str | None = None,
                 print(line)
             return None
         result = executor.run(steps)
-    except (PlanError, PreviouslyFailed, StepsFailed, ValueError) as e:
+    except (PlanError, PreviouslyFailed, StepsFailed, ValueError, MissingBackend, InfeasibleResources) as e:
         logger.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -19,6 +19,7 @@ from marin.storage.conditional import (
     replace_if_version,
 )
 from marin.storage.paths import (
+    MissingBackend,
     delete,
     exists,
     filesystem,
@@ -35,6 +36,7 @@ from marin.storage.paths import (
 
 __all__ = [
     "ConditionalWriteUnsupported",
+    "MissingBackend",
     "VersionedBlob",
     "create_only",
     "delete",

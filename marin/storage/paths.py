@@ -16,9 +16,24 @@ import fsspec
 _LOCAL_PROTOCOLS = ("file", "local")
 
 
+_EXTRA_FOR_PROTOCOL = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
+
+
+class MissingBackend(ImportError):
+    """The URL's scheme needs a filesystem package that is not installed."""
+
+
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem serving ``url`` and the path within it."""
-    return fsspec.core.url_to_fs(url)
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as e:
+        if isinstance(e, ValueError) and "Protocol not known" not in str(e):
+            raise
+        scheme = url.split("://", 1)[0]
+        extra = _EXTRA_FOR_PROTOCOL.get(scheme)
+        hint = f"install the '{extra}' extra: pip install -e '.[{extra}]'" if extra else str(e)
+        raise MissingBackend(f"{url}: no filesystem for {scheme}:// ({hint})") from None
 
 
 def is_local(url: str) -> bool:

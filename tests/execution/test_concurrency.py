@@ -1,0 +1,83 @@
+"""Exactly-once by racing real processes: several executors on one prefix, and a SIGKILLed executor."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from marin.execution.plan import plan_steps
+from marin.execution.status import read_events
+
+from tests.execution.race_script import build
+from tests.execution.steps_lib import call_counts
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "execution" / "race_script.py"
+LABELS = ["race_raw", "race_left", "race_right", "race_joined", "race_tail", "race_side"]
+
+
+def launch(ray_address, prefix, calls, *extra, **env):
+    environment = {
+        **os.environ,
+        "RAY_ADDRESS": ray_address,
+        "RACE_CALLS": str(calls),
+        "PYTHONPATH": str(ROOT),
+        **{k: str(v) for k, v in env.items()},
+    }
+    args = [sys.executable, str(SCRIPT), "--prefix", str(prefix), "--poll_s", "0.1", *extra]
+    return subprocess.Popen(args, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def final_states(prefix, calls):
+    plan = plan_steps(build(str(calls), 0.0), str(prefix))
+    return {p.name: read_events(p.output_path)[-1]["state"] for p in plan.steps}, plan
+
+
+def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address):
+    prefix, calls = tmp_path / "store", tmp_path / "calls"
+    procs = [launch(ray_address, prefix, calls, RACE_SLEEP=0.3) for _ in range(6)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    for proc, out in zip(procs, outputs):
+        assert proc.returncode == 0, out
+    assert call_counts(calls) == {label: 1 for label in LABELS}
+    states, plan = final_states(prefix, calls)
+    assert set(states.values()) == {"SUCCESS"}
+    tail = next(p for p in plan.steps if p.name == "race/tail")
+    result = json.loads((Path(tail.output_path) / "result.json").read_text())
+    assert result["upstream"][0]["label"] == "race/joined"
+    assert sum("reused" in out for out in outputs) >= 5  # the others waited for the winners' results
+
+
+def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray_address):
+    prefix, calls = tmp_path / "store", tmp_path / "calls"
+    lease_flags = ("--lease_heartbeat_s", "0.2", "--lease_stale_after_s", "1.5")
+    victim = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined",
+                    RACE_SLOW_S=60)
+    deadline = time.time() + 120
+    while "race_joined" not in call_counts(calls):
+        assert time.time() < deadline and victim.poll() is None, victim.stdout.read() if victim.poll() else "timeout"
+        time.sleep(0.1)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+
+    states, plan = final_states(prefix, calls)
+    joined = next(p for p in plan.steps if p.name == "race/joined")
+    assert states["race/joined"] == "RUNNING"
+    assert (Path(joined.output_path) / ".executor_lease").exists()
+    assert not (Path(joined.output_path) / "result.json").exists()
+
+    rerun = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05)
+    out = rerun.communicate(timeout=120)[0]
+    assert rerun.returncode == 0, out
+    assert "took over stale lease" in out
+    states, _ = final_states(prefix, calls)
+    assert set(states.values()) == {"SUCCESS"}
+    counts = call_counts(calls)
+    assert counts.pop("race_joined") == 2  # killed once, completed once
+    assert counts.pop("race_tail") == 1 and set(counts.values()) == {1}
+    assert [e["state"] for e in read_events(joined.output_path)][-2:] == ["RUNNING", "SUCCESS"]
