@@ -11,7 +11,6 @@ export RAY_AUTH_MODE := disabled
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 
 # Re-install whenever pyproject.toml changes; the stamp records which extras are in.
 $(VENV)/.installed-base: pyproject.toml | $(PY)

@@ -42,3 +42,18 @@ def call_counts(calls_dir: str) -> dict[str, int]:
             with open(os.path.join(calls_dir, name)) as f:
                 out[name[: -len(".calls")]] = sum(1 for _ in f)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    output_path: str
+    distribution: str
+
+
+def probe_environment(config: ProbeConfig) -> None:
+    """Write which interpreter ran the step and the installed version of a distribution."""
+    import importlib.metadata
+    import sys
+
+    doc = {"python": sys.executable, "version": importlib.metadata.version(config.distribution)}
+    write_atomic(join(config.output_path, "probe.json"), json.dumps(doc))

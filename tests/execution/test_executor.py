@@ -184,3 +184,20 @@ def test_max_concurrent_limits_steps_in_flight(tmp_path):
         spans.append(start)
     spans.sort()
     assert all(b - a >= 0.35 for a, b in zip(spans, spans[1:]))  # strictly one after another
+
+
+@pytest.mark.slow
+def test_pip_extras_run_the_step_in_a_runtime_env_with_those_extras(tmp_path):
+    """Ray builds a virtualenv for the task and pip-installs the extra's requirements into it."""
+    from tests.execution.steps_lib import ProbeConfig, probe_environment
+
+    step = ExecutorStep(
+        name="probe/dev",
+        fn=probe_environment,
+        config=ProbeConfig(output_path=this_output_path(), distribution="pytest-timeout"),
+        pip_extras=("dev",),
+    )
+    result = Executor(prefix=str(tmp_path / "store")).run([step])
+    probe = json.loads(open(os.path.join(result.plan.steps[0].output_path, "probe.json")).read())
+    assert "runtime_resources/pip" in probe["python"]  # not the driver's interpreter
+    assert probe["version"]
