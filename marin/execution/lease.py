@@ -103,9 +103,8 @@ def try_acquire(output_path: str, owner: str, config: LeaseConfig) -> Lease | No
     if current is None:  # released between our two calls: race for it again next poll
         return None
     doc = _decode(current.data)
-    # A lease we cannot parse (truncated by a crash mid-write on a store without atomic PUT) is
-    # treated as stale only once it is old enough by its own mtime-free measure: its heartbeat is unknown,
-    # so we wait a full stale period from when we first saw it (see LeaseWatcher) before taking over.
+    # A lease we cannot parse has no heartbeat to judge by; take it over only after watching that same
+    # garbage for a full stale period (a live holder would have rewritten it by then).
     if doc is not None and now - doc["heartbeat"] < config.stale_after_s:
         return None
     if doc is None and not _garbage_is_stale(url, current.version, config, now):
