@@ -8,6 +8,8 @@ Besides plain reads and writes the executor needs two stronger primitives, kept 
 - ``read_versioned`` / ``replace_if_version`` / ``delete_if_version``: compare-and-swap on a small file,
   where the version is a backend token (a content digest under a lock locally, a generation on GCS,
   an ETag on S3).
+
+Record files (JSONL plain/.gz/.zst and Parquet) are streamed by ``marin.storage.records``.
 """
 
 from marin.storage.conditional import (
@@ -33,16 +35,29 @@ from marin.storage.paths import (
     read_text,
     write_atomic,
 )
+from marin.storage.records import (
+    ReadStats,
+    RecordError,
+    RecordWriter,
+    find_record_files,
+    read_documents,
+    read_records,
+    write_records,
+)
 
 __all__ = [
     "ConditionalWriteUnsupported",
     "MissingBackend",
+    "ReadStats",
+    "RecordError",
+    "RecordWriter",
     "VersionedBlob",
     "create_only",
     "delete",
     "delete_if_version",
     "exists",
     "filesystem",
+    "find_record_files",
     "glob",
     "is_local",
     "join",
@@ -50,8 +65,11 @@ __all__ = [
     "makedirs",
     "open_url",
     "read_bytes",
+    "read_documents",
+    "read_records",
     "read_text",
     "read_versioned",
     "replace_if_version",
     "write_atomic",
+    "write_records",
 ]

@@ -1,0 +1,349 @@
+"""Streaming record files: JSONL (plain, ``.gz``, ``.zst``) and Parquet, over any fsspec URL.
+
+Every data step reads and writes documents through this module, so the rules live in one place:
+
+    for doc in read_documents("gs://bucket/raw/shard-00000.jsonl.gz"):   # {"id", "text", ...}
+        ...
+    with RecordWriter("gs://bucket/out/shard-00000.jsonl.zst") as w:      # appears only on success
+        w.write({"id": "a", "text": "hello"})
+
+- The format follows the file name: ``.jsonl``/``.json`` (one JSON object per line), ``.jsonl.gz``,
+  ``.jsonl.zst`` and ``.parquet``.
+- Malformed input (bad JSON, a missing required field, a ``text`` that is not a string, non-UTF-8 bytes)
+  raises ``RecordError`` naming the file and the 1-based line (Parquet: row). With ``on_error="skip"``
+  such records are counted in ``ReadStats.skipped`` and logged once per file instead. A corrupt or
+  truncated compressed stream always raises: there is no next line to skip to.
+- Writers never leave a half-written file under the final name: they write a temporary sibling and
+  rename it (locally) or move it (object stores) only when ``close()`` is reached without an error.
+  Compressed output is byte-for-byte deterministic (gzip without a timestamp), so two runs that write
+  the same records produce identical files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import json
+import logging
+import os
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any, Literal
+
+from marin.storage.paths import filesystem, is_local, local_path, open_url
+
+logger = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip"]
+JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
+RECORD_SUFFIXES = JSONL_SUFFIXES + (".parquet",)
+_PARQUET_BATCH_ROWS = 2048
+
+
+class RecordError(ValueError):
+    """A record that cannot be read; the message starts with ``<file>:<line>:``."""
+
+    def __init__(self, url: str, line: int, reason: str):
+        super().__init__(f"{url}:{line}: {reason}")
+        self.url, self.line, self.reason = url, line, reason
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """Counts for one or more reads; pass the same object to several readers to add up."""
+
+    records: int = 0
+    skipped: int = 0
+    first_errors: list[str] = dataclasses.field(default_factory=list)
+
+    def note_skip(self, error: RecordError) -> None:
+        self.skipped += 1
+        if len(self.first_errors) < 5:
+            self.first_errors.append(str(error))
+
+
+def is_record_file(url: str) -> bool:
+    return url.lower().endswith(RECORD_SUFFIXES)
+
+
+def compression_of(url: str) -> str | None:
+    """``"gzip"``, ``"zstd"`` or None, from the file name."""
+    lower = url.lower()
+    if lower.endswith(".gz"):
+        return "gzip"
+    if lower.endswith(".zst"):
+        return "zstd"
+    return None
+
+
+def _check_format(url: str) -> str:
+    if url.lower().endswith(".parquet"):
+        return "parquet"
+    if url.lower().endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    raise ValueError(f"{url}: unknown record format; expected one of {', '.join(RECORD_SUFFIXES)}")
+
+
+def find_record_files(url: str) -> list[str]:
+    """Record files at ``url``: the file itself, every record file under a directory (recursively,
+    skipping names that start with ``.`` or ``_``, e.g. executor metadata and work dirs), or a glob's
+    matches. Sorted, so shard order is stable."""
+    fs, path = filesystem(url)
+    base = path.rstrip("/")
+    if any(ch in path for ch in "*?["):
+        found = fs.glob(path)
+        base = path[: min(path.find(ch) for ch in "*?[" if ch in path)].rpartition("/")[0]
+    elif fs.isdir(path):
+        found = fs.find(path)
+    elif fs.exists(path):
+        found = [path]
+    else:
+        raise FileNotFoundError(f"{url}: no such file or directory")
+    keep = []
+    for p in found:
+        rel = p[len(base) :].lstrip("/") if p.startswith(base) else p.rsplit("/", 1)[-1]
+        if is_record_file(p) and not any(part.startswith((".", "_")) for part in rel.split("/")):
+            keep.append(p)
+    return sorted(_as_url(url, p) for p in keep)
+
+
+def _as_url(like: str, path: str) -> str:
+    if "://" not in like:
+        return path
+    scheme = like.split("://", 1)[0]
+    if scheme in ("file", "local"):
+        return f"file://{path}"
+    if scheme == "memory" and like.startswith("memory:///"):
+        return f"memory://{path}"
+    return f"{scheme}://{path.lstrip('/')}"
+
+
+def _decompressed(raw: IO[bytes], url: str) -> IO[bytes]:
+    kind = compression_of(url)
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if kind == "zstd":
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
+    return raw
+
+
+def read_records(
+    url: str,
+    *,
+    required: tuple[str, ...] = (),
+    on_error: OnError = "raise",
+    stats: ReadStats | None = None,
+    validate: Callable[[dict], str | None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Stream the records (dicts) of one file. ``required`` fields must be present and not null;
+    ``validate`` may return a reason to reject a record. See the module docstring for errors."""
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    stats = stats if stats is not None else ReadStats()
+    fmt = _check_format(url)
+    rows = _parquet_rows(url) if fmt == "parquet" else _jsonl_rows(url)
+    skipped_before = stats.skipped
+    for line, record, problem in rows:
+        if problem is None:
+            missing = [k for k in required if record.get(k) is None]
+            if missing:
+                problem = f"missing required field {missing[0]!r}"
+            elif validate is not None:
+                problem = validate(record)
+        if problem is not None:
+            error = RecordError(url, line, problem)
+            if on_error == "raise":
+                raise error
+            stats.note_skip(error)
+            continue
+        stats.records += 1
+        yield record
+    if stats.skipped > skipped_before:
+        logger.warning("%s: skipped %d malformed records", url, stats.skipped - skipped_before)
+
+
+def _text_is_string(record: dict) -> str | None:
+    if not isinstance(record["text"], str):
+        return f"field 'text' must be a string, got {type(record['text']).__name__}"
+    return None
+
+
+def read_documents(url: str, *, on_error: OnError = "raise", stats: ReadStats | None = None) -> Iterator[dict]:
+    """``read_records`` for documents: each must have a string ``text``."""
+    return read_records(url, required=("text",), on_error=on_error, stats=stats, validate=_text_is_string)
+
+
+def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
+    with open_url(url, "rb") as raw:
+        stream = _decompressed(raw, url)
+        line_no = 0
+        try:
+            for line_no, raw_line in enumerate(stream, 1):  # noqa: B007 (used after the loop)
+                if raw_line.strip():  # blank lines (e.g. a trailing one) carry no record
+                    yield line_no, *_parse_json_line(raw_line)
+        except (EOFError, OSError, zlib.error) as e:
+            raise RecordError(url, line_no + 1, f"corrupt or truncated compressed data ({e})") from e
+        except Exception as e:  # zstandard raises its own ZstdError
+            if type(e).__name__ == "ZstdError":
+                raise RecordError(url, line_no + 1, f"corrupt or truncated compressed data ({e})") from e
+            raise
+
+
+def _parse_json_line(raw_line: bytes) -> tuple[dict | None, str | None]:
+    try:
+        text = raw_line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON ({e.msg} at column {e.colno})"
+    if not isinstance(record, dict):
+        return None, f"expected a JSON object, got {type(record).__name__}"
+    return record, None
+
+
+def _parquet_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
+    import pyarrow.parquet as pq
+
+    with open_url(url, "rb") as raw:
+        try:
+            pf = pq.ParquetFile(raw)
+        except Exception as e:
+            raise RecordError(url, 0, f"not a readable Parquet file ({e})") from e
+        row = 0
+        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH_ROWS):
+            for record in batch.to_pylist():
+                row += 1
+                yield row, record, None
+
+
+class RecordWriter:
+    """Write records to ``url`` (format from its name); the file appears only after a clean ``close()``.
+
+    Use as a context manager: leaving the block with an exception discards everything written.
+    """
+
+    def __init__(self, url: str, *, compression_level: int | None = None):
+        self.url = url
+        self.format = _check_format(url)
+        self.count = 0
+        self._tmp = _temp_sibling(url)
+        self._raw = open_url(self._tmp, "wb")
+        self._closed = False
+        self._rows: list[dict] = []
+        self._parquet = None
+        kind = compression_of(url)
+        if self.format == "parquet":
+            self._out = None
+        elif kind == "gzip":
+            # mtime=0 and no file name in the header: identical records give identical bytes.
+            self._out = gzip.GzipFile(filename="", fileobj=self._raw, mode="wb", mtime=0,
+                                      compresslevel=compression_level or 6)
+        elif kind == "zstd":
+            import zstandard
+
+            self._out = zstandard.ZstdCompressor(level=compression_level or 3).stream_writer(
+                self._raw, closefd=False)
+        else:
+            self._out = self._raw
+
+    def write(self, record: dict) -> None:
+        if self.format == "parquet":
+            self._rows.append(record)
+            if len(self._rows) >= _PARQUET_BATCH_ROWS:
+                self._flush_parquet()
+        else:
+            self._out.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+        self.count += 1
+
+    def write_all(self, records: Iterable[dict]) -> None:
+        for record in records:
+            self.write(record)
+
+    def _flush_parquet(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self._rows:
+            return
+        schema = self._parquet.schema if self._parquet is not None else None
+        table = pa.Table.from_pylist(self._rows, schema=schema)
+        if self._parquet is None:
+            self._parquet = pq.ParquetWriter(self._raw, table.schema)
+        self._parquet.write_table(table)
+        self._rows = []
+
+    def close(self) -> None:
+        """Finish the file and move it to its final name."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.format == "parquet":
+                self._flush_parquet()
+                if self._parquet is None:  # no records: still a valid (empty) file
+                    import pyarrow as pa
+                    import pyarrow.parquet as pq
+
+                    pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+                                   self._raw)
+                else:
+                    self._parquet.close()
+            elif self._out is not self._raw:
+                self._out.close()
+            self._raw.close()
+            _move_into_place(self._tmp, self.url)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Drop everything written; the final file is not touched."""
+        self._closed = True
+        try:
+            if self._parquet is not None:
+                self._parquet.close()
+            self._raw.close()
+        except Exception:  # noqa: BLE001 -- best effort while already failing
+            pass
+        fs, path = filesystem(self._tmp)
+        try:
+            fs.rm(path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_records(url: str, records: Iterable[dict]) -> int:
+    """Write all ``records`` to ``url`` atomically; returns how many were written."""
+    with RecordWriter(url) as writer:
+        writer.write_all(records)
+    return writer.count
+
+
+def _temp_sibling(url: str) -> str:
+    head, _, name = url.rpartition("/")
+    tmp_name = f".tmp-{uuid.uuid4().hex[:12]}-{name}"
+    return f"{head}/{tmp_name}" if head else tmp_name
+
+
+def _move_into_place(tmp: str, url: str) -> None:
+    if is_local(url):
+        os.replace(local_path(tmp), local_path(url))
+        return
+    fs, src = filesystem(tmp)
+    _, dst = filesystem(url)
+    fs.mv(src, dst)

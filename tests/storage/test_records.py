@@ -1,0 +1,125 @@
+"""Record I/O: round trips in every format and on local and memory:// URLs, errors naming file and line,
+skip-and-count, atomic writes, deterministic compressed bytes."""
+
+import gzip
+import os
+
+import pytest
+
+from marin.storage.records import (
+    ReadStats,
+    RecordError,
+    RecordWriter,
+    find_record_files,
+    read_documents,
+    read_records,
+    write_records,
+)
+
+DOCS = [{"id": f"d{i}", "text": f"document number {i} ünïcode ✓", "source": "t", "n": i} for i in range(5000)]
+FORMATS = ["jsonl", "jsonl.gz", "jsonl.zst", "parquet"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_round_trip(tmp_path, fmt, where):
+    base = str(tmp_path) if where == "local" else f"memory://records-{fmt}"
+    url = f"{base}/sub/shard.{fmt}"
+    assert write_records(url, DOCS) == len(DOCS)
+    assert list(read_documents(url)) == DOCS
+    assert find_record_files(base) == [url]
+
+
+def test_compressed_output_is_deterministic(tmp_path):
+    for name in ("a", "b"):
+        write_records(str(tmp_path / f"{name}.jsonl.gz"), DOCS[:100])
+        write_records(str(tmp_path / f"{name}.jsonl.zst"), DOCS[:100])
+    assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
+    assert (tmp_path / "a.jsonl.zst").read_bytes() == (tmp_path / "b.jsonl.zst").read_bytes()
+
+
+BAD_LINES = [
+    (b'{"id": 1, "text": "fine"}\n{"id": 2, "text": "broken\n', "invalid JSON"),
+    (b'{"id": 1, "text": "fine"}\n{"id": 2, "body": "no text"}\n', "missing required field 'text'"),
+    (b'{"id": 1, "text": "fine"}\n{"id": 2, "text": "\xff\xfe"}\n', "not valid UTF-8"),
+    (b'{"id": 1, "text": "fine"}\n{"id": 2, "text": 7}\n', "field 'text' must be a string"),
+    (b'{"id": 1, "text": "fine"}\n[1, 2]\n', "expected a JSON object"),
+]
+
+
+@pytest.mark.parametrize("payload,reason", BAD_LINES)
+@pytest.mark.parametrize("suffix", ["jsonl", "jsonl.gz"])
+def test_malformed_line_names_file_and_line(tmp_path, payload, reason, suffix):
+    path = tmp_path / f"bad.{suffix}"
+    path.write_bytes(gzip.compress(payload) if suffix.endswith("gz") else payload)
+    with pytest.raises(RecordError) as err:
+        list(read_documents(str(path)))
+    assert str(err.value).startswith(f"{path}:2: ") and reason in str(err.value)
+    assert err.value.line == 2
+
+    stats = ReadStats()
+    docs = list(read_documents(str(path), on_error="skip", stats=stats))
+    assert [d["text"] for d in docs] == ["fine"]
+    assert stats.records == 1 and stats.skipped == 1 and reason in stats.first_errors[0]
+
+
+def test_skip_counts_add_up_across_files_and_blank_lines_are_ignored(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n\nnot json\n{"text": "y"}\n\n')
+    (tmp_path / "b.jsonl").write_text('{"nope": 1}\n{"text": "z"}\n')
+    stats = ReadStats()
+    texts = [d["text"] for f in find_record_files(str(tmp_path)) for d in read_documents(f, on_error="skip",
+                                                                                          stats=stats)]
+    assert texts == ["x", "y", "z"] and stats.skipped == 2 and stats.records == 3
+    assert f"{tmp_path}/a.jsonl:3:" in stats.first_errors[0]
+
+
+def test_truncated_gzip_is_an_error_even_when_skipping(tmp_path):
+    path = tmp_path / "cut.jsonl.gz"
+    write_records(str(path), DOCS)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(RecordError, match="corrupt or truncated"):
+        list(read_documents(str(path), on_error="skip"))
+
+
+def test_parquet_missing_text_names_row(tmp_path):
+    url = str(tmp_path / "p.parquet")
+    write_records(url, [{"id": "a", "text": "t"}, {"id": "b", "text": None}])
+    with pytest.raises(RecordError, match=r"p\.parquet:2: missing required field 'text'"):
+        list(read_documents(url))
+    assert [r["id"] for r in read_records(url)] == ["a", "b"]
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    url = str(tmp_path / "out.jsonl.gz")
+    with pytest.raises(RuntimeError):
+        with RecordWriter(url) as w:
+            w.write(DOCS[0])
+            raise RuntimeError("crash mid-write")
+    assert os.listdir(tmp_path) == []
+    # A previous complete file survives a failed rewrite untouched.
+    write_records(url, DOCS[:3])
+    with pytest.raises(RuntimeError):
+        with RecordWriter(url) as w:
+            w.write(DOCS[4])
+            raise RuntimeError("crash")
+    assert list(read_documents(url)) == DOCS[:3] and os.listdir(tmp_path) == ["out.jsonl.gz"]
+
+
+def test_unknown_format_and_missing_input(tmp_path):
+    with pytest.raises(ValueError, match=r"data\.csv: unknown record format"):
+        list(read_records(str(tmp_path / "data.csv")))
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        find_record_files(str(tmp_path / "nothing-here"))
+    with pytest.raises(ValueError, match="on_error must be"):
+        list(read_records(str(tmp_path / "x.jsonl"), on_error="ignore"))
+
+
+def test_find_record_files_skips_metadata_and_work_dirs(tmp_path):
+    for rel in ["b/2.jsonl.gz", "a/1.jsonl", "_work/x.jsonl", ".hidden.jsonl", "notes.txt", "c.parquet"]:
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    assert [os.path.relpath(f, tmp_path) for f in find_record_files(str(tmp_path))] == [
+        "a/1.jsonl", "b/2.jsonl.gz", "c.parquet"]
+    assert find_record_files(f"{tmp_path}/*/*.jsonl*") == [f"{tmp_path}/a/1.jsonl", f"{tmp_path}/b/2.jsonl.gz"]
