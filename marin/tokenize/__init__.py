@@ -1,0 +1,30 @@
+"""Tokenization: tokenizer loading and training, and the token cache (writer and random-access reader).
+
+The format is described in ``marin.tokenize.cache_format`` and docs/token_cache.md.
+"""
+
+from marin.tokenize.reader import CacheError, TokenCache
+from marin.tokenize.step import TokenizeConfig, tokenize_corpus
+from marin.tokenize.tokenizer import (
+    TrainTokenizerConfig,
+    build_bpe_tokenizer,
+    eos_id,
+    fingerprint,
+    load_tokenizer,
+    train_tokenizer,
+)
+from marin.tokenize.writer import build_cache
+
+__all__ = [
+    "CacheError",
+    "TokenCache",
+    "TokenizeConfig",
+    "TrainTokenizerConfig",
+    "build_bpe_tokenizer",
+    "build_cache",
+    "eos_id",
+    "fingerprint",
+    "load_tokenizer",
+    "tokenize_corpus",
+    "train_tokenizer",
+]

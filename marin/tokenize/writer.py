@@ -1,0 +1,222 @@
+"""Building a token cache: one shard per input file, in parallel, resumable shard by shard.
+
+    build_cache(files, "gs://b/tokenized/stories/train", tokenizer, num_workers=4)
+
+Each shard is tokenized in batches (``encode_batch`` uses all cores through Rust threads), each document
+followed by EOS, and streamed to a temporary file; the data files are moved into place first and the
+shard's ledger last. A crash leaves at worst a shard without ledger, which a rerun rebuilds; finished
+shards are verified by size and skipped. ``cache.json`` is written only after every shard exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from marin.storage import filesystem, join, read_text, write_atomic
+from marin.storage.records import OnError, ReadStats
+from marin.tokenize.cache_format import (
+    FORMAT_VERSION,
+    LEDGER_FILE,
+    OFFSET_DTYPE,
+    shard_name,
+    shard_paths,
+    token_dtype,
+)
+from marin.tokenize.inputs import iter_texts
+from marin.tokenize.tokenizer import eos_id, fingerprint
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardJob:
+    index: int
+    source: str
+    cache_url: str
+    tokenizer_json: str
+    tokenizer_fingerprint: str
+    eos: int
+    text_key: str
+    batch_size: int
+    on_error: OnError
+    long_document_tokens: int
+
+
+def build_shard(job: ShardJob) -> dict:
+    """Tokenize one input file into one shard; returns (and writes) the shard's ledger."""
+    paths = shard_paths(job.cache_url, shard_name(job.index))
+    tokenizer = Tokenizer.from_str(job.tokenizer_json)
+    dtype = token_dtype(tokenizer.get_vocab_size())
+    stats = ReadStats()
+    lengths: list[int] = []
+    counts = {"empty": 0}
+    tokens_hash = hashlib.sha256()
+    texts = iter_texts([job.source], job.text_key, on_error=job.on_error, stats=stats)
+    with _AtomicFile(paths["tokens"]) as out:
+        for batch in _batches(texts, job.batch_size, counts):
+            for enc in tokenizer.encode_batch(batch, add_special_tokens=False):
+                ids = np.asarray(enc.ids + [job.eos], dtype=dtype)
+                lengths.append(len(ids))
+                data = ids.tobytes()
+                tokens_hash.update(data)
+                out.write(data)
+    offsets = np.zeros(len(lengths) + 1, dtype=OFFSET_DTYPE)
+    np.cumsum(lengths, out=offsets[1:])
+    offsets_bytes = offsets.tobytes()
+    write_atomic(paths["offsets"], offsets_bytes)
+    ledger = {
+        "name": shard_name(job.index),
+        "source": job.source,
+        "tokenizer_fingerprint": job.tokenizer_fingerprint,
+        "dtype": dtype.str,
+        "num_documents": len(lengths),
+        "num_tokens": int(offsets[-1]),
+        "tokens_sha256": tokens_hash.hexdigest(),
+        "offsets_sha256": hashlib.sha256(offsets_bytes).hexdigest(),
+        "empty_documents": counts["empty"],
+        "skipped_records": stats.skipped,
+        "max_document_tokens": max(lengths, default=0),
+        "long_documents": sum(1 for n in lengths if n > job.long_document_tokens),
+    }
+    write_atomic(paths["ledger"], json.dumps(ledger, indent=2))
+    return ledger
+
+
+def _batches(texts, size: int, counts: dict):
+    """Non-empty texts in lists of ``size``; empty documents are counted, not cached (they hold no tokens)."""
+    batch = []
+    for text in texts:
+        if not text:
+            counts["empty"] += 1
+            continue
+        batch.append(text)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _AtomicFile:
+    """A file streamed to a temp name and moved into place on success (local rename or object copy)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.tmp = f"{url}.tmp"
+
+    def __enter__(self):
+        fs, path = filesystem(self.tmp)
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self._fs, self._tmp_path = fs, path
+        self._file = fs.open(path, "wb")
+        return self._file
+
+    def __exit__(self, exc_type, exc, tb):
+        self._file.close()
+        if exc_type is not None:
+            self._fs.rm(self._tmp_path)
+            return False
+        _, final_path = filesystem(self.url)
+        self._fs.mv(self._tmp_path, final_path)
+        return False
+
+
+def shard_is_complete(cache_url: str, index: int, source: str, tokenizer_fp: str) -> dict | None:
+    """The shard's ledger if it was finished from the same source and tokenizer and its files have the
+    sizes the ledger promises; None means (re)build it."""
+    paths = shard_paths(cache_url, shard_name(index))
+    try:
+        ledger = json.loads(read_text(paths["ledger"]))
+    except (FileNotFoundError, ValueError):
+        return None
+    if ledger.get("source") != source or ledger.get("tokenizer_fingerprint") != tokenizer_fp:
+        return None
+    expected = {
+        "tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize,
+        "offsets": (ledger["num_documents"] + 1) * OFFSET_DTYPE.itemsize,
+    }
+    for kind, size in expected.items():
+        fs, path = filesystem(paths[kind])
+        if not fs.exists(path) or fs.size(path) != size:
+            return None
+    return ledger
+
+
+def build_cache(
+    files: Sequence[str],
+    cache_url: str,
+    tokenizer: Tokenizer,
+    *,
+    tokenizer_name: str,
+    eos_token: str | None = None,
+    text_key: str = "text",
+    num_workers: int = 1,
+    batch_size: int = 1024,
+    on_error: OnError = "raise",
+    long_document_tokens: int = 4096,
+) -> dict:
+    """Build (or finish) the cache at ``cache_url`` from ``files``; returns the ledger."""
+    ledger_url = join(cache_url, LEDGER_FILE)
+    tokenizer_json = tokenizer.to_str()
+    eos = eos_id(tokenizer, eos_token)
+    jobs, ledgers = [], {}
+    tokenizer_fp = fingerprint(tokenizer)
+    for index, source in enumerate(files):
+        done = shard_is_complete(cache_url, index, source, tokenizer_fp)
+        if done is not None:
+            ledgers[index] = done
+        else:
+            jobs.append(ShardJob(index, source, cache_url, tokenizer_json, tokenizer_fp, eos, text_key, batch_size, on_error,
+                                 long_document_tokens))
+    if ledgers:
+        logger.info("%s: %d of %d shards already complete", cache_url, len(ledgers), len(files))
+    for ledger in _run_jobs(jobs, num_workers):
+        ledgers[int(ledger["name"])] = ledger
+    shards = [ledgers[i] for i in range(len(files))]
+    tokens_dtype = token_dtype(tokenizer.get_vocab_size())
+    ledger = {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer_name,
+        "tokenizer_fingerprint": tokenizer_fp,
+        "vocab_size": tokenizer.get_vocab_size(),
+        "dtype": tokens_dtype.str,
+        "eos_id": eos,
+        "num_documents": sum(s["num_documents"] for s in shards),
+        "num_tokens": sum(s["num_tokens"] for s in shards),
+        "empty_documents": sum(s["empty_documents"] for s in shards),
+        "skipped_records": sum(s["skipped_records"] for s in shards),
+        "long_document_tokens": long_document_tokens,
+        "long_documents": sum(s["long_documents"] for s in shards),
+        "max_document_tokens": max((s["max_document_tokens"] for s in shards), default=0),
+        "shards": shards,
+    }
+    write_atomic(ledger_url, json.dumps(ledger, indent=2))
+    logger.info("%s: %d documents, %d tokens in %d shards", cache_url, ledger["num_documents"],
+                ledger["num_tokens"], len(shards))
+    return ledger
+
+
+def _run_jobs(jobs: list[ShardJob], num_workers: int):
+    """Shards in this process (one worker) or as Ray tasks, at most ``num_workers`` in flight."""
+    if num_workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield build_shard(job)
+        return
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(build_shard).options(num_cpus=1, max_retries=2)
+    pending, queue = [], list(jobs)
+    while queue or pending:
+        while queue and len(pending) < num_workers:
+            pending.append(remote.remote(queue.pop(0)))
+        done, pending = ray.wait(pending, num_returns=1)
+        yield ray.get(done[0])
