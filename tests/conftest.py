@@ -1,7 +1,9 @@
-"""Test-wide environment: Ray without usage stats or auth files, one shared local Ray cluster."""
+"""Test-wide environment: Ray without usage stats or auth files, one shared local Ray cluster, and real
+object-store servers on loopback (fake-gcs-server for gs://, moto for s3://; tests/object_store_servers.py)."""
 
 import os
 import tempfile
+import uuid
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -9,12 +11,56 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="mray", dir="/tmp"))
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("MARIN_PREFIX", None)
+# gcsfs must not probe bucket types over gRPC against an emulator (ENVIRONMENT-NOTES); set before any import.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def ray_address():
+def object_stores(tmp_path_factory):
+    """fake-gcs-server and moto, started once per session; their endpoints are exported to os.environ.
+
+    ``ray_address`` depends on this so that Ray workers (which inherit the environment of the cluster's
+    processes, not of the driver) reach the same servers. Starting both costs about a second.
+    """
+    from tests.object_store_servers import start_servers
+
+    servers = start_servers(str(tmp_path_factory.mktemp("object-stores")))
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture
+def gcs_prefix(object_stores):
+    """A fresh ``gs://`` prefix on the fake-gcs-server (one shared bucket, a unique path per test)."""
+    from tests.object_store_servers import GCS_BUCKET
+
+    if object_stores.gcs_url is None:
+        pytest.skip(object_stores.gcs_missing)
+    return f"gs://{GCS_BUCKET}/t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def s3_prefix(object_stores):
+    """A fresh ``s3://`` prefix on the moto server (one shared bucket, a unique path per test)."""
+    from tests.object_store_servers import S3_BUCKET
+
+    if object_stores.s3_url is None:
+        pytest.skip(object_stores.s3_missing)
+    return f"s3://{S3_BUCKET}/t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=["local", "gcs", "s3"])
+def store_prefix(request, tmp_path):
+    """The same test on local disk, on the GCS server and on the S3 server."""
+    if request.param == "local":
+        return str(tmp_path / "store")
+    return request.getfixturevalue(f"{request.param}_prefix")
+
+
+@pytest.fixture(scope="session")
+def ray_address(object_stores):
     """A local Ray cluster shared by the whole session; its address lets subprocess executors join it.
 
     It lives in the pytest process, so it dies with it. 8 logical CPUs: the test steps are tiny.

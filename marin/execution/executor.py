@@ -26,6 +26,7 @@ from marin.execution.lease import Heartbeat, Lease, LeaseConfig, new_owner_id, r
 from marin.execution.plan import Plan, PlannedStep, instantiate_config, plan_steps
 from marin.execution.status import StepState, append_event, current_state, last_message, mark_waiting, write_info
 from marin.execution.step import ExecutorStep
+from marin.storage import check_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ class Executor:
     def dry_run(self, steps: Sequence[ExecutorStep]) -> list[str]:
         """One line per step (action, output path, reason, identity fields); touches nothing."""
         plan = self.plan(steps)
+        check_prefix(self.prefix, write=False)
         script = experiment.script_name(self.caller_file)
         previous = experiment.previous_record(plan, script, exclude=experiment.record_url(plan, script))
         old_steps = {}
@@ -157,6 +159,7 @@ class Executor:
     # -- running -----------------------------------------------------------------------------------
     def run(self, steps: Sequence[ExecutorStep]) -> RunResult:
         plan = self.plan(steps)
+        check_prefix(self.prefix, write=True)  # bad endpoint / bucket / permissions: one line, nothing run
         decisions = self.decide(plan)
         errors = {i: d.reason for i, d in decisions.items() if d.action == "error"}
         if errors:

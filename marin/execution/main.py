@@ -20,7 +20,7 @@ from marin.execution.lease import LeaseConfig
 from marin.execution.plan import PlanError
 from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.step import ExecutorStep
-from marin.storage import MissingBackend
+from marin.storage import MissingBackend, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,15 @@ def executor_main(steps: Sequence[ExecutorStep], description: str | None = None,
                 print(line)
             return None
         result = executor.run(steps)
-    except (PlanError, PreviouslyFailed, StepsFailed, ValueError, MissingBackend, InfeasibleResources) as e:
+    except (
+        PlanError,
+        PreviouslyFailed,
+        StepsFailed,
+        ValueError,
+        MissingBackend,
+        StoreUnavailable,
+        InfeasibleResources,
+    ) as e:
         logger.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -7,14 +7,17 @@ Besides plain reads and writes the executor needs two stronger primitives, kept 
 - ``create_only(url, data)``: write only if nothing exists there (the lease's "I am first");
 - ``read_versioned`` / ``replace_if_version`` / ``delete_if_version``: compare-and-swap on a small file,
   where the version is a backend token (a content digest under a lock locally, a generation on GCS,
-  an ETag on S3).
+  an ETag on S3; ``marin.storage.object_stores``).
 
+``check_prefix`` (``marin.storage.preflight``) turns an unreachable endpoint, a missing bucket or a
+permission error into one line naming the URL before any step runs; docs/storage.md has the details.
 Record files (JSONL plain/.gz/.zst and Parquet) are streamed by ``marin.storage.records``.
 """
 
 from marin.storage.conditional import (
     ConditionalWriteUnsupported,
     VersionedBlob,
+    backend_name,
     create_only,
     delete_if_version,
     read_versioned,
@@ -36,6 +39,7 @@ from marin.storage.paths import (
     read_text,
     write_atomic,
 )
+from marin.storage.preflight import StoreUnavailable, check_prefix
 from marin.storage.records import (
     ReadStats,
     RecordError,
@@ -52,7 +56,10 @@ __all__ = [
     "ReadStats",
     "RecordError",
     "RecordWriter",
+    "StoreUnavailable",
     "VersionedBlob",
+    "backend_name",
+    "check_prefix",
     "create_only",
     "delete",
     "delete_if_version",

@@ -7,10 +7,11 @@ over by exactly one executor once stale. All three reduce to two operations:
     blob = replace_if_version(url, data, version)  # None if the file changed since `version` was read
 
 ``version`` is an opaque token: locally a digest of the content read under ``flock`` on the directory;
-the object-store backends (GCS generation preconditions, S3 conditional puts) plug in here and use the
-store's own token. Where a filesystem offers no conditional write (``memory://``, or a store without
-preconditions) the fallback serializes callers inside this process only and warns once: safe for one
-executor, not for several processes.
+on GCS the object's generation (``ifGenerationMatch``), on S3 its ETag (``If-None-Match: *`` /
+``If-Match``); the object-store backends live in ``marin.storage.object_stores``. Where a filesystem
+offers no conditional write (``memory://``, or a bucket whose store ignores or rejects preconditions, as
+found by ``marin.storage.preflight``) the fallback serializes callers inside this process only and warns:
+safe for one executor, not for several processes. docs/storage.md tabulates what each backend guarantees.
 """
 
 from __future__ import annotations
@@ -44,22 +45,53 @@ class VersionedBlob:
 
 def create_only(url: str, data: bytes) -> VersionedBlob | None:
     """Write ``data`` at ``url`` only if no file exists there. Returns the new blob or None if one did."""
-    return _backend(url).create_only(url, data)
+    return _dispatch(url, "create_only", data)
 
 
 def read_versioned(url: str) -> VersionedBlob | None:
     """The current content and version of ``url``, or None if it does not exist."""
-    return _backend(url).read(url)
+    return _dispatch(url, "read")
 
 
 def replace_if_version(url: str, data: bytes, version: str) -> VersionedBlob | None:
     """Overwrite ``url`` only if it is still at ``version``. Returns the new blob or None on conflict."""
-    return _backend(url).replace(url, data, version)
+    return _dispatch(url, "replace", data, version)
 
 
 def delete_if_version(url: str, version: str) -> bool:
     """Delete ``url`` only if it is still at ``version``. True if it was deleted by this call."""
-    return _backend(url).delete(url, version)
+    return _dispatch(url, "delete", version)
+
+
+def backend_name(url: str) -> str:
+    """Which implementation serves ``url`` right now: "local", "gcs", "s3" or "process-local"."""
+    return _backend(url).name
+
+
+def mark_unconditional(url: str, reason: str) -> None:
+    """Serve ``url``'s bucket with the process-local fallback from now on, because its store does not
+    honour preconditions (``reason`` says how we found out). Warns once per bucket."""
+    key = _bucket_key(url)
+    if key not in _UNCONDITIONAL:
+        _UNCONDITIONAL[key] = reason
+        logger.warning(
+            "%s://%s does not honour conditional writes (%s); leases there are exclusive only within this "
+            "process. Do not run several executors on this bucket.",
+            key[0],
+            key[1],
+            reason,
+        )
+
+
+def _dispatch(url: str, op: str, *args):
+    backend = _backend(url)
+    try:
+        return getattr(backend, op)(url, *args)
+    except ConditionalWriteUnsupported as e:
+        if backend.name == "process-local":
+            raise
+        mark_unconditional(url, str(e))
+        return getattr(_backend(url), op)(url, *args)
 
 
 def _digest(data: bytes) -> str:
@@ -70,6 +102,8 @@ class _LocalBackend:
     """POSIX: ``link(2)`` publishes a fully written temp file only if the name is free (create-only);
     compare-and-swap runs under an exclusive ``flock`` on the parent directory, so racing processes
     on one machine (or on a filesystem with working flock) serialize."""
+
+    name = "local"
 
     def create_only(self, url: str, data: bytes) -> VersionedBlob | None:
         path = local_path(url)
@@ -132,6 +166,7 @@ class _ProcessLocalBackend:
     """Best effort for filesystems without conditional writes: a check-then-write under a lock that
     only this process honours. Warns once per protocol, because two processes can both 'win'."""
 
+    name = "process-local"
     _lock = threading.Lock()
     _warned: set[str] = set()
 
@@ -139,6 +174,8 @@ class _ProcessLocalBackend:
         self.protocol = protocol
 
     def _warn(self) -> None:
+        if self.protocol in _OBJECT_STORES:  # mark_unconditional already warned, naming the bucket
+            return
         if self.protocol not in self._warned:
             self._warned.add(self.protocol)
             logger.warning(
@@ -190,10 +227,24 @@ class _ProcessLocalBackend:
 
 
 _LOCAL = _LocalBackend()
+_OBJECT_STORES = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
+_UNCONDITIONAL: dict[tuple[str, str], str] = {}
+"""(store, bucket) pairs found not to honour preconditions, with the reason."""
+
+
+def _bucket_key(url: str) -> tuple[str, str]:
+    scheme, _, rest = url.partition("://")
+    return _OBJECT_STORES.get(scheme, scheme), rest.split("/", 1)[0]
 
 
 def _backend(url: str):
     if is_local(url):
         return _LOCAL
-    return _ProcessLocalBackend(url.split("://", 1)[0])
+    scheme = url.split("://", 1)[0]
+    store = _OBJECT_STORES.get(scheme)
+    if store is None or _bucket_key(url) in _UNCONDITIONAL:
+        return _ProcessLocalBackend(scheme)
+    from marin.storage import object_stores  # google / botocore are imported only once a bucket is used
+
+    return object_stores.GCS if store == "gcs" else object_stores.S3
 

@@ -15,6 +15,12 @@ import fsspec
 
 _LOCAL_PROTOCOLS = ("file", "local")
 
+# gcsfs >= 2026 probes every bucket's type over gRPC, which GCS emulators cannot answer (with
+# gcp-storage-emulator each call then stalls 60 s). Emulators have no such buckets: switch the probe off
+# when one is configured, before fsspec first imports gcsfs.
+if os.environ.get("STORAGE_EMULATOR_HOST"):
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
 
 _EXTRA_FOR_PROTOCOL = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
 

