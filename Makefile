@@ -7,7 +7,9 @@ PIP := $(VENV)/bin/pip
 export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 
-.PHONY: quickstart test test-fast bench browse clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: quickstart test test-fast bench browse clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +26,26 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 quickstart: $(VENV)/.installed-base
 	$(PY) experiments/hello_world.py
 
-test: $(VENV)/.installed-dev
+# The browser's end-to-end tests drive Debian's Chromium (Playwright's own browser download fails offline).
+chromium:
+	@command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null)
+
+test: $(VENV)/.installed-dev chromium
 	$(PY) -m pytest -q
 
-test-fast: $(VENV)/.installed-dev
+test-fast: $(VENV)/.installed-dev chromium
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/executor_bench.py
+
+$(VENV)/.installed-browser: pyproject.toml | $(PY)
+	$(PIP) install -q -e ".[browser]"
+	touch $@ $(VENV)/.installed-base
+
+browse: $(VENV)/.installed-browser
+	$(PY) -m data_browser --root ./local_store
 
 clean:
 	rm -rf $(VENV) local_store .pytest_cache

@@ -1,0 +1,55 @@
+"""Which paths the browser may show: only those under a configured root, after every normalization.
+
+A requested path is accepted only if, once decoded (repeatedly, so ``%252e%252e`` cannot sneak a
+``..`` past one decoding) and resolved (symlinks followed, for local roots), it lies under a root of
+the same scheme. Everything else is refused with ``Forbidden`` (HTTP 403).
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote
+
+
+class Forbidden(Exception):
+    """The path lies outside every configured root (or tries to)."""
+
+
+def normalize_root(root: str) -> str:
+    if "://" in root and not root.startswith("file://"):
+        return root.rstrip("/")
+    local = root[len("file://") :] if root.startswith("file://") else root
+    return os.path.realpath(os.path.abspath(local))
+
+
+def _fully_unquoted(path: str) -> str:
+    for _ in range(5):
+        decoded = unquote(path)
+        if decoded == path:
+            return path
+        path = decoded
+    raise Forbidden(f"{path!r}: too many levels of URL encoding")
+
+
+def resolve(path: str, roots: list[str]) -> str:
+    """The canonical form of ``path`` if it is under one of ``roots`` (already normalized)."""
+    path = _fully_unquoted(path)
+    if "\x00" in path:
+        raise Forbidden("NUL byte in path")
+    if "://" in path and not path.startswith("file://"):
+        scheme, rest = path.split("://", 1)
+        if any(part == ".." for part in rest.split("/")):
+            raise Forbidden(f"{path}: '..' is not allowed")
+        candidate = f"{scheme}://{rest.strip('/')}"
+        for root in roots:
+            if "://" in root and (candidate == root or candidate.startswith(root + "/")):
+                return candidate
+        raise Forbidden(f"{path}: outside the configured roots")
+    local = path[len("file://") :] if path.startswith("file://") else path
+    if not os.path.isabs(local):
+        raise Forbidden(f"{path}: relative paths are not allowed")
+    real = os.path.realpath(local)  # follows symlinks: a link pointing outside is refused
+    for root in roots:
+        if "://" not in root and (real == root or real.startswith(root.rstrip("/") + "/")):
+            return real
+    raise Forbidden(f"{path}: outside the configured roots")

@@ -1,0 +1,55 @@
+"""A real prefix for the browser: an executed experiment plus record files of every format and some traps."""
+
+import json
+import os
+
+import pytest
+
+from marin.execution import Executor, ExecutorStep, this_output_path
+from marin.storage.records import write_records
+from tests.execution.steps_lib import TraceConfig, trace_step
+
+
+def docs(n, prefix="doc"):
+    return [{"id": f"{prefix}-{i}", "text": f"record number {i} " + ("lorem ipsum " * (i % 7)), "source": "test"}
+            for i in range(n)]
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory, ray_address):
+    root = tmp_path_factory.mktemp("lab")
+    prefix = root / "store"
+    calls = str(root / "calls")
+    raw = ExecutorStep(name="documents/raw", fn=trace_step,
+                       config=TraceConfig(calls_dir=calls, label="raw", output_path=this_output_path()))
+    train = ExecutorStep(name="checkpoints/tiny", fn=trace_step,
+                         config=TraceConfig(calls_dir=calls, label="train", output_path=this_output_path(),
+                                            inputs=(raw / "result.json",)))
+    result = Executor(prefix=str(prefix), caller_file=str(root / "exp_browser.py")).run([train])
+    raw_dir, train_dir = (p.output_path for p in result.plan.steps)
+    write_records(f"{raw_dir}/docs.jsonl", docs(250))
+    write_records(f"{raw_dir}/docs.jsonl.gz", docs(30))
+    write_records(f"{raw_dir}/docs.jsonl.zst", docs(30))
+    write_records(f"{raw_dir}/docs.parquet", docs(130))
+    write_records(f"{raw_dir}/deduped.jsonl", [d for d in docs(250) if int(d["id"].split("-")[1]) % 3])
+    with open(f"{raw_dir}/corrupt.jsonl.gz", "wb") as f:
+        f.write(b"\x1f\x8b\x08\x00garbage-not-gzip" * 10)
+    with open(f"{raw_dir}/corrupt.parquet", "wb") as f:
+        f.write(b"PAR1 not really parquet")
+    with open(f"{raw_dir}/huge_line.jsonl", "w") as f:
+        f.write(json.dumps({"id": "big", "text": "x" * 3_000_000}) + "\n")
+        f.write(json.dumps({"id": "small", "text": "after the big one"}) + "\n")
+    with open(f"{train_dir}/metrics.jsonl", "w") as f:
+        for step in range(1, 21):
+            f.write(json.dumps({"step": step, "loss": 5.0 / step, "lr": 1e-3, "tokens_per_s": 4000 + step}) + "\n")
+        f.write(json.dumps({"step": 20, "eval/stories/bpb": 1.7}) + "\n")
+    with open(f"{train_dir}/results.json", "w") as f:
+        json.dump({"tasks": {"arith_mc": {"acc": 0.81}}}, f)
+    with open(f"{train_dir}/tracker.json", "w") as f:
+        json.dump({"wandb_url": "https://wandb.ai/lab/tiny/runs/abc"}, f)
+    secret = root / "secret.txt"
+    secret.write_text("outside the root")
+    os.symlink(secret, prefix / "link_outside")
+    [record] = (prefix / "experiments").glob("exp_browser-*.json")
+    return {"prefix": str(prefix), "raw": raw_dir, "train": train_dir, "record": str(record),
+            "secret": str(secret), "plan": result.plan}

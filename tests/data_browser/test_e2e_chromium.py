@@ -1,0 +1,98 @@
+"""End to end in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright)."""
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from data_browser.app import create_app
+from data_browser.config import BrowserConfig
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason="needs Debian chromium (make test installs it with apt-get)")
+
+
+@pytest.fixture(scope="module")
+def server(lab):
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(create_app(BrowserConfig(roots=[lab["prefix"]])), host="127.0.0.1", port=port,
+                            log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        yield page
+        browser.close()
+
+
+def shot(page, name):
+    """Screenshots for docs/images are refreshed with UPDATE_SCREENSHOTS=1 (so test runs leave git clean)."""
+    png = page.screenshot()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a real, non-blank page image
+    if os.environ.get("UPDATE_SCREENSHOTS"):
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        (IMAGES / f"browser_{name}.png").write_bytes(png)
+
+
+def test_experiment_page_shows_dag_with_all_steps_successful(page, server):
+    page.goto(server + "/")
+    page.click("a.experiment")
+    nodes = page.locator("svg.dag g.node")
+    assert nodes.count() == 2
+    assert {nodes.nth(i).get_attribute("data-state") for i in range(2)} == {"SUCCESS"}
+    assert page.locator("#steps").inner_text().count("SUCCESS") == 2
+    shot(page, "experiment")
+
+
+def test_records_page_forward_and_search(page, server, lab):
+    page.goto(server + "/")
+    page.click(f"header a:text('{lab['prefix']}')")
+    page.click("text=documents/")
+    page.click("a:text-matches('^raw-')")
+    page.click("text=docs.jsonl")  # first match: docs.jsonl
+    assert "Records 0–99" in page.locator("#summary").inner_text()
+    page.click("#next")
+    assert "Records 100–199" in page.locator("#summary").inner_text()
+    assert page.locator("#rec-100").count() == 1
+    shot(page, "records")
+    page.fill("#search", "record number 42 ")
+    page.press("#search", "Enter")
+    page.wait_for_selector("#rec-42")
+    assert "1 match(es)" in page.locator("#summary").inner_text()
+
+
+def test_training_page_draws_charts(page, server, lab):
+    from urllib.parse import quote
+
+    page.goto(f"{server}/training?path={quote(lab['train'], safe='')}")
+    page.wait_for_selector("div.chart canvas")
+    metrics = {page.locator("div.chart").nth(i).get_attribute("data-metric")
+               for i in range(page.locator("div.chart").count())}
+    assert {"loss", "lr", "tokens_per_s", "eval/stories/bpb"} <= metrics
+    shot(page, "training")
