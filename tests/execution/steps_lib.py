@@ -6,7 +6,7 @@ import json
 import os
 import time
 
-from marin.storage import join, write_atomic
+from marin.storage import join, read_text, write_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +30,7 @@ def trace_step(config: TraceConfig) -> None:
         raise RuntimeError(f"step {config.label} was told to fail")
     upstream = []
     for path in config.inputs:
-        with open(path) as f:
-            upstream.append(json.load(f))
+        upstream.append(json.loads(read_text(path)))  # any backend: the inputs may be gs:// or s3:// URLs
     write_atomic(join(config.output_path, "result.json"), json.dumps({"label": config.label, "upstream": upstream}))
 
 

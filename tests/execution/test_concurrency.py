@@ -1,4 +1,6 @@
-"""Exactly-once by racing real processes: several executors on one prefix, and a SIGKILLed executor."""
+"""Exactly-once by racing real processes: several executors on one prefix, and a SIGKILLed executor.
+
+Each test runs on local disk, on the GCS server and on the S3 server (``store_prefix``)."""
 
 import json
 import os
@@ -12,6 +14,7 @@ import pytest
 
 from marin.execution.plan import plan_steps
 from marin.execution.status import read_events
+from marin.storage import exists, join, read_text
 
 from tests.execution.race_script import build
 from tests.execution.steps_lib import call_counts
@@ -38,8 +41,8 @@ def final_states(prefix, calls):
     return {p.name: read_events(p.output_path)[-1]["state"] for p in plan.steps}, plan
 
 
-def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address):
-    prefix, calls = tmp_path / "store", tmp_path / "calls"
+def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address, store_prefix):
+    prefix, calls = store_prefix, tmp_path / "calls"
     procs = [launch(ray_address, prefix, calls, RACE_SLEEP=0.3) for _ in range(6)]
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     for proc, out in zip(procs, outputs):
@@ -48,13 +51,13 @@ def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address)
     states, plan = final_states(prefix, calls)
     assert set(states.values()) == {"SUCCESS"}
     tail = next(p for p in plan.steps if p.name == "race/tail")
-    result = json.loads((Path(tail.output_path) / "result.json").read_text())
+    result = json.loads(read_text(join(tail.output_path, "result.json")))
     assert result["upstream"][0]["label"] == "race/joined"
     assert sum("reused" in out for out in outputs) >= 5  # the others waited for the winners' results
 
 
-def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray_address):
-    prefix, calls = tmp_path / "store", tmp_path / "calls"
+def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray_address, store_prefix):
+    prefix, calls = store_prefix, tmp_path / "calls"
     lease_flags = ("--lease_heartbeat_s", "0.2", "--lease_stale_after_s", "1.5")
     victim = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined",
                     RACE_SLOW_S=60)
@@ -68,8 +71,8 @@ def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray
     states, plan = final_states(prefix, calls)
     joined = next(p for p in plan.steps if p.name == "race/joined")
     assert states["race/joined"] == "RUNNING"
-    assert (Path(joined.output_path) / ".executor_lease").exists()
-    assert not (Path(joined.output_path) / "result.json").exists()
+    assert exists(join(joined.output_path, ".executor_lease"))
+    assert not exists(join(joined.output_path, "result.json"))
 
     rerun = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05)
     out = rerun.communicate(timeout=120)[0]

@@ -1,4 +1,7 @@
-"""The executor on real Ray tasks in a temp prefix: reruns, failures, force, run_only, dry run, fencing."""
+"""The executor on real Ray tasks in a temp prefix: reruns, failures, force, run_only, dry run, fencing.
+
+Tests taking ``store_prefix`` run three times: on local disk, on the GCS server and on the S3 server
+(tests/conftest.py); outputs are read back through ``marin.storage`` so the same assertions hold on each."""
 
 import json
 import os
@@ -16,6 +19,7 @@ from marin.execution import (
     versioned,
 )
 from marin.execution.status import read_events
+from marin.storage import exists, filesystem, join, read_text
 
 from tests.execution.steps_lib import TraceConfig, call_counts, trace_step
 
@@ -35,40 +39,50 @@ def trace(calls, label, *inputs, fail=False, sleep_s=0.0, payload=None, **step_k
     return ExecutorStep(name=label, fn=trace_step, config=config, **step_kwargs)
 
 
+def read_json(url):
+    return json.loads(read_text(url))
+
+
+def all_files(prefix):
+    """Every file under ``prefix`` (any backend), for "touched nothing" checks."""
+    fs, path = filesystem(prefix)
+    return sorted(fs.find(path)) if fs.exists(path) else []
+
+
 def states(plan):
     return {p.name: read_events(p.output_path)[-1]["state"] if read_events(p.output_path) else None for p in plan.steps}
 
 
-def test_three_step_dag_runs_then_rerun_skips(tmp_path):
+def test_three_step_dag_runs_then_rerun_skips(tmp_path, store_prefix):
     calls = tmp_path / "calls"
     a = trace(calls, "a")
     b = trace(calls, "b", a)
     c = trace(calls, "c", a, b)
-    ex = Executor(prefix=str(tmp_path / "store"), poll_s=0.05)
+    ex = Executor(prefix=store_prefix, poll_s=0.05)
     result = ex.run([c])
     assert sorted(result.ran) == sorted(p.identity for p in result.plan.steps)
     assert call_counts(calls) == {"a": 1, "b": 1, "c": 1}
     out_c = result.plan.steps[-1].output_path
-    with open(os.path.join(out_c, "result.json")) as f:
-        assert [u["label"] for u in json.load(f)["upstream"]] == ["a", "b"]
-    info = json.load(open(os.path.join(out_c, ".executor_info")))
+    assert out_c.startswith(store_prefix + "/c-")
+    assert [u["label"] for u in read_json(join(out_c, "result.json"))["upstream"]] == ["a", "b"]
+    info = read_json(join(out_c, ".executor_info"))
     assert info["name"] == "c" and info["fn"].endswith("trace_step") and info["output_path"] == out_c
     assert info["config"]["output_path"] == out_c and len(info["dependencies"]) == 2
     assert [e["state"] for e in read_events(out_c)] == ["WAITING", "RUNNING", "SUCCESS"]
 
-    again = Executor(prefix=str(tmp_path / "store")).run([c])
+    again = Executor(prefix=store_prefix).run([c])
     assert again.ran == [] and len(again.skipped) == 3
     assert call_counts(calls) == {"a": 1, "b": 1, "c": 1}
 
 
-def test_failure_marks_dependents_and_lets_independent_branches_finish(tmp_path):
+def test_failure_marks_dependents_and_lets_independent_branches_finish(tmp_path, store_prefix):
     calls = tmp_path / "calls"
     root = trace(calls, "root")
     bad = trace(calls, "bad", root, fail=True)
     after_bad = trace(calls, "after_bad", bad)
     after_after = trace(calls, "after_after", after_bad)
     good = trace(calls, "good", root, sleep_s=0.3)
-    ex = Executor(prefix=str(tmp_path / "store"), poll_s=0.05)
+    ex = Executor(prefix=store_prefix, poll_s=0.05)
     with pytest.raises(StepsFailed) as err:
         ex.run([after_after, good])
     assert set(err.value.failed) == {
@@ -81,10 +95,10 @@ def test_failure_marks_dependents_and_lets_independent_branches_finish(tmp_path)
     assert "after_bad" not in call_counts(calls)
 
 
-def test_failed_step_errors_on_rerun_unless_forced(tmp_path):
+def test_failed_step_errors_on_rerun_unless_forced(tmp_path, store_prefix):
     calls = tmp_path / "calls"
     bad = trace(calls, "bad", fail=True)
-    prefix = str(tmp_path / "store")
+    prefix = store_prefix
     with pytest.raises(StepsFailed):
         Executor(prefix=prefix).run([bad])
     with pytest.raises(PreviouslyFailed, match=r"bad-.*told to fail.*--force_run_failed true"):
@@ -95,9 +109,9 @@ def test_failed_step_errors_on_rerun_unless_forced(tmp_path):
     assert call_counts(calls) == {"bad": 2}
 
 
-def test_run_only_runs_matching_steps_and_unfinished_dependencies(tmp_path):
+def test_run_only_runs_matching_steps_and_unfinished_dependencies(tmp_path, store_prefix):
     calls = tmp_path / "calls"
-    prefix = str(tmp_path / "store")
+    prefix = store_prefix
     a = trace(calls, "data/a")
     b = trace(calls, "data/b", a)
     t = trace(calls, "train/x", b)
@@ -110,35 +124,36 @@ def test_run_only_runs_matching_steps_and_unfinished_dependencies(tmp_path):
         Executor(prefix=prefix, run_only=["nothing"]).run([other])
 
 
-def test_dry_run_explains_and_touches_nothing(tmp_path):
+def test_dry_run_explains_and_touches_nothing(tmp_path, store_prefix):
     calls = tmp_path / "calls"
-    prefix = tmp_path / "store"
+    prefix = store_prefix
     a = trace(calls, "a", payload={"n": 1, "mode": "x"})
     b = trace(calls, "b", a)
-    lines = Executor(prefix=str(prefix)).dry_run([b])
-    assert not prefix.exists()
+    lines = Executor(prefix=prefix).dry_run([b])
+    assert not exists(prefix) and all_files(prefix) == []
     assert len(lines) == 2 and all(line.startswith("run") for line in lines)
     assert "no output yet" in lines[0] and "payload={" in lines[0]
 
-    Executor(prefix=str(prefix), caller_file="/x/exp.py").run([b])
-    lines = Executor(prefix=str(prefix), caller_file="/x/exp.py").dry_run([b])
+    Executor(prefix=prefix, caller_file="/x/exp.py").run([b])
+    lines = Executor(prefix=prefix, caller_file="/x/exp.py").dry_run([b])
     assert all(line.startswith("skip") and "already succeeded" in line for line in lines)
 
     a2 = trace(calls, "a", payload={"n": 2, "mode": "x"})
     b2 = trace(calls, "b", a2)
-    before = sorted(str(p) for p in prefix.rglob("*"))
-    lines = Executor(prefix=str(prefix), caller_file="/x/exp.py").dry_run([b2])
-    assert sorted(str(p) for p in prefix.rglob("*")) == before
+    before = all_files(prefix)
+    assert len(before) >= 7  # 2 steps x (info, status, result) + the experiment record
+    lines = Executor(prefix=prefix, caller_file="/x/exp.py").dry_run([b2])
+    assert all_files(prefix) == before
     assert 'payload: {"mode": "x", "n": 1} → {"mode": "x", "n": 2}' in lines[0]
     assert "output_path" not in lines[0].split("changed since")[1]  # only versioned fields are reported
     assert "inputs[0] (input): a-" in lines[1]
 
 
-def test_lost_lease_prevents_success(tmp_path):
+def test_lost_lease_prevents_success(tmp_path, store_prefix):
     """Fencing: if another executor takes the lease over mid-step, this one must not write SUCCESS."""
     calls = tmp_path / "calls"
     slow = trace(calls, "slow", sleep_s=1.5)
-    ex = Executor(prefix=str(tmp_path / "store"), poll_s=0.05)
+    ex = Executor(prefix=store_prefix, poll_s=0.05)
     out = ex.plan([slow]).steps[0].output_path
     import threading
     import time
@@ -146,7 +161,7 @@ def test_lost_lease_prevents_success(tmp_path):
     from marin.storage import read_versioned, replace_if_version
 
     def steal():
-        lease_url = os.path.join(out, ".executor_lease")
+        lease_url = join(out, ".executor_lease")
         for _ in range(100):
             blob = read_versioned(lease_url)
             if blob is not None:
