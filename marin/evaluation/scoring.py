@@ -1,0 +1,93 @@
+"""Batched, jitted log-likelihood of token sequences under a model: the kernel of every eval here.
+
+    scorer = Scorer(forward_fn, batch_size=16, max_len=512)
+    scorer.loglikelihood([(context_ids, continuation_ids), ...])   # [(sum log p(continuation), is_greedy)]
+    scorer.token_nll(sequences)                                     # per sequence: nats of every next token
+
+``forward_fn(tokens[batch, seq]) -> logits[batch, seq, vocab]`` is any jittable function (our Llama with
+its params bound). Requests are sorted by length and padded to a few bucket lengths, so a whole task
+compiles a handful of times, not once per request; padding is masked out exactly.
+
+Semantics follow lm-eval-harness: the model sees ``context + continuation[:-1]`` and the score is the sum
+of ``log p(continuation[i] | context, continuation[:i])``; ``is_greedy`` says whether every continuation
+token is the argmax. Over-long inputs keep their rightmost ``max_len + 1`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ForwardFn = Callable[[jax.Array], jax.Array]
+
+
+def _bucket(n: int, max_len: int) -> int:
+    """Padded length: the next power of two >= 16 (a few compilations per run), capped at max_len."""
+    size = 16
+    while size < n:
+        size *= 2
+    return min(size, max_len)
+
+
+class Scorer:
+    def __init__(self, forward_fn: ForwardFn, *, batch_size: int = 16, max_len: int = 512, pad_id: int = 0):
+        if batch_size < 1 or max_len < 2:
+            raise ValueError(f"Scorer needs batch_size >= 1 and max_len >= 2, got {batch_size}, {max_len}")
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.pad_id = pad_id
+
+        @jax.jit
+        def target_logprobs(inputs, targets):
+            logits = forward_fn(inputs).astype(jnp.float32)  # [batch, seq, vocab]
+            logp = jax.nn.log_softmax(logits, axis=-1)
+            chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]  # [batch, seq]
+            greedy = jnp.argmax(logits, axis=-1) == targets
+            return chosen, greedy
+
+        self._target_logprobs = target_logprobs
+
+    def _score_rows(self, rows: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per-position (log p(next token), next token is argmax) for each token row, in input order."""
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        out: list = [None] * len(rows)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            width = _bucket(max(len(rows[i]) - 1 for i in chunk), self.max_len)
+            inputs = np.full((self.batch_size, width), self.pad_id, dtype=np.int32)
+            targets = np.full((self.batch_size, width), self.pad_id, dtype=np.int32)
+            for j, i in enumerate(chunk):
+                row = rows[i]
+                inputs[j, : len(row) - 1] = row[:-1]
+                targets[j, : len(row) - 1] = row[1:]
+            logp, greedy = jax.device_get(self._target_logprobs(inputs, targets))
+            for j, i in enumerate(chunk):
+                n = len(rows[i]) - 1
+                out[i] = (logp[j, :n], greedy[j, :n])
+        return out
+
+    def loglikelihood(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[tuple[float, bool]]:
+        rows, spans = [], []
+        for context, continuation in requests:
+            if not continuation:
+                raise ValueError("a log-likelihood request needs a non-empty continuation")
+            if not context:
+                raise ValueError("a log-likelihood request needs a non-empty context (e.g. the BOS/EOS token)")
+            row = np.asarray(list(context) + list(continuation), dtype=np.int32)[-(self.max_len + 1) :]
+            rows.append(row)
+            spans.append(min(len(continuation), len(row) - 1))
+        results = []
+        for (logp, greedy), n in zip(self._score_rows(rows), spans):
+            results.append((float(np.sum(logp[-n:], dtype=np.float64)), bool(np.all(greedy[-n:]))))
+        return results
+
+    def token_nll(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Negative log-likelihood (nats) of tokens 1..n-1 of each sequence given its prefix."""
+        rows = [np.asarray(s, dtype=np.int32) for s in sequences]
+        for row in rows:
+            if not 2 <= len(row) <= self.max_len + 1:
+                raise ValueError(f"sequences must have 2..{self.max_len + 1} tokens, got {len(row)}")
+        return [-logp.astype(np.float64) for logp, _ in self._score_rows(rows)]
