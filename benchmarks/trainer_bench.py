@@ -1,0 +1,375 @@
+"""Trainer throughput on this CPU: our JAX step vs PyTorch (eager, torch.compile) and Levanter.
+
+    .venv/bin/python benchmarks/trainer_bench.py                      # nano and small, all peers
+    .venv/bin/python benchmarks/trainer_bench.py --configs nano --rounds 4 --peers jax torch_eager
+
+Every peer trains the same model (Llama: RMSNorm, GQA + RoPE, SwiGLU, untied embeddings), on the same
+random token batches, with the same optimizer (AdamW, clip 1.0, wd 0.1), in fp32. Each peer runs in its
+own worker process (the torch and Levanter peers in benchmark-only venvs that this script creates:
+``benchmarks/.venv-torch`` with ``pip install torch==2.13.0``, ``benchmarks/.venv-levanter`` with
+``pip install --pre marin-levanter gitpython``). Workers compile one at a time, then the parent runs
+them in rotating round-robin, one at a time, so background load on a shared machine hits all peers
+alike; we report the median over rounds and the spread (min/max) as the noise.
+
+MFU = tokens/s * flops_per_token / peak, with the peak measured here as the best fp32 matmul rate
+(``--peak`` overrides). Results go to ``benchmarks/results/trainer_bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROJECT_PY = ROOT / ".venv" / "bin" / "python"
+TORCH_VENV = HERE / ".venv-torch"
+LEVANTER_VENV = HERE / ".venv-levanter"
+RESULTS = HERE / "results" / "trainer_bench.json"
+
+# The two configs of issue 6. Batch 8 everywhere.
+CONFIGS = {
+    "nano": dict(vocab_size=8192, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256),
+    "small": dict(vocab_size=8192, hidden_dim=512, mlp_dim=1376, num_layers=6, num_heads=8, num_kv_heads=4, seq_len=512),
+}
+BATCH = 8
+LR, WD, CLIP, BETAS, EPS = 1e-3, 0.1, 1.0, (0.9, 0.95), 1e-8
+
+
+def flops_per_token(c: dict) -> float:
+    """PaLM's 6N + 12·L·H·Q·T (same formula as LlamaConfig.flops_per_token)."""
+    d, hd = c["hidden_dim"], c["hidden_dim"] // c["num_heads"]
+    attn = d * hd * (2 * c["num_heads"] + 2 * c["num_kv_heads"])
+    n = c["num_layers"] * (attn + 3 * d * c["mlp_dim"]) + d * c["vocab_size"]
+    return 6.0 * n + 12 * c["num_layers"] * c["num_heads"] * hd * c["seq_len"]
+
+
+def batches(c: dict, n: int = 4):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [rng.integers(1, c["vocab_size"], size=(BATCH, c["seq_len"] + 1), dtype=np.int64) for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Workers: each builds a `step() -> loss` closure, reports compile time, then runs steps on request.
+
+
+def jax_worker(c: dict, variant: dict):
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from marin.trainer.model import LlamaConfig, param_axes
+    from marin.trainer.optim import OptimizerConfig
+    from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
+
+    cfg = LlamaConfig(**c, **variant.get("model", {}))
+    opt = OptimizerConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, beta1=BETAS[0], beta2=BETAS[1],
+                          epsilon=EPS, schedule="constant", warmup=0)  # fmt: skip
+    tx = opt.build(1000, param_axes(cfg))
+    policy = PrecisionPolicy(compute_dtype=variant.get("compute_dtype", "float32"))
+    state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=False, policy=policy)
+    train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), StepConfig(precision=policy))
+    packed = variant.get("segment_ids", True)
+    data = []
+    for tokens in batches(c):
+        t = tokens.astype(np.int32)
+        b = {"input_ids": t[:, :-1], "targets": t[:, 1:], "loss_mask": np.ones(t[:, 1:].shape, np.float32),
+             "segment_ids": np.zeros(t[:, 1:].shape, np.int32)}  # fmt: skip
+        data.append(jax.device_put(b))
+    holder = {"state": state, "i": 0}
+
+    def step():
+        holder["state"], metrics = train_step(holder["state"], data[holder["i"] % len(data)])
+        holder["i"] += 1
+        return metrics["loss"]
+
+    del packed
+    return step, lambda loss: float(loss)
+
+
+def torch_worker(c: dict, variant: dict):
+    import math
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    d, h, kv = c["hidden_dim"], c["num_heads"], c["num_kv_heads"]
+    hd = d // h
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+    def rope(x, cos, sin):  # x [batch, heads, seq, head_dim]
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn_norm, self.mlp_norm = RMSNorm(), RMSNorm()
+            self.wq, self.wk, self.wv = nn.Linear(d, h * hd, bias=False), nn.Linear(d, kv * hd, bias=False), nn.Linear(d, kv * hd, bias=False)
+            self.wo = nn.Linear(h * hd, d, bias=False)
+            self.w_gate, self.w_up = nn.Linear(d, c["mlp_dim"], bias=False), nn.Linear(d, c["mlp_dim"], bias=False)
+            self.w_down = nn.Linear(c["mlp_dim"], d, bias=False)
+
+        def forward(self, x, cos, sin):
+            b, s, _ = x.shape
+            y = self.attn_norm(x)
+            q = self.wq(y).view(b, s, h, hd).transpose(1, 2)
+            k = self.wk(y).view(b, s, kv, hd).transpose(1, 2)
+            v = self.wv(y).view(b, s, kv, hd).transpose(1, 2)
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h)
+            x = x + self.wo(o.transpose(1, 2).reshape(b, s, d))
+            y = self.mlp_norm(x)
+            return x + self.w_down(F.silu(self.w_gate(y)) * self.w_up(y))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(c["vocab_size"], d)
+            self.layers = nn.ModuleList(Block() for _ in range(c["num_layers"]))
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(d, c["vocab_size"], bias=False)
+            for p in self.parameters():
+                if p.dim() > 1:
+                    nn.init.normal_(p, std=0.02)
+            inv = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+            ang = torch.arange(c["seq_len"]).float()[:, None] * inv[None]
+            self.register_buffer("cos", ang.cos(), persistent=False)
+            self.register_buffer("sin", ang.sin(), persistent=False)
+
+        def forward(self, tokens, targets):
+            x = self.embed(tokens)
+            for layer in self.layers:
+                x = layer(x, self.cos, self.sin)
+            logits = self.lm_head(self.norm(x)).float()
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    model = Llama()
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embed" not in n and "lm_head" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embed" not in n and "lm_head" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS, foreach=True)  # fmt: skip
+    loss_fn = torch.compile(model) if variant.get("compile") else model
+    data = [torch.from_numpy(t) for t in batches(c)]
+    holder = {"i": 0}
+
+    def step():
+        t = data[holder["i"] % len(data)]
+        holder["i"] += 1
+        loss = loss_fn(t[:, :-1], t[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step, lambda loss: float(loss)
+
+
+def levanter_worker(c: dict, variant: dict):
+    from levanter_peer import build_levanter_step  # benchmarks/levanter_peer.py, run in its own venv
+
+    return build_levanter_step(c, BATCH, batches(c), LR, WD, CLIP, BETAS, EPS)
+
+
+def matmul_peak_worker(c: dict, variant: dict):
+    """The 'peak' pseudo-peer: the best fp32 matmul rate of this machine (for MFU)."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 1024
+    a, b = jnp.ones((n, n), jnp.float32), jnp.ones((n, n), jnp.float32)
+    mm = jax.jit(lambda a, b: a @ b)
+
+    def step():
+        return mm(a, b)
+
+    return step, lambda out: float(out[0, 0])
+
+
+WORKERS = {"jax": jax_worker, "torch_eager": torch_worker, "torch_compile": torch_worker,
+           "levanter": levanter_worker, "peak": matmul_peak_worker}  # fmt: skip
+
+
+def serve(kind: str, config: str, variant: dict) -> None:
+    """Worker main loop: build, compile (first step), then answer `run N` with the seconds N steps took."""
+    c = CONFIGS[config]
+    t0 = time.perf_counter()
+    step, to_float = WORKERS[kind](c, variant)
+    built = time.perf_counter()
+    loss = to_float(step())  # first call: tracing + compilation + one step
+    first = time.perf_counter()
+    print(json.dumps({"event": "ready", "build_s": built - t0, "first_step_s": first - built, "loss": loss}), flush=True)
+    for line in sys.stdin:
+        n = int(line.split()[1])
+        start = time.perf_counter()
+        for _ in range(n):
+            loss = step()
+        value = to_float(loss)  # the only host sync: waits for the last step
+        print(json.dumps({"event": "ran", "steps": n, "seconds": time.perf_counter() - start, "loss": value}), flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parent: venvs, workers, rounds, report.
+
+
+def ensure_venv(venv: Path, packages: list[str]) -> Path | None:
+    """Create a benchmark-only venv with exactly these packages (never touches the project venv)."""
+    python = venv / "bin" / "python"
+    marker = venv / ".bench-installed"
+    if marker.exists() and marker.read_text() == " ".join(packages):
+        return python
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    result = subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"[bench] could not install {packages} into {venv}:\n{result.stderr[-2000:]}", file=sys.stderr)
+        return None
+    marker.write_text(" ".join(packages))
+    return python
+
+
+class Worker:
+    def __init__(self, name: str, python: Path, kind: str, config: str, variant: dict, env: dict):
+        cmd = [str(python), str(Path(__file__).resolve()), "--worker", kind, "--config", config, "--variant", json.dumps(variant)]
+        full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "JAX_PLATFORMS": "cpu", **env}
+        self.name = name
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=full_env)
+        self.ready = self._read()
+        self.times: list[float] = []
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.name} exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def run(self, steps: int) -> dict:
+        self.proc.stdin.write(f"run {steps}\n")
+        self.proc.stdin.flush()
+        out = self._read()
+        self.times.append(out["seconds"] / steps)
+        return out
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def peer_specs(peers: list[str], variants: dict[str, dict]) -> list[tuple[str, Path, str, dict, dict]]:
+    specs = []
+    for peer in peers:
+        if peer == "jax":
+            specs.append(("jax", PROJECT_PY, "jax", {}, {}))
+        elif peer in ("torch_eager", "torch_compile"):
+            python = ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
+            if python:
+                specs.append((peer, python, "torch_eager", {"compile": peer == "torch_compile"}, {}))
+        elif peer == "levanter":
+            python = ensure_venv(LEVANTER_VENV, ["--pre", "marin-levanter", "gitpython"])
+            if python:
+                specs.append(("levanter", python, "levanter", {}, {}))
+        else:
+            raise SystemExit(f"unknown peer {peer!r}")
+    for name, spec in variants.items():  # extra JAX variants: --variant NAME='{"model": {...}}'
+        env = spec.pop("env", {})
+        specs.append((name, PROJECT_PY, "jax", spec, env))
+    return specs
+
+
+def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak: float) -> dict:
+    c = CONFIGS[config]
+    tokens_per_step = BATCH * c["seq_len"]
+    workers = []
+    for name, python, kind, variant, env in specs:
+        try:
+            w = Worker(name, python, kind, config, variant, env)
+        except (RuntimeError, json.JSONDecodeError) as e:
+            print(f"[bench] {config}/{name}: skipped ({e})", file=sys.stderr)
+            continue
+        out = w.run(1)  # calibrate steps per turn
+        w.steps = max(1, round(seconds_per_turn / out["seconds"]))
+        w.times.clear()
+        workers.append(w)
+        print(f"[bench] {config}/{name}: compile+first step {w.ready['first_step_s']:.1f}s", file=sys.stderr)
+    for r in range(rounds):
+        order = workers[r % len(workers) :] + workers[: r % len(workers)]
+        for w in order:
+            w.run(w.steps)
+    fpt = flops_per_token(c)
+    result = {}
+    for w in workers:
+        tps = [tokens_per_step / t for t in w.times]
+        med = statistics.median(tps)
+        result[w.name] = {
+            "tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
+            "mfu": med * fpt / peak, "compile_s": w.ready["first_step_s"], "final_loss": None,
+        }  # fmt: skip
+        w.close()
+    return result
+
+
+def measure_peak(rounds: int) -> float:
+    w = Worker("peak", PROJECT_PY, "peak", "nano", {}, {})
+    w.run(50)
+    for _ in range(rounds):
+        w.run(50)
+    w.close()
+    return 2 * 1024**3 / min(w.times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--configs", nargs="+", default=["nano", "small"], choices=sorted(CONFIGS))
+    parser.add_argument("--peers", nargs="+", default=["jax", "torch_eager", "torch_compile", "levanter"])
+    parser.add_argument("--jax-variant", action="append", default=[], metavar="NAME=JSON",
+                        help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\'')  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds-per-turn", type=float, default=3.0)
+    parser.add_argument("--peak", type=float, default=None, help="peak FLOP/s for MFU (default: measured)")
+    args = parser.parse_args()
+    if args.worker:
+        serve(args.worker, args.config, json.loads(args.variant))
+        return
+    variants = dict(v.split("=", 1) for v in args.jax_variant)
+    peak = args.peak or measure_peak(args.rounds)
+    print(f"[bench] peak fp32 matmul: {peak / 1e9:.0f} GFLOP/s", file=sys.stderr)
+    report = {"peak_flops": peak, "cpu_count": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), "configs": {}}
+    for config in args.configs:
+        specs = peer_specs(args.peers, {k: json.loads(v) for k, v in variants.items()})
+        report["configs"][config] = res = bench_config(config, specs, args.rounds, args.seconds_per_turn, peak)
+        base = res.get("jax")
+        print(f"\n{config}: tokens/s median [min-max], MFU, compile (first step) s")
+        for name, r in res.items():
+            ratio = f"  jax/{name} = {base['tokens_per_s'] / r['tokens_per_s']:.2f}x" if base and name != "jax" else ""
+            print(f"  {name:16s} {r['tokens_per_s']:8.0f} [{r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f}]"
+                  f"  MFU {r['mfu']:6.1%}  compile {r['compile_s']:5.1f}s{ratio}")  # fmt: skip
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The embedded JAX trainer: a Llama model, one jitted step, deterministic data, exact resume.
+
+``train_lm(TrainLmConfig(...))`` is the executor-facing entry point; the parts live in subpackages:
+``model`` (configs, parameters, forward), ``attention`` (backends), ``data`` (sources, shuffles,
+mixtures, batches), and modules ``optim``, ``step``, ``checkpoint``, ``tracking``, ``loop``, ``axes``.
+Nothing here imports ``marin.execution``.
+"""
+
+from marin.trainer.checkpoint import CheckpointConfig, Checkpointer
+from marin.trainer.data import DataConfig, MixtureStage, NumpySourceConfig, SyntheticSourceConfig, TokenSource
+from marin.trainer.loop import NonFiniteLoss, TrainerConfig, TrainLmConfig, TrainResult, train
+from marin.trainer.model import LlamaConfig, model_preset
+from marin.trainer.optim import OptimizerConfig
+from marin.trainer.step import PrecisionPolicy, TrainState
+from marin.trainer.tracking import TrackerConfig
+from marin.trainer.train_lm import train_lm
+
+__all__ = [
+    "CheckpointConfig",
+    "Checkpointer",
+    "DataConfig",
+    "LlamaConfig",
+    "MixtureStage",
+    "NonFiniteLoss",
+    "NumpySourceConfig",
+    "OptimizerConfig",
+    "PrecisionPolicy",
+    "SyntheticSourceConfig",
+    "TokenSource",
+    "TrackerConfig",
+    "TrainLmConfig",
+    "TrainResult",
+    "TrainState",
+    "TrainerConfig",
+    "model_preset",
+    "train",
+    "train_lm",
+]

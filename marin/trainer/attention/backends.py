@@ -1,0 +1,99 @@
+"""Attention backends behind one signature, chosen by name.
+
+Every backend computes causal, grouped-query attention with optional packing masks::
+
+    out = attention(q, k, v, segment_ids, backend="xla")
+    # q [batch, seq, heads, head_dim], k/v [batch, seq, kv_heads, head_dim], segment_ids [batch, seq]
+    # -> out [batch, seq, heads, head_dim]; position t sees s <= t with segment_ids[s] == segment_ids[t]
+
+``reference`` is plain jnp and the oracle the others are tested against; ``xla`` calls
+``jax.nn.dot_product_attention`` (cuDNN on GPU). Issue 7 registers ``pallas`` and ``splash`` here with
+``@register_attention_backend``; nothing else in the model changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+
+logger = logging.getLogger(__name__)
+
+
+class AttentionFn(Protocol):
+    def __call__(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None
+    ) -> jax.Array: ...
+
+
+ATTENTION_BACKENDS: dict[str, AttentionFn] = {}
+
+# The default for each platform; a platform not listed uses "xla".
+_PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+
+
+def register_attention_backend(name: str) -> Callable[[AttentionFn], AttentionFn]:
+    def register(fn: AttentionFn) -> AttentionFn:
+        if name in ATTENTION_BACKENDS:
+            raise ValueError(f"attention backend {name!r} registered twice")
+        ATTENTION_BACKENDS[name] = fn
+        return fn
+
+    return register
+
+
+def resolve_backend(name: str) -> str:
+    """``"default"`` becomes the platform's choice; any other name must be registered."""
+    if name == "default":
+        return _PLATFORM_DEFAULTS.get(jax.default_backend(), "xla")
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; registered: {sorted(ATTENTION_BACKENDS)}")
+    return name
+
+
+def attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, *, backend: str = "default"
+) -> jax.Array:
+    """Causal grouped-query attention; see the module docstring for shapes and masking."""
+    batch, seq, heads, head_dim = q.shape
+    if k.shape != v.shape or k.shape[:2] != (batch, seq) or k.shape[3] != head_dim:
+        raise ValueError(f"attention: q {q.shape} does not match k {k.shape} / v {v.shape}")
+    if heads % k.shape[2]:
+        raise ValueError(f"attention: {heads} query heads not a multiple of {k.shape[2]} kv heads")
+    if segment_ids is not None and segment_ids.shape != (batch, seq):
+        raise ValueError(f"attention: segment_ids {segment_ids.shape} != (batch, seq) {(batch, seq)}")
+    return ATTENTION_BACKENDS[resolve_backend(backend)](q, k, v, segment_ids)
+
+
+def attention_mask(segment_ids: jax.Array | None, seq: int) -> jax.Array:
+    """Boolean [batch or 1, 1, seq, seq]: causal, and within one packed document."""
+    mask = jnp.tril(jnp.ones((seq, seq), dtype=jnp.bool_))[None, None]  # [1, 1, q, k]
+    if segment_ids is not None:
+        same = segment_ids[:, None, :, None] == segment_ids[:, None, None, :]  # [batch, 1, q, k]
+        mask = mask & same
+    return mask
+
+
+@register_attention_backend("reference")
+def reference_attention(q, k, v, segment_ids):
+    """Softmax attention in fp32, written out: the oracle for every other backend."""
+    batch, seq, heads, head_dim = q.shape
+    kv_heads = k.shape[2]
+    q = q.reshape(batch, seq, kv_heads, heads // kv_heads, head_dim)  # [batch, seq, kv_heads, group, head_dim]
+    scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (head_dim**-0.5)
+    mask = attention_mask(segment_ids, seq)[:, :, None]  # [batch, 1, 1, q, k]
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v)
+    return out.reshape(batch, seq, heads, head_dim)  # [batch, seq, heads, head_dim]
+
+
+@register_attention_backend("xla")
+def xla_attention(q, k, v, segment_ids):
+    """``jax.nn.dot_product_attention``: XLA's fused implementation (cuDNN flash attention on GPU)."""
+    mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)

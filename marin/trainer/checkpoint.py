@@ -1,0 +1,248 @@
+"""Checkpoints: the whole train state, written in the background, restored bit for bit.
+
+Layout under ``<run>/checkpoints`` (any URL: local, gs://, s3:// via tensorstore; others via fsspec)::
+
+    step-00000120/
+        params/embed/ ...            one zarr3 array per leaf of the TrainState pytree
+        opt_state/1/mu/layers/wq/ ...
+        step/  rng/
+        manifest.json                written LAST: step, kind, and shape/dtype/crc32 of every leaf
+
+A directory without ``manifest.json`` is an unfinished write (the process died mid-save) and is
+ignored. ``restore_latest`` tries complete checkpoints newest first; one whose arrays are missing,
+unreadable or fail their checksum is skipped with a warning (falling back to the one before), while a
+checkpoint of a *different* model (shapes or leaf names differ) is an error, not something to skip.
+
+Two kinds, as in Levanter: *temporary* checkpoints every ``save_interval_minutes`` (each one deletes
+the temporaries before it) bound the work lost to preemption; *permanent* ones every ``keep_every``
+steps, and at the end of training, are kept.
+
+Saving copies the state to host memory (the one blocking part: the step donates its buffers, so the
+copy must be taken before the next step runs), then a background thread writes it; a new save first
+waits for the previous one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import io
+import json
+import logging
+import re
+import time
+import zlib
+from typing import Any
+
+import jax
+import numpy as np
+import tensorstore as ts
+
+from marin.storage import delete, exists, is_local, join, list_dir, open_url, read_bytes, write_atomic
+from marin.storage.paths import local_path
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"step-(\d+)$")
+_TENSORSTORE_SCHEMES = ("gs", "s3")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    save_interval_minutes: float | None = 10.0
+    """Write a temporary checkpoint when this much time has passed since the last save; None: never."""
+    keep_every: int | None = None
+    """Write a permanent checkpoint every this many steps; None: only the final one."""
+    async_save: bool = True
+    """Write in a background thread (the host copy of the state is still taken synchronously)."""
+
+    def __post_init__(self):
+        if self.save_interval_minutes is not None and self.save_interval_minutes <= 0:
+            raise ValueError(f"CheckpointConfig.save_interval_minutes must be > 0 or None, got {self.save_interval_minutes}")
+        if self.keep_every is not None and self.keep_every <= 0:
+            raise ValueError(f"CheckpointConfig.keep_every must be > 0 or None, got {self.keep_every}")
+
+
+class IncompatibleCheckpoint(ValueError):
+    """The checkpoint holds a different model or optimizer than the one being restored into."""
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A complete-looking checkpoint whose data cannot be read back intact."""
+
+
+def leaf_names(tree: Any) -> list[str]:
+    """Path-like names of a pytree's leaves: ``params/layers/wq``, ``opt_state/1/mu/embed``, ..."""
+
+    def name(path) -> str:
+        parts = []
+        for key in path:
+            for attr in ("key", "name", "idx"):
+                if hasattr(key, attr):
+                    parts.append(str(getattr(key, attr)))
+                    break
+        return "/".join(parts)
+
+    return [name(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def checkpoint_dir(base: str, step: int) -> str:
+    return join(base, f"step-{step:08d}")
+
+
+def list_checkpoints(base: str) -> list[tuple[int, str]]:
+    """(step, url) of every checkpoint directory with a manifest, oldest first."""
+    found = []
+    for url in list_dir(base):
+        match = _STEP_DIR.search(url.rstrip("/"))
+        if match and exists(join(url, "manifest.json")):
+            found.append((int(match.group(1)), url))
+    return sorted(found)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One array: tensorstore (zarr3) where it has a driver, otherwise .npy bytes through fsspec.
+
+
+def _kvstore(url: str) -> dict | None:
+    if is_local(url):
+        return {"driver": "file", "path": local_path(url)}
+    scheme, rest = url.split("://", 1)
+    if scheme not in _TENSORSTORE_SCHEMES:
+        return None
+    bucket, _, path = rest.partition("/")
+    return {"driver": "gcs" if scheme == "gs" else "s3", "bucket": bucket, "path": path.rstrip("/") + "/"}
+
+
+def _write_array(url: str, array: np.ndarray) -> Any:
+    """Start writing; returns something with ``.result()``."""
+    kv = _kvstore(url)
+    if kv is None:
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        with open_url(join(url, "array.npy"), "wb") as f:
+            f.write(buffer.getvalue())
+        return _Done()
+    store = ts.open({"driver": "zarr3", "kvstore": kv}, create=True, dtype=array.dtype, shape=array.shape).result()
+    return store.write(array)
+
+
+def _read_array(url: str) -> np.ndarray:
+    kv = _kvstore(url)
+    if kv is None:
+        with open_url(join(url, "array.npy"), "rb") as f:
+            return np.load(io.BytesIO(f.read()))
+    return np.asarray(ts.open({"driver": "zarr3", "kvstore": kv}, open=True).result().read().result())
+
+
+class _Done:
+    def result(self) -> None:
+        return None
+
+
+def _crc32(array: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Checkpointer:
+    """Saves and restores ``TrainState``s under ``base`` (e.g. ``<output_path>/checkpoints``)."""
+
+    def __init__(self, base: str, config: CheckpointConfig):
+        self.base, self.config = base, config
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending: concurrent.futures.Future | None = None
+        self._last_save = time.monotonic()
+
+    def due(self, step: int) -> str | None:
+        """"permanent", "temporary" or None for the state after ``step`` completed updates."""
+        if self.config.keep_every and step % self.config.keep_every == 0:
+            return "permanent"
+        interval = self.config.save_interval_minutes
+        if interval is not None and time.monotonic() - self._last_save >= interval * 60:
+            return "temporary"
+        return None
+
+    def save(self, state: Any, step: int, kind: str) -> None:
+        """Copy ``state`` to host now; write it (in the background if ``async_save``)."""
+        self.wait()
+        names = leaf_names(state)
+        # np.array(copy=True): the caller's next step donates these buffers.
+        arrays = [np.array(leaf, copy=True) for leaf in jax.tree.leaves(state)]
+        self._last_save = time.monotonic()
+        if self.config.async_save:
+            self._pending = self._pool.submit(self._write, step, kind, names, arrays)
+        else:
+            self._write(step, kind, names, arrays)
+
+    def wait(self) -> None:
+        """Block until the background save (if any) finished; re-raise its error."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def close(self) -> None:
+        self.wait()
+        self._pool.shutdown()
+
+    def _write(self, step: int, kind: str, names: list[str], arrays: list[np.ndarray]) -> None:
+        start = time.monotonic()
+        target = checkpoint_dir(self.base, step)
+        delete(target, recursive=True)  # leftovers of an interrupted save of the same step
+        writes = [_write_array(join(target, name), array) for name, array in zip(names, arrays)]
+        for w in writes:
+            w.result()
+        leaves = {n: {"shape": list(a.shape), "dtype": str(a.dtype), "crc32": _crc32(a)} for n, a in zip(names, arrays)}
+        manifest = {"format_version": FORMAT_VERSION, "step": step, "kind": kind, "time": time.time(), "leaves": leaves}
+        write_atomic(join(target, "manifest.json"), json.dumps(manifest, indent=1))
+        logger.info("saved %s checkpoint at step %d to %s in %.1fs", kind, step, target, time.monotonic() - start)
+        self._delete_old_temporaries(step)
+
+    def _delete_old_temporaries(self, newest: int) -> None:
+        for step, url in list_checkpoints(self.base):
+            if step < newest and self._manifest(url).get("kind") == "temporary":
+                logger.info("deleting superseded temporary checkpoint %s", url)
+                delete(url, recursive=True)
+
+    @staticmethod
+    def _manifest(url: str) -> dict:
+        return json.loads(read_bytes(join(url, "manifest.json")))
+
+    def restore_latest(self, template: Any) -> tuple[Any, int] | None:
+        """The newest intact checkpoint as a tree shaped like ``template`` (arrays or ShapeDtypeStructs),
+        with its step; None if there is none."""
+        for step, url in reversed(list_checkpoints(self.base)):
+            try:
+                return self.restore(url, template), step
+            except CorruptCheckpoint as e:
+                logger.warning("checkpoint %s is corrupt (%s); falling back to the previous one", url, e)
+        return None
+
+    def restore(self, url: str, template: Any) -> Any:
+        try:
+            manifest = self._manifest(url)
+        except (OSError, ValueError) as e:
+            raise CorruptCheckpoint(f"unreadable manifest: {e}") from e
+        names, treedef = leaf_names(template), jax.tree.structure(template)
+        if sorted(names) != sorted(manifest["leaves"]):
+            missing, extra = set(names) - set(manifest["leaves"]), set(manifest["leaves"]) - set(names)
+            raise IncompatibleCheckpoint(f"{url}: leaves differ; missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}")
+        arrays = []
+        for name, leaf in zip(names, jax.tree.leaves(template)):
+            meta = manifest["leaves"][name]
+            if tuple(meta["shape"]) != tuple(leaf.shape) or meta["dtype"] != str(np.dtype(leaf.dtype)):
+                raise IncompatibleCheckpoint(
+                    f"{url}: {name} is {meta['dtype']}{meta['shape']}, expected {np.dtype(leaf.dtype)}{list(leaf.shape)}"
+                )
+            try:
+                array = _read_array(join(url, name))
+            except Exception as e:  # tensorstore raises ValueError/RuntimeError subclasses for bad data
+                raise CorruptCheckpoint(f"{name}: {e}") from e
+            if array.shape != tuple(leaf.shape) or _crc32(array) != meta["crc32"]:
+                raise CorruptCheckpoint(f"{name}: checksum mismatch")
+            arrays.append(array)
+        logger.info("restored checkpoint %s (step %d)", url, manifest["step"])
+        return jax.tree.unflatten(treedef, [jax.numpy.asarray(a) for a in arrays])

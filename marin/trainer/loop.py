@@ -1,0 +1,242 @@
+"""The training loop: load-or-init, then for each step: batch, step, hooks.
+
+    result = train(TrainLmConfig(output_path="/tmp/run", model=model_preset("nano"), data=..., trainer=...))
+
+Resuming is the default path: if ``<output_path>/checkpoints`` holds a checkpoint, training continues
+from its step with the very batches it would have seen (batches are a function of the step), so a run
+killed anywhere and restarted ends bitwise identical to one never interrupted.
+
+Hooks run after update ``step`` (counting completed updates) when ``step % every == 0`` and after the
+last update: ``log_every`` flushes metrics (the one place the host waits for the device), ``eval_every``
+evaluates every validation set, and the checkpoint hook saves when a checkpoint is due. A non-finite loss
+stops training with ``NonFiniteLoss`` naming the step, before any checkpoint of the bad state is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from marin.storage import join
+from marin.trainer.checkpoint import CheckpointConfig, Checkpointer
+from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
+from marin.trainer.model import LlamaConfig, param_axes
+from marin.trainer.optim import OptimizerConfig
+from marin.trainer.step import PrecisionPolicy, StepConfig, TrainState, init_state, make_eval_step, make_train_step
+from marin.trainer.tracking import Tracker, TrackerConfig, peak_flops_per_device
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainerConfig:
+    num_train_steps: int
+    batch_size: int
+    """Sequences per optimizer step (all devices together)."""
+    num_microbatches: int = 1
+    """Gradient accumulation: the batch runs as this many sequential microbatches."""
+    precision: PrecisionPolicy = dataclasses.field(default_factory=PrecisionPolicy)
+    z_loss: float = 0.0
+    seed: int = 0
+    """Seeds parameter init and the state's PRNG (the data has its own seed in DataConfig)."""
+    log_every: int = 10
+    eval_every: int | None = None
+    """Evaluate the validation sets every this many steps (and after the last); None: only at the end."""
+    max_eval_sequences: int = 256
+    """Sequences evaluated per validation set, from its start."""
+    eval_batch_size: int | None = None
+    """Defaults to batch_size."""
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    tracker: TrackerConfig = dataclasses.field(default_factory=TrackerConfig)
+
+    def __post_init__(self):
+        for name in ("num_train_steps", "batch_size", "log_every", "max_eval_sequences"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TrainerConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.batch_size % self.num_microbatches:
+            raise ValueError(
+                f"TrainerConfig.batch_size ({self.batch_size}) must be a multiple of num_microbatches ({self.num_microbatches})"
+            )
+        if self.eval_every is not None and self.eval_every <= 0:
+            raise ValueError(f"TrainerConfig.eval_every must be > 0 or None, got {self.eval_every}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainLmConfig:
+    """Everything one language-model training run needs; ``output_path`` receives checkpoints and logs."""
+
+    output_path: str
+    model: LlamaConfig
+    data: DataConfig
+    trainer: TrainerConfig
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+
+    def __post_init__(self):
+        if not self.output_path:
+            raise ValueError("TrainLmConfig.output_path must be set")
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    step: int
+    """Completed updates (== num_train_steps after a full run)."""
+    train_loss: float
+    eval_metrics: dict[str, float]
+    state: TrainState
+
+
+@dataclasses.dataclass
+class Hook:
+    every: int | None
+    fn: Callable[[int], None]
+
+    def due(self, step: int, last: int) -> bool:
+        return step == last or (self.every is not None and step % self.every == 0)
+
+
+class _MetricsBuffer:
+    """Per-step metrics stay on the device until ``flush``: the single host sync of the loop."""
+
+    def __init__(self, tracker: Tracker, tokens_per_step: int, flops_per_token: float, peak: float | None):
+        self.tracker, self.tokens_per_step = tracker, tokens_per_step
+        self.flops_per_token, self.peak = flops_per_token, peak
+        self.pending: list[tuple[int, dict]] = []
+        self.last_loss = math.nan
+        self._clock = time.perf_counter()
+
+    def add(self, step: int, metrics: dict) -> None:
+        self.pending.append((step, metrics))
+
+    def pause(self) -> None:
+        """Exclude the time of eval and checkpoint hooks from tokens/s."""
+        self._clock = time.perf_counter()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        host = jax.device_get([m for _, m in self.pending])  # waits for the last step: the one sync point
+        elapsed = time.perf_counter() - self._clock
+        tokens_per_s = len(self.pending) * self.tokens_per_step / elapsed
+        for (step, _), values in zip(self.pending, host):
+            loss = float(values["loss"])
+            if not math.isfinite(loss):
+                raise NonFiniteLoss(f"training loss is {loss} at step {step} (the update consuming batch {step}); stopping")
+            record = {f"train/{k}": float(v) for k, v in values.items() if k != "tokens"}
+            self.tracker.log(step + 1, record)
+            self.last_loss = loss
+        throughput = {"throughput/tokens_per_s": tokens_per_s}
+        if self.peak:
+            throughput["throughput/mfu"] = tokens_per_s * self.flops_per_token / self.peak
+        self.tracker.log(self.pending[-1][0] + 1, throughput)
+        self.tracker.progress(self.pending[-1][0] + 1, self.last_loss, tokens_per_s)
+        self.pending.clear()
+        self._clock = time.perf_counter()
+
+
+def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer) -> TrainState:
+    trainer = config.trainer
+    init = jax.jit(
+        lambda key: init_state(
+            config.model, optimizer, key, ema=config.optimizer.ema_decay is not None, policy=trainer.precision
+        )
+    )
+    key = jax.random.PRNGKey(trainer.seed)
+    restored = checkpointer.restore_latest(jax.eval_shape(init, key))
+    if restored is None:
+        logger.info("no checkpoint under %s: initialising from seed %d", checkpointer.base, trainer.seed)
+        return init(key)
+    state, step = restored
+    logger.info("resuming from step %d", step)
+    return state
+
+
+def evaluate(config: TrainLmConfig, eval_step, params, validation: dict) -> dict[str, float]:
+    """Loss, perplexity and bits-per-byte (if the source knows its bytes) of every validation set."""
+    trainer, out = config.trainer, {}
+    for name, source in validation.items():
+        loss_sum = weight = 0.0
+        for batch in eval_batches(source, seq_len=config.model.seq_len, batch_size=trainer.eval_batch_size or trainer.batch_size,
+                                  max_sequences=trainer.max_eval_sequences):  # fmt: skip
+            s, w = jax.device_get(eval_step(params, batch))
+            loss_sum, weight = loss_sum + float(s), weight + float(w)
+        loss = loss_sum / max(weight, 1.0)
+        out[f"eval/{name}/loss"] = loss
+        out[f"eval/{name}/ppl"] = math.exp(min(loss, 700.0))
+        if source.num_bytes:
+            # nats/token -> bits/byte, using the source's average tokens per byte.
+            out[f"eval/{name}/bpb"] = loss / math.log(2) * source.num_tokens / source.num_bytes
+    return out
+
+
+def train(config: TrainLmConfig) -> TrainResult:
+    model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
+    sources = {name: src.build() for name, src in config.data.train.items()}
+    validation = {name: src.build() for name, src in config.data.validation.items()}
+    batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
+    optimizer = config.optimizer.build(total, param_axes(model))
+    step_cfg = StepConfig(num_microbatches=trainer.num_microbatches, precision=trainer.precision,
+                          z_loss=trainer.z_loss, ema_decay=config.optimizer.ema_decay)  # fmt: skip
+    train_step = make_train_step(model, optimizer, config.optimizer.lr_schedule(total), step_cfg)
+    eval_step = make_eval_step(model, trainer.precision)
+    checkpointer = Checkpointer(join(config.output_path, "checkpoints"), trainer.checkpoint)
+    state = load_or_init(config, optimizer, checkpointer)
+    start = int(state.step)
+
+    tracker = Tracker(trainer.tracker, config.output_path, _as_dict(config), resume_step=start, total_steps=total)
+    peak = trainer.tracker.peak_flops_per_device or peak_flops_per_device()
+    buffer = _MetricsBuffer(tracker, trainer.batch_size * model.seq_len, model.flops_per_token(),
+                            peak * jax.device_count() if peak else None)  # fmt: skip
+    eval_metrics: dict[str, float] = {}
+
+    def run_eval(step: int) -> None:
+        buffer.flush()
+        eval_metrics.update(evaluate(config, eval_step, state.params, validation))
+        tracker.log(step, eval_metrics)
+        logger.info("step %d: %s", step, {k: round(v, 4) for k, v in eval_metrics.items()})
+        buffer.pause()
+
+    def save_checkpoint(step: int) -> None:
+        kind = "permanent" if step == total else checkpointer.due(step)
+        if kind:
+            buffer.flush()  # raises on a non-finite loss before the bad state is saved
+            checkpointer.save(state, step, kind)
+            buffer.pause()
+
+    hooks = [Hook(trainer.log_every, lambda step: buffer.flush()), Hook(1, save_checkpoint)]
+    if validation:
+        hooks.append(Hook(trainer.eval_every, run_eval))
+    prefetch = Prefetcher(batches.batch, start, total, config.data.prefetch)
+    try:
+        for step in range(start, total):
+            state, metrics = train_step(state, prefetch.get(step))
+            buffer.add(step, metrics)
+            for hook in hooks:
+                if hook.due(step + 1, total):
+                    hook.fn(step + 1)
+        buffer.flush()
+        checkpointer.wait()
+    finally:
+        prefetch.close()
+        checkpointer.close()
+        tracker.finish()
+    return TrainResult(step=int(state.step), train_loss=buffer.last_loss, eval_metrics=eval_metrics, state=state)
+
+
+def _as_dict(config: Any) -> dict:
+    try:
+        import draccus
+
+        return draccus.encode(config)
+    except Exception:  # the tracker's copy of the config is informational only
+        return dataclasses.asdict(config)
+

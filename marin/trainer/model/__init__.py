@@ -1,0 +1,33 @@
+"""The Llama model: configs and presets (``config``), parameters and the forward pass (``llama``)."""
+
+from marin.trainer.model.config import (
+    MODEL_PRESETS,
+    Llama3RopeScaling,
+    LlamaConfig,
+    model_preset,
+    register_model_preset,
+)
+from marin.trainer.model.llama import (
+    ParamSpec,
+    forward,
+    hidden_states,
+    init_params,
+    next_token_loss,
+    param_axes,
+    param_specs,
+)
+
+__all__ = [
+    "MODEL_PRESETS",
+    "Llama3RopeScaling",
+    "LlamaConfig",
+    "ParamSpec",
+    "forward",
+    "hidden_states",
+    "init_params",
+    "model_preset",
+    "next_token_loss",
+    "param_axes",
+    "param_specs",
+    "register_model_preset",
+]

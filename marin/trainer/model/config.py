@@ -1,0 +1,188 @@
+"""Llama model configs: one dataclass, size presets in a registry, parameter count and FLOPs per token.
+
+    cfg = model_preset("llama_8b")             # hidden 4096, mlp 14336, 32 layers, 32/8 heads, seq 4096
+    cfg.param_count                             # 8_030_261_248, Meta's published Llama-3-8B count
+    cfg.flops_per_token()                       # 5.15e10 training FLOPs per token at seq_len 4096
+    tiny = dataclasses.replace(model_preset("nano"), num_layers=1)
+
+Presets are functions registered by name, and variants derive with ``dataclasses.replace``. The
+hyperparameter vocabulary (``num_layers``, ``num_heads``, ``num_kv_heads``, ``hidden_dim``, ``mlp_dim``,
+``seq_len``, ``vocab_size``) is the one used everywhere in the lab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+_REMAT_POLICIES = ("none", "minimal", "full")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Llama3RopeScaling:
+    """Llama 3.1's frequency-dependent RoPE stretching (the "llama3" rope_type of HF transformers)."""
+
+    factor: float = 8.0
+    """How much longer the target context is than the original one."""
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+    """The context length the unscaled model was trained at."""
+
+    def __post_init__(self):
+        if self.factor < 1:
+            raise ValueError(f"Llama3RopeScaling.factor must be >= 1, got {self.factor}")
+        if not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ValueError(
+                f"Llama3RopeScaling needs 0 < low_freq_factor < high_freq_factor, got "
+                f"{self.low_freq_factor} and {self.high_freq_factor}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """A Llama-style decoder: RMSNorm pre-norm blocks, grouped-query attention with RoPE, SwiGLU MLP."""
+
+    vocab_size: int
+    hidden_dim: int
+    """Width of the residual stream."""
+    mlp_dim: int
+    """Hidden width of the SwiGLU feed-forward layer."""
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    """Key/value heads; ``num_heads`` must be a multiple (grouped-query attention)."""
+    seq_len: int
+    """Training context length (also the default for FLOPs per token)."""
+    head_dim: int | None = None
+    """Features per head; ``hidden_dim // num_heads`` when None."""
+    rope_theta: float = 10_000.0
+    rope_scaling: Llama3RopeScaling | None = None
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    """Use the token embedding (transposed) as the output projection."""
+    initializer_range: float = 0.02
+    """Standard deviation of the normal init of every matrix."""
+    scan_layers: bool = True
+    """Run the layer stack with ``jax.lax.scan`` (one compiled block) instead of unrolling it."""
+    remat: str = "none"
+    """Rematerialisation per block: "none" (save everything), "minimal" (save matmul outputs, recompute
+    the elementwise work), "full" (save only each block's input, recompute the whole block)."""
+    attention_backend: str = "default"
+    """A name from ``marin.trainer.attention.ATTENTION_BACKENDS``; "default" picks one per platform."""
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_dim", "mlp_dim", "num_layers", "num_heads", "num_kv_heads", "seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"LlamaConfig.{name} must be a positive int, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"LlamaConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim is None and self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"LlamaConfig.hidden_dim ({self.hidden_dim}) is not divisible by num_heads ({self.num_heads}); "
+                "set head_dim explicitly"
+            )
+        if self.resolved_head_dim % 2:
+            raise ValueError(f"LlamaConfig.head_dim must be even for RoPE, got {self.resolved_head_dim}")
+        if self.remat not in _REMAT_POLICIES:
+            raise ValueError(f"LlamaConfig.remat must be one of {_REMAT_POLICIES}, got {self.remat!r}")
+        if self.initializer_range <= 0:
+            raise ValueError(f"LlamaConfig.initializer_range must be > 0, got {self.initializer_range}")
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
+
+    @property
+    def param_count(self) -> int:
+        """Every trainable scalar, embeddings and norms included (the number model cards quote)."""
+        d, hd = self.hidden_dim, self.resolved_head_dim
+        attention = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads)  # q, o and k, v
+        per_layer = attention + 3 * d * self.mlp_dim + 2 * d  # + gate/up/down, two norms
+        embeddings = self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        return embeddings + self.num_layers * per_layer + d  # + final norm
+
+    @property
+    def matmul_param_count(self) -> int:
+        """Parameters that multiply activations: all but norms and the embedding lookup (lm_head counts)."""
+        d = self.hidden_dim
+        return self.param_count - self.vocab_size * d * (0 if self.tie_embeddings else 1) - (2 * self.num_layers + 1) * d
+
+    def flops_per_token(self, seq_len: int | None = None) -> float:
+        """Training FLOPs (forward + backward) per token, as in PaLM's appendix B: ``6N + 12·L·H·Q·T``.
+
+        ``N`` is ``matmul_param_count``; the attention term counts the full (non-causal) score and value
+        matmuls, which is what an unmasked-block kernel and XLA's cost analysis both count.
+        """
+        seq = self.seq_len if seq_len is None else seq_len
+        attention = 12 * self.num_layers * self.num_heads * self.resolved_head_dim * seq
+        return float(6 * self.matmul_param_count + attention)
+
+
+MODEL_PRESETS: dict[str, Callable[[], LlamaConfig]] = {}
+
+
+def register_model_preset(name: str) -> Callable[[Callable[[], LlamaConfig]], Callable[[], LlamaConfig]]:
+    def register(fn: Callable[[], LlamaConfig]) -> Callable[[], LlamaConfig]:
+        if name in MODEL_PRESETS:
+            raise ValueError(f"model preset {name!r} registered twice")
+        MODEL_PRESETS[name] = fn
+        return fn
+
+    return register
+
+
+def model_preset(name: str) -> LlamaConfig:
+    try:
+        return MODEL_PRESETS[name]()
+    except KeyError:
+        raise KeyError(f"unknown model preset {name!r}; known: {sorted(MODEL_PRESETS)}") from None
+
+
+@register_model_preset("nano")
+def nano() -> LlamaConfig:
+    """5.8M parameters: trains in seconds on a laptop CPU (the benchmark's first config)."""
+    return LlamaConfig(
+        vocab_size=8192, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256
+    )
+
+
+@register_model_preset("small")
+def small() -> LlamaConfig:
+    """~26M parameters (the benchmark's second config)."""
+    return LlamaConfig(
+        vocab_size=8192, hidden_dim=512, mlp_dim=1376, num_layers=6, num_heads=8, num_kv_heads=4, seq_len=512
+    )
+
+
+_LLAMA3_VOCAB = 128_256
+
+
+@register_model_preset("llama_150m")
+def llama_150m() -> LlamaConfig:
+    """Marin's smallest scaling-ladder Llama (Llama 3 tokenizer)."""
+    return LlamaConfig(
+        vocab_size=_LLAMA3_VOCAB, hidden_dim=768, mlp_dim=2688, num_layers=12, num_heads=12, num_kv_heads=12,
+        seq_len=4096, rope_theta=500_000.0,
+    )  # fmt: skip
+
+
+@register_model_preset("llama_1b")
+def llama_1b() -> LlamaConfig:
+    """Shaped like Llama-3.2-1B: tied embeddings, RoPE scaling factor 32."""
+    return LlamaConfig(
+        vocab_size=_LLAMA3_VOCAB, hidden_dim=2048, mlp_dim=8192, num_layers=16, num_heads=32, num_kv_heads=8,
+        seq_len=4096, rope_theta=500_000.0, rope_scaling=Llama3RopeScaling(factor=32.0), tie_embeddings=True,
+    )  # fmt: skip
+
+
+@register_model_preset("llama_8b")
+def llama_8b() -> LlamaConfig:
+    """Shaped like Llama-3.1-8B (Marin's Tootsie 8B run)."""
+    return LlamaConfig(
+        vocab_size=_LLAMA3_VOCAB, hidden_dim=4096, mlp_dim=14336, num_layers=32, num_heads=32, num_kv_heads=8,
+        seq_len=4096, rope_theta=500_000.0, rope_scaling=Llama3RopeScaling(), remat="full",
+    )  # fmt: skip

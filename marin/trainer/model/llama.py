@@ -1,0 +1,210 @@
+"""A Llama decoder as plain JAX: parameters are a dict of arrays, the forward pass is a function.
+
+    params = init_params(cfg, jax.random.PRNGKey(0))      # {"embed": [vocab, embed], "layers": {...}, ...}
+    axes = param_axes(cfg)                                  # same tree, logical axis names per leaf
+    logits = forward(cfg, params, tokens)                   # tokens [batch, seq] -> [batch, seq, vocab]
+    loss_sum, weight = next_token_loss(cfg, params, batch)  # summed so microbatches add up exactly
+
+Every parameter is declared once in ``param_specs`` with its shape, logical axes and init, so shapes,
+sharding names and initialisation cannot drift apart. Layer weights are stacked on a leading ``layers``
+axis; ``jax.lax.scan`` runs one compiled block over them (or a Python loop, ``scan_layers=False``).
+
+A block reads like the paper::
+
+    x = x + attention(rms_norm(x))
+    x = x + swiglu_mlp(rms_norm(x))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marin.trainer.attention import attention
+from marin.trainer.axes import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, SEQ, VOCAB, Axes, constrain
+from marin.trainer.model.config import LlamaConfig
+
+Params = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+    shape: tuple[int, ...]
+    axes: Axes
+    init: str  # "normal" (std = initializer_range) or "ones"
+
+
+def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
+    """The model's parameters: shape, logical axes and initialiser of each, in one table."""
+    d, m, v, n = cfg.hidden_dim, cfg.mlp_dim, cfg.vocab_size, cfg.num_layers
+    h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+    layers = {
+        "attn_norm": ParamSpec((n, d), (LAYERS, EMBED), "ones"),
+        "wq": ParamSpec((n, d, h, hd), (LAYERS, EMBED, HEADS, HEAD_DIM), "normal"),
+        "wk": ParamSpec((n, d, kv, hd), (LAYERS, EMBED, KV_HEADS, HEAD_DIM), "normal"),
+        "wv": ParamSpec((n, d, kv, hd), (LAYERS, EMBED, KV_HEADS, HEAD_DIM), "normal"),
+        "wo": ParamSpec((n, h, hd, d), (LAYERS, HEADS, HEAD_DIM, EMBED), "normal"),
+        "mlp_norm": ParamSpec((n, d), (LAYERS, EMBED), "ones"),
+        "w_gate": ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal"),
+        "w_up": ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal"),
+        "w_down": ParamSpec((n, m, d), (LAYERS, MLP, EMBED), "normal"),
+    }
+    specs: dict[str, Any] = {
+        "embed": ParamSpec((v, d), (VOCAB, EMBED), "normal"),
+        "layers": layers,
+        "final_norm": ParamSpec((d,), (EMBED,), "ones"),
+    }
+    if not cfg.tie_embeddings:
+        specs["lm_head"] = ParamSpec((d, v), (EMBED, VOCAB), "normal")
+    return specs
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, ParamSpec)
+
+
+def param_axes(cfg: LlamaConfig) -> Params:
+    """Logical axis names of every parameter, as a tree shaped like ``init_params``'s result."""
+    return jax.tree.map(lambda s: s.axes, param_specs(cfg), is_leaf=_is_spec)
+
+
+def init_params(cfg: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -> Params:
+    """Fresh parameters; leaf ``i`` (in tree order) draws from ``fold_in(key, i)``, so adding a parameter
+    elsewhere in the table leaves the other leaves' values unchanged only if it is appended."""
+    specs, treedef = jax.tree.flatten(param_specs(cfg), is_leaf=_is_spec)
+    leaves = []
+    for i, spec in enumerate(specs):
+        if spec.init == "ones":
+            leaves.append(jnp.ones(spec.shape, dtype))
+        else:
+            noise = jax.random.normal(jax.random.fold_in(key, i), spec.shape, jnp.float32)
+            leaves.append((noise * cfg.initializer_range).astype(dtype))
+    return jax.tree.unflatten(treedef, leaves)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Layers
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm computed in fp32 whatever the compute dtype (Zhang & Sennrich 2019)."""
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (x32 * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_frequencies(cfg: LlamaConfig) -> np.ndarray:
+    """Inverse frequencies [head_dim / 2], with Llama 3.1's scaling when configured."""
+    hd = cfg.resolved_head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    s = cfg.rope_scaling
+    if s is None:
+        return inv_freq
+    # Wavelengths longer than original/low_freq_factor are stretched by `factor`, shorter than
+    # original/high_freq_factor kept, and those between interpolated (HF transformers' "llama3").
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smooth = np.clip(smooth, 0.0, 1.0)
+    return (1 - smooth) * inv_freq / s.factor + smooth * inv_freq
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate feature pairs (i, i + head_dim/2) by position-dependent angles (the HF/Llama layout).
+
+    ``cos``/``sin`` are fp32, so the rotation happens in fp32 even for bf16 activations."""
+    x1, x2 = jnp.split(x, 2, axis=-1)  # [batch, seq, heads, head_dim/2] each
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]  # [1, seq, 1, head_dim/2]
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)
+
+
+def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids) -> jax.Array:
+    q = jnp.einsum("bsd,dhk->bshk", x, layer["wq"])  # [batch, seq, heads, head_dim]
+    k = jnp.einsum("bsd,dhk->bshk", x, layer["wk"])  # [batch, seq, kv_heads, head_dim]
+    v = jnp.einsum("bsd,dhk->bshk", x, layer["wv"])
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q = constrain(q, (BATCH, SEQ, HEADS, HEAD_DIM))
+    out = attention(q, k, v, segment_ids, backend=cfg.attention_backend)  # [batch, seq, heads, head_dim]
+    return jnp.einsum("bshk,hkd->bsd", out, layer["wo"])
+
+
+def mlp_block(layer: Params, x: jax.Array) -> jax.Array:
+    """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
+    gate = jnp.einsum("bsd,dm->bsm", x, layer["w_gate"])
+    up = jnp.einsum("bsd,dm->bsm", x, layer["w_up"])
+    hidden = constrain(jax.nn.silu(gate) * up, (BATCH, SEQ, MLP))
+    return jnp.einsum("bsm,md->bsd", hidden, layer["w_down"])
+
+
+def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids) -> jax.Array:
+    x = x + attention_block(cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), cos, sin, segment_ids)
+    x = x + mlp_block(layer, rms_norm(x, layer["mlp_norm"], cfg.norm_eps))
+    return constrain(x, (BATCH, SEQ, EMBED))
+
+
+_REMAT: dict[str, Callable[..., bool] | None] = {
+    "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+
+
+def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids) -> jax.Array:
+    def block(x, layer):
+        return decoder_block(cfg, layer, x, cos, sin, segment_ids), None
+
+    if cfg.remat != "none":
+        block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
+    if cfg.scan_layers:
+        return jax.lax.scan(block, x, layers)[0]
+    for i in range(cfg.num_layers):
+        x, _ = block(x, jax.tree.map(lambda p: p[i], layers))
+    return x
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model
+
+
+def hidden_states(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None):
+    """Final normalised hidden states [batch, seq, embed] in the parameters' dtype."""
+    seq = tokens.shape[1]
+    angles = np.arange(seq)[:, None] * rope_frequencies(cfg)[None, :]  # [seq, head_dim/2], built at trace time
+    cos, sin = jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32)
+    x = constrain(params["embed"][tokens], (BATCH, SEQ, EMBED))  # [batch, seq, embed]
+    x = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids)
+    return rms_norm(x, params["final_norm"], cfg.norm_eps)
+
+
+def output_projection(cfg: LlamaConfig, params: Params) -> jax.Array:
+    return params["embed"].T if cfg.tie_embeddings else params["lm_head"]  # [embed, vocab]
+
+
+def forward(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None):
+    """Logits [batch, seq, vocab] in fp32 for tokens [batch, seq]."""
+    x = hidden_states(cfg, params, tokens, segment_ids)
+    return jnp.einsum("bsd,dv->bsv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
+
+
+def next_token_loss(
+    cfg: LlamaConfig, params: Params, batch: Mapping[str, jax.Array], *, z_loss: float = 0.0
+) -> tuple[jax.Array, jax.Array]:
+    """Summed cross-entropy (+ z-loss) over unmasked targets, and the number of those targets.
+
+    ``batch`` holds ``input_ids``, ``targets``, ``segment_ids`` [batch, seq] and ``loss_mask`` (float).
+    Sums, not means, so that microbatches add up to exactly the big batch's loss; the caller divides.
+    The z-loss term ``z_loss * logsumexp(logits)**2`` keeps the softmax normaliser near 1 (PaLM).
+    """
+    logits = forward(cfg, params, batch["input_ids"], batch["segment_ids"])  # [batch, seq, vocab] fp32
+    log_z = jax.nn.logsumexp(logits, axis=-1)  # [batch, seq]
+    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
+    per_token = log_z - target_logit
+    if z_loss:
+        per_token = per_token + z_loss * jnp.square(log_z)
+    mask = batch["loss_mask"].astype(jnp.float32)
+    return jnp.sum(per_token * mask), jnp.sum(mask)

@@ -1,0 +1,147 @@
+"""The train state and the one jitted step that updates it.
+
+    state = init_state(model_cfg, optimizer, key, ema=False)    # TrainState(step=0, params, opt_state, ...)
+    train_step = make_train_step(model_cfg, optimizer, schedule, StepConfig(num_microbatches=4))
+    state, metrics = train_step(state, batch)                   # batch leaves [batch, seq]; state donated
+
+``state.step`` counts completed updates: after the call above it is 1, and the batch it consumed was
+the loader's ``batch(0)``. The step splits the batch into microbatches, sums loss and gradients over
+them with ``lax.scan`` (sums, so 4 x 8 rows give the same update as 1 x 32 up to float rounding), divides
+once by the number of target tokens, clips, applies AdamW and returns metrics as device arrays (no host
+sync here; the loop fetches them in one place).
+
+Precision: parameters and optimizer moments live in ``param_dtype`` (fp32); the forward and backward
+pass run in ``compute_dtype`` (bf16 by default) on a cast copy, and logits, norms and the loss are fp32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from marin.trainer.model import LlamaConfig, init_params, next_token_loss
+from marin.trainer.optim import Schedule, update_ema
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrecisionPolicy:
+    param_dtype: str = "float32"
+    """Storage of parameters and optimizer state."""
+    compute_dtype: str = "bfloat16"
+    """Matmuls and activations of the forward and backward pass."""
+
+    def __post_init__(self):
+        for name in ("param_dtype", "compute_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"PrecisionPolicy.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
+
+    @property
+    def param(self) -> Any:
+        return _DTYPES[self.param_dtype]
+
+    @property
+    def compute(self) -> Any:
+        return _DTYPES[self.compute_dtype]
+
+    def cast_for_compute(self, params: Any) -> Any:
+        return jax.tree.map(lambda p: p.astype(self.compute) if jnp.issubdtype(p.dtype, jnp.floating) else p, params)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepConfig:
+    num_microbatches: int = 1
+    """Split each batch into this many sequential microbatches (gradient accumulation)."""
+    precision: PrecisionPolicy = dataclasses.field(default_factory=PrecisionPolicy)
+    z_loss: float = 0.0
+    """Weight of the z-loss ``logsumexp(logits)**2`` term (PaLM uses 1e-4)."""
+    ema_decay: float | None = None
+
+    def __post_init__(self):
+        if self.num_microbatches < 1:
+            raise ValueError(f"StepConfig.num_microbatches must be >= 1, got {self.num_microbatches}")
+        if self.z_loss < 0:
+            raise ValueError(f"StepConfig.z_loss must be >= 0, got {self.z_loss}")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    step: jax.Array  # int32 scalar: completed updates
+    params: Any
+    opt_state: Any
+    ema: Any  # None unless an EMA is kept
+    rng: jax.Array  # uint32 [2]: raw PRNG key data, split once per step (for stochastic extensions)
+
+
+def init_state(
+    cfg: LlamaConfig, optimizer: optax.GradientTransformation, key: jax.Array, *, ema: bool, policy: PrecisionPolicy
+) -> TrainState:
+    """A fresh state; ``key`` seeds the parameters and the state's own PRNG stream."""
+    param_key, state_key = jax.random.split(key)
+    params = init_params(cfg, param_key, dtype=policy.param)
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        ema=jax.tree.map(jnp.copy, params) if ema else None,
+        rng=jax.random.key_data(state_key),
+    )
+
+
+def make_train_step(
+    cfg: LlamaConfig, optimizer: optax.GradientTransformation, schedule: Schedule, step_cfg: StepConfig
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+    """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated."""
+    policy = step_cfg.precision
+
+    def loss_fn(params, micro):
+        return next_token_loss(cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        n = step_cfg.num_microbatches
+        # [batch, seq] -> [microbatches, batch / microbatches, seq]
+        micro = jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), batch)
+
+        def accumulate(carry, mb):
+            (loss_sum, weight), grads = grad_fn(state.params, mb)
+            return jax.tree.map(jnp.add, carry, (loss_sum, weight, grads)), None
+
+        zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, state.params))
+        if n == 1:
+            (loss_sum, weight), grads = grad_fn(state.params, jax.tree.map(lambda x: x[0], micro))
+        else:
+            (loss_sum, weight, grads), _ = jax.lax.scan(accumulate, zeros, micro)
+        denom = jnp.maximum(weight, 1.0)
+        grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        rng, _ = jax.random.split(jax.random.wrap_key_data(state.rng))
+        ema = None if state.ema is None else update_ema(state.ema, params, step_cfg.ema_decay)
+        new_state = TrainState(state.step + 1, params, opt_state, ema, jax.random.key_data(rng))
+        metrics = {
+            "loss": loss_sum / denom,
+            "grad_norm": optax.global_norm(grads),
+            "learning_rate": schedule(state.step),
+            "tokens": weight,
+        }
+        return new_state, metrics
+
+    return jax.jit(train_step, donate_argnums=0)
+
+
+def make_eval_step(cfg: LlamaConfig, policy: PrecisionPolicy) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
+    """Jitted ``(params, batch) -> (summed loss, number of targets)`` for held-out data."""
+
+    def eval_step(params, batch):
+        return next_token_loss(cfg, policy.cast_for_compute(params), batch)
+
+    return jax.jit(eval_step)

@@ -1,0 +1,32 @@
+"""``train_lm``: the executor-facing entry point (a plain function of a config, no executor imports).
+
+    step = ExecutorStep(name="checkpoints/nano-stories", fn=train_lm, config=TrainLmConfig(
+        output_path=this_output_path(), model=model_preset("nano"), data=..., trainer=...))
+
+Rerunning a preempted or killed step resumes from its newest checkpoint (see ``marin.trainer.loop``).
+Besides checkpoints and ``metrics.jsonl`` it writes ``summary.json`` (final step, loss, eval metrics).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import jax
+
+from marin.storage import join, write_atomic
+from marin.trainer.loop import TrainLmConfig, train
+
+logger = logging.getLogger(__name__)
+
+
+def train_lm(config: TrainLmConfig) -> None:
+    devices = jax.devices()
+    logger.info(
+        "training %s (%.1fM params) on %d x %s for %d steps into %s",
+        type(config.model).__name__, config.model.param_count / 1e6, len(devices), devices[0].device_kind,
+        config.trainer.num_train_steps, config.output_path,
+    )  # fmt: skip
+    result = train(config)
+    summary = {"step": result.step, "train_loss": result.train_loss, **result.eval_metrics}
+    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
