@@ -37,6 +37,7 @@ from marin.corpus.domains import DOMAINS, NAMES, THINGS
 from marin.corpus.tasks import TASK_DOMAIN, TASKS, item_text, make_task
 from marin.dedupe.text import jaccard
 from marin.storage import join, write_atomic
+from marin.validation import check, concrete
 from marin.storage.records import write_records
 
 logger = logging.getLogger(__name__)
@@ -59,14 +60,12 @@ class CorpusConfig:
     def __post_init__(self):
         for field in ("train_docs_per_domain", "validation_docs_per_domain", "train_shards_per_domain",
                       "eval_items_per_task"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"CorpusConfig.{field} must be >= 1, got {getattr(self, field)}")
+            check("CorpusConfig", field, getattr(self, field), lambda v: v >= 1, ">= 1")
         for field in ("exact_duplicate_fraction", "near_duplicate_fraction"):
-            if not 0 <= getattr(self, field) < 1:
-                raise ValueError(f"CorpusConfig.{field} must be in [0, 1), got {getattr(self, field)}")
-        if not 0 <= self.contaminated_docs_per_task <= self.eval_items_per_task:
-            raise ValueError("CorpusConfig.contaminated_docs_per_task must be in [0, eval_items_per_task], "
-                             f"got {self.contaminated_docs_per_task}")
+            check("CorpusConfig", field, getattr(self, field), lambda v: 0 <= v < 1, "in [0, 1)")
+        _, items = concrete(self.eval_items_per_task)
+        check("CorpusConfig", "contaminated_docs_per_task", self.contaminated_docs_per_task,
+              lambda v: items is None or 0 <= v <= items, f"in [0, eval_items_per_task={items}]")
 
 
 _WORD = re.compile(r"[A-Za-z]+")
@@ -129,7 +128,8 @@ def _plant(cfg: CorpusConfig, domain: str, originals: list[dict], rng: random.Ra
 
 def generate_corpus(cfg: CorpusConfig) -> dict:
     """Write the corpus under ``cfg.output_path``; returns the manifest (also written as manifest.json)."""
-    manifest: dict = {"config": dataclasses.asdict(cfg), "files": {}}
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "output_path"}  # what, not where
+    manifest: dict = {"config": config, "files": {}}
     eval_items = {}
     for task in sorted(TASKS):
         items = make_task(task, random.Random(f"{cfg.seed}-eval-{task}"), cfg.eval_items_per_task)

@@ -8,8 +8,11 @@ A ``DedupeConfig`` with every method on, as an experiment would declare it::
         exact=versioned(ExactDedupeConfig()),
         fuzzy=versioned(MinHashConfig(threshold=0.8, bands=20, rows=6)),
         paragraph=versioned(ParagraphDedupeConfig(false_positive_rate=1e-3)),
-        decontaminate=versioned(DecontaminationConfig(eval_paths=(...,), ngram=13)),
+        decontaminate=DecontaminationConfig(eval_paths=(output_path_of(corpus, "eval"),), ngram=versioned(13)),
     )
+
+(A config holding another step's path is not wrapped in ``versioned`` as a whole; the path already
+counts for identity, and its other fields are versioned one by one.)
 
 A method set to None does not run. ``max_workers`` and ``use_ray`` only change how the work is spread,
 never the result, so they are not part of a step's identity.
@@ -20,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from marin.validation import check
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExactDedupeConfig:
@@ -29,8 +34,7 @@ class ExactDedupeConfig:
     """Hash partitions reduced in parallel. Does not change the result."""
 
     def __post_init__(self):
-        if self.num_partitions < 1:
-            raise ValueError(f"ExactDedupeConfig.num_partitions must be >= 1, got {self.num_partitions}")
+        check("ExactDedupeConfig", "num_partitions", self.num_partitions, lambda v: v >= 1, ">= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,10 +61,8 @@ class MinHashConfig:
 
     def __post_init__(self):
         for field in ("shingle_size", "bands", "rows"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"MinHashConfig.{field} must be >= 1, got {getattr(self, field)}")
-        if not 0 < self.threshold <= 1:
-            raise ValueError(f"MinHashConfig.threshold must be in (0, 1], got {self.threshold}")
+            check("MinHashConfig", field, getattr(self, field), lambda v: v >= 1, ">= 1")
+        check("MinHashConfig", "threshold", self.threshold, lambda v: 0 < v <= 1, "in (0, 1]")
 
     @property
     def num_perm(self) -> int:
@@ -93,16 +95,12 @@ class ParagraphDedupeConfig:
     """Items checked per vectorized batch (see ``marin.dedupe.bloom``). Part of the result, slightly."""
 
     def __post_init__(self):
-        if not self.separator:
-            raise ValueError("ParagraphDedupeConfig.separator must be non-empty, got ''")
-        if not 0 < self.false_positive_rate < 1:
-            raise ValueError(
-                f"ParagraphDedupeConfig.false_positive_rate must be in (0, 1), got {self.false_positive_rate}")
-        if self.expected_items is not None and self.expected_items < 1:
-            raise ValueError(f"ParagraphDedupeConfig.expected_items must be >= 1 or None, got {self.expected_items}")
+        name = "ParagraphDedupeConfig"
+        check(name, "separator", self.separator, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+        check(name, "false_positive_rate", self.false_positive_rate, lambda v: 0 < v < 1, "in (0, 1)")
+        check(name, "expected_items", self.expected_items, lambda v: v is None or v >= 1, ">= 1 or None")
         for field in ("num_partitions", "batch_size"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"ParagraphDedupeConfig.{field} must be >= 1, got {getattr(self, field)}")
+            check(name, field, getattr(self, field), lambda v: v >= 1, ">= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,13 +121,11 @@ class DecontaminationConfig:
     text_fields: tuple[str, ...] = ("text", "context", "question", "query")
 
     def __post_init__(self):
-        if not self.eval_paths:
-            raise ValueError("DecontaminationConfig.eval_paths must name at least one eval file, got ()")
-        if isinstance(self.eval_paths, str):
-            raise ValueError(f"DecontaminationConfig.eval_paths must be a tuple of paths, got {self.eval_paths!r}")
+        name = "DecontaminationConfig"
+        check(name, "eval_paths", self.eval_paths, lambda v: isinstance(v, (tuple, list)) and len(v) > 0,
+              "a non-empty tuple of paths")
         for field in ("ngram", "min_matches"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"DecontaminationConfig.{field} must be >= 1, got {getattr(self, field)}")
+            check(name, field, getattr(self, field), lambda v: v >= 1, ">= 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -155,9 +151,6 @@ class DedupeConfig:
     def __post_init__(self):
         if not any((self.exact, self.fuzzy, self.paragraph, self.decontaminate)):
             raise ValueError("DedupeConfig: enable at least one of exact, fuzzy, paragraph, decontaminate")
-        if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"DedupeConfig.on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        if self.batch_docs < 1:
-            raise ValueError(f"DedupeConfig.batch_docs must be >= 1, got {self.batch_docs}")
-        if self.max_workers is not None and self.max_workers < 1:
-            raise ValueError(f"DedupeConfig.max_workers must be >= 1 or None, got {self.max_workers}")
+        check("DedupeConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
+        check("DedupeConfig", "batch_docs", self.batch_docs, lambda v: v >= 1, ">= 1")
+        check("DedupeConfig", "max_workers", self.max_workers, lambda v: v is None or v >= 1, ">= 1 or None")

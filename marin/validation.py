@@ -1,0 +1,33 @@
+"""Config checks that tolerate executor placeholders.
+
+A step's config is built twice: once when the experiment declares it, with placeholders such as
+``versioned(300)`` or ``output_path_of(step)``, and again by the executor (``dataclasses.replace``)
+with concrete values. ``__post_init__`` runs both times; ``check`` validates a versioned value's
+content and skips paths that are not known yet, so the second construction is the one that enforces
+path-dependent rules.
+
+    check("CorpusConfig", "seed", self.seed, lambda v: v >= 0, ">= 0")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def concrete(value: Any) -> tuple[bool, Any]:
+    """(True, plain value) for concrete values and versioned ones; (False, None) for unresolved paths."""
+    from marin.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
+
+    while isinstance(value, VersionedValue):
+        value = value.value
+    if isinstance(value, (InputName, OutputName, ExecutorStep)):
+        return False, None
+    return True, value
+
+
+def check(owner: str, field: str, value: Any, ok: Callable[[Any], bool], expected: str) -> None:
+    """Raise ``ValueError("<owner>.<field> must be <expected>, got <value>")`` unless ``ok(value)``."""
+    known, value = concrete(value)
+    if known and not ok(value):
+        raise ValueError(f"{owner}.{field} must be {expected}, got {value!r}")
