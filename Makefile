@@ -20,7 +20,7 @@ $(VENV)/.installed-base: pyproject.toml | $(PY)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(PY)
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,export-test]"
 	touch $@ $(VENV)/.installed-base
 
 quickstart: $(VENV)/.installed-base

@@ -1,0 +1,179 @@
+"""Hugging Face format: our Llama parameters to a ``LlamaForCausalLM`` directory, and back.
+
+    export_hf(cfg, params, "gs://b/export/tiny", tokenizer="local_store/tokenizers/x")
+    cfg, params = import_hf("path/to/Llama-3.2-1B")
+
+Only numpy and ``safetensors`` are needed (no torch). Our weights are stored ``[in, out]`` with heads as
+their own axes; HF stores ``nn.Linear`` weights ``[out, in]`` with heads flattened, hence the transposes
+and reshapes below. Both use the same rotary layout (rotate halves, not interleaved pairs), so q/k need no
+permutation. ``config.json`` carries both the transformers v5 ``rope_parameters`` and the v4
+``rope_theta``/``rope_scaling`` keys, so either major version loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from marin.storage import exists, join, read_bytes, read_text, write_atomic
+from marin.trainer.model.config import Llama3RopeScaling, LlamaConfig
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int | None) -> dict[str, Any]:
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    legacy_scaling = None
+    if cfg.rope_scaling is not None:
+        s = cfg.rope_scaling
+        legacy_scaling = {"rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
+                          "high_freq_factor": s.high_freq_factor,
+                          "original_max_position_embeddings": s.original_max_position}
+        rope.update(legacy_scaling)
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_dim,
+        "intermediate_size": cfg.mlp_dim,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.resolved_head_dim,
+        "max_position_embeddings": cfg.seq_len,
+        "rms_norm_eps": cfg.norm_eps,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "rope_parameters": rope,
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": legacy_scaling,
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
+        "initializer_range": cfg.initializer_range,
+        "torch_dtype": "float32",
+    }
+
+
+def config_from_hf(doc: dict[str, Any]) -> LlamaConfig:
+    rope = doc.get("rope_parameters") or {}
+    theta = rope.get("rope_theta", doc.get("rope_theta", 10_000.0))
+    scaling_doc = doc.get("rope_scaling") or (rope if rope.get("rope_type") == "llama3" else None)
+    scaling = None
+    if scaling_doc and scaling_doc.get("rope_type", scaling_doc.get("type")) == "llama3":
+        scaling = Llama3RopeScaling(factor=scaling_doc["factor"], low_freq_factor=scaling_doc["low_freq_factor"],
+                                    high_freq_factor=scaling_doc["high_freq_factor"],
+                                    original_max_position=scaling_doc["original_max_position_embeddings"])
+    elif scaling_doc:
+        raise ValueError(f"unsupported rope scaling {scaling_doc!r}: only Llama 3's 'llama3' type is implemented")
+    return LlamaConfig(
+        vocab_size=doc["vocab_size"], hidden_dim=doc["hidden_size"], mlp_dim=doc["intermediate_size"],
+        num_layers=doc["num_hidden_layers"], num_heads=doc["num_attention_heads"],
+        num_kv_heads=doc.get("num_key_value_heads") or doc["num_attention_heads"],
+        head_dim=doc.get("head_dim"), seq_len=doc.get("max_position_embeddings", 2048), rope_theta=theta,
+        rope_scaling=scaling, norm_eps=doc.get("rms_norm_eps", 1e-5),
+        tie_embeddings=doc.get("tie_word_embeddings", False),
+    )
+
+
+def to_hf_tensors(cfg: LlamaConfig, params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Our parameter tree as HF-named float32 tensors."""
+    p = {k: np.asarray(v, dtype=np.float32) for k, v in _flat(params).items()}
+    d, h, kv, hd = cfg.hidden_dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+    out = {"model.embed_tokens.weight": p["embed"], "model.norm.weight": p["final_norm"]}
+    for i in range(cfg.num_layers):
+        pre = f"model.layers.{i}"
+        out[f"{pre}.input_layernorm.weight"] = p["layers.attn_norm"][i]
+        out[f"{pre}.post_attention_layernorm.weight"] = p["layers.mlp_norm"][i]
+        out[f"{pre}.self_attn.q_proj.weight"] = p["layers.wq"][i].reshape(d, h * hd).T
+        out[f"{pre}.self_attn.k_proj.weight"] = p["layers.wk"][i].reshape(d, kv * hd).T
+        out[f"{pre}.self_attn.v_proj.weight"] = p["layers.wv"][i].reshape(d, kv * hd).T
+        out[f"{pre}.self_attn.o_proj.weight"] = p["layers.wo"][i].reshape(h * hd, d).T
+        out[f"{pre}.mlp.gate_proj.weight"] = p["layers.w_gate"][i].T
+        out[f"{pre}.mlp.up_proj.weight"] = p["layers.w_up"][i].T
+        out[f"{pre}.mlp.down_proj.weight"] = p["layers.w_down"][i].T
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = p["lm_head"].T
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def from_hf_tensors(cfg: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, Any]:
+    """HF-named tensors back to our parameter tree (float32 numpy arrays)."""
+    d, h, kv, hd = cfg.hidden_dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+
+    def stack(name, fn):
+        return np.stack([fn(t[f"model.layers.{i}.{name}"].astype(np.float32)) for i in range(cfg.num_layers)])
+
+    params: dict[str, Any] = {
+        "embed": t["model.embed_tokens.weight"].astype(np.float32),
+        "final_norm": t["model.norm.weight"].astype(np.float32),
+        "layers": {
+            "attn_norm": stack("input_layernorm.weight", lambda w: w),
+            "mlp_norm": stack("post_attention_layernorm.weight", lambda w: w),
+            "wq": stack("self_attn.q_proj.weight", lambda w: w.T.reshape(d, h, hd)),
+            "wk": stack("self_attn.k_proj.weight", lambda w: w.T.reshape(d, kv, hd)),
+            "wv": stack("self_attn.v_proj.weight", lambda w: w.T.reshape(d, kv, hd)),
+            "wo": stack("self_attn.o_proj.weight", lambda w: w.T.reshape(h, hd, d)),
+            "w_gate": stack("mlp.gate_proj.weight", lambda w: w.T),
+            "w_up": stack("mlp.up_proj.weight", lambda w: w.T),
+            "w_down": stack("mlp.down_proj.weight", lambda w: w.T),
+        },
+    }
+    if not cfg.tie_embeddings:
+        params["lm_head"] = t["lm_head.weight"].astype(np.float32).T
+    return params
+
+
+def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tokenizer: str | None = None) -> None:
+    """Write ``config.json``, ``model.safetensors`` and (if given) the tokenizer files to ``output_path``."""
+    from safetensors.numpy import save
+
+    bos = eos = None
+    if tokenizer is not None:
+        from marin.tokenize import eos_id, load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+        eos = eos_id(tok)
+        bos = eos  # our documents start after an EOS; HF generation then starts from the same token
+        write_atomic(join(output_path, "tokenizer.json"), tok.to_str())
+        eos_token = tok.id_to_token(eos)
+        write_atomic(join(output_path, "tokenizer_config.json"), json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eos_token, "eos_token": eos_token,
+             "model_max_length": cfg.seq_len}, indent=2))
+        write_atomic(join(output_path, "special_tokens_map.json"),
+                     json.dumps({"bos_token": eos_token, "eos_token": eos_token}, indent=2))
+    write_atomic(join(output_path, WEIGHTS_FILE), save(to_hf_tensors(cfg, params), metadata={"format": "pt"}))
+    # config.json last: its presence marks a complete export.
+    write_atomic(join(output_path, "config.json"),
+                 json.dumps(hf_config(cfg, bos_token_id=bos, eos_token_id=eos), indent=2))
+
+
+def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
+    """Load a HF Llama directory (single ``model.safetensors`` or sharded with an index) into our format."""
+    from safetensors.numpy import load
+
+    doc = json.loads(read_text(join(path, "config.json")))
+    if doc.get("model_type") != "llama":
+        raise ValueError(f"{path}/config.json: model_type {doc.get('model_type')!r}, expected 'llama'")
+    cfg = config_from_hf(doc)
+    index_url = join(path, "model.safetensors.index.json")
+    files = sorted(set(json.loads(read_text(index_url))["weight_map"].values())) if exists(index_url) else [WEIGHTS_FILE]
+    tensors: dict[str, np.ndarray] = {}
+    for name in files:
+        tensors.update(load(read_bytes(join(path, name))))
+    return cfg, from_hf_tensors(cfg, tensors)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
