@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 
 OnError = Literal["raise", "skip"]
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
-RECORD_SUFFIXES = JSONL_SUFFIXES + (".parquet",)
+# Plain ``.json`` is readable but not discovered in directories: there it is usually metadata
+# (provenance.json, summary.json, manifest.json), not data.
+RECORD_SUFFIXES = tuple(s for s in JSONL_SUFFIXES if s != ".json") + (".parquet",)
 _PARQUET_BATCH_ROWS = 2048
 
 
