@@ -75,6 +75,11 @@ class TokenCache:
     def num_documents(self) -> int:
         return int(self._doc_starts[-1])
 
+    @property
+    def num_bytes(self) -> int:
+        """UTF-8 bytes of the documents' text (EOS tokens stand for no bytes): the bits-per-byte denominator."""
+        return int(self.ledger["num_bytes"])
+
     def __len__(self) -> int:
         return self.num_tokens
 

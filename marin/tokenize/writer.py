@@ -56,7 +56,7 @@ def build_shard(job: ShardJob) -> dict:
     dtype = token_dtype(tokenizer.get_vocab_size())
     stats = ReadStats()
     lengths: list[int] = []
-    counts = {"empty": 0}
+    counts = {"empty": 0, "bytes": 0}
     tokens_hash = hashlib.sha256()
     texts = iter_texts([job.source], job.text_key, on_error=job.on_error, stats=stats)
     with _AtomicFile(paths["tokens"]) as out:
@@ -78,6 +78,7 @@ def build_shard(job: ShardJob) -> dict:
         "dtype": dtype.str,
         "num_documents": len(lengths),
         "num_tokens": int(offsets[-1]),
+        "num_bytes": counts["bytes"],
         "tokens_sha256": tokens_hash.hexdigest(),
         "offsets_sha256": hashlib.sha256(offsets_bytes).hexdigest(),
         "empty_documents": counts["empty"],
@@ -96,6 +97,7 @@ def _batches(texts, size: int, counts: dict):
         if not text:
             counts["empty"] += 1
             continue
+        counts["bytes"] += len(text.encode("utf-8"))
         batch.append(text)
         if len(batch) >= size:
             yield batch
@@ -190,6 +192,7 @@ def build_cache(
         "eos_id": eos,
         "num_documents": sum(s["num_documents"] for s in shards),
         "num_tokens": sum(s["num_tokens"] for s in shards),
+        "num_bytes": sum(s["num_bytes"] for s in shards),
         "empty_documents": sum(s["empty_documents"] for s in shards),
         "skipped_records": sum(s["skipped_records"] for s in shards),
         "long_document_tokens": long_document_tokens,

@@ -226,3 +226,17 @@ def test_kill_and_resume_rebuilds_only_unfinished_shards_and_matches(corpus, tok
     for leftover in target.rglob("*.tmp"):  # an interrupted shard's temp file may remain; never read
         leftover.unlink()
     assert tree_digest(target) == tree_digest(tmp_path / "clean")
+
+
+def test_cache_is_a_trainer_token_source(corpus, tokenizer_path, tmp_path):
+    from marin.tokenize import TokenCacheSourceConfig
+    from marin.trainer.data.source import TokenSource
+
+    _, files = corpus
+    build_cache(files, str(tmp_path / "c"), load_tokenizer(tokenizer_path), tokenizer_name="t")
+    source = TokenCacheSourceConfig(path=str(tmp_path / "c")).build()
+    assert isinstance(source, TokenSource)
+    cache = TokenCache.open(str(tmp_path / "c"))
+    assert source.num_bytes == sum(len(t.encode()) for t in texts_of(files))
+    assert source.read(10, 5).dtype == np.int32 and source.read(10, 5).tolist() == cache.read(10, 5).tolist()
+    np.testing.assert_array_equal(source.doc_starts(0, 500), cache.document_starts(0, 500))
