@@ -151,15 +151,24 @@ def _download_remote(f: RemoteFile, dest: str, chunk_bytes: int) -> dict:
     _, total, chunks = _open_stream(f, 0, chunk_bytes)
     sha, size = hashlib.sha256(), 0
     fs, tmp = filesystem(_remote_tmp(dest))
-    with fs.open(tmp, "wb") as out:
+    out = fs.open(tmp, "wb")
+    try:
         for chunk in chunks:
             out.write(chunk)
             sha.update(chunk)
             size += len(chunk)
         expected = total if total is not None else f.size
         if expected is not None and size < expected:
-            out.discard() if hasattr(out, "discard") else None
             raise IncompleteDownload(f"{f.url}: stream ended at byte {size} of {expected}")
+    except BaseException:
+        # Closing would commit the object (an upload completes on close): abandon it instead.
+        if hasattr(out, "discard"):
+            out.discard()
+        else:
+            out.close()
+            delete(_remote_tmp(dest))
+        raise
+    out.close()
     return {"size": size, "sha256": sha.hexdigest(), "partial": _remote_tmp(dest)}
 
 

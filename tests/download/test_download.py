@@ -119,6 +119,13 @@ def test_file_url_directory_with_patterns(tmp_path):
     assert sorted(f["path"] for f in prov["files"]) == ["2.jsonl.gz", "x/1.parquet"]
     assert (tmp_path / "o" / "x" / "1.parquet").read_bytes() == b"p1"
     assert prov["files"][0]["sha256"] == sha(b"p2")
+    # An object-store destination (memory:// here) goes through a temporary object, then a move.
+    prov = download_dataset(cfg(source=str(src / "x"), output_path="memory://dl-test/out"))
+    from marin.storage import list_dir, read_bytes
+
+    assert read_bytes("memory://dl-test/out/1.parquet") == b"p1"
+    assert [u.rsplit("/", 1)[-1] for u in list_dir("memory://dl-test/out")] == [".download", "1.parquet",
+                                                                                "provenance.json"]
 
 
 @pytest.mark.usefixtures("ray_address")
