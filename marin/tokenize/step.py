@@ -12,6 +12,7 @@ from marin.storage.records import OnError
 from marin.tokenize.inputs import expand_record_paths
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.tokenize.writer import build_cache
+from marin.validation import check
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,11 @@ class TokenizeConfig:
     """Documents longer than this (e.g. the training sequence length) are kept and counted in the ledger."""
 
     def __post_init__(self):
-        if not self.train_paths:
-            raise ValueError("TokenizeConfig.train_paths must name at least one file, directory or glob")
-        if self.num_workers < 1:
-            raise ValueError(f"TokenizeConfig.num_workers must be >= 1, got {self.num_workers}")
-        if self.batch_size < 1:
-            raise ValueError(f"TokenizeConfig.batch_size must be >= 1, got {self.batch_size}")
+        # check() skips executor placeholders: the executor re-validates the concrete config.
+        check("TokenizeConfig", "train_paths", self.train_paths, lambda v: len(v) > 0, "at least one path")
+        check("TokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+        check("TokenizeConfig", "batch_size", self.batch_size, lambda v: v >= 1, ">= 1")
+        check("TokenizeConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
 
 
 def tokenize_corpus(config: TokenizeConfig) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from marin.storage import exists, join, read_text, write_atomic
+from marin.validation import check, concrete
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +83,13 @@ class TrainTokenizerConfig:
     text_key: str = "text"
 
     def __post_init__(self):
-        if self.vocab_size < 256 + len(self.special_tokens):
-            raise ValueError(f"TrainTokenizerConfig.vocab_size must cover the 256 byte tokens, got {self.vocab_size}")
-        if not self.special_tokens:
-            raise ValueError("TrainTokenizerConfig.special_tokens must name at least the end-of-document token")
+        # check() skips executor placeholders: the executor re-validates the concrete config.
+        check("TrainTokenizerConfig", "special_tokens", self.special_tokens, lambda v: len(v) > 0,
+              "at least the end-of-document token")
+        known, specials = concrete(self.special_tokens)
+        minimum = 256 + (len(specials) if known else 1)
+        check("TrainTokenizerConfig", "vocab_size", self.vocab_size, lambda v: v >= minimum,
+              f">= {minimum} (the 256 byte tokens and the special tokens)")
 
 
 def build_bpe_tokenizer(texts: Iterator[str], config: TrainTokenizerConfig) -> Tokenizer:

@@ -240,3 +240,15 @@ def test_cache_is_a_trainer_token_source(corpus, tokenizer_path, tmp_path):
     assert source.num_bytes == sum(len(t.encode()) for t in texts_of(files))
     assert source.read(10, 5).dtype == np.int32 and source.read(10, 5).tolist() == cache.read(10, 5).tolist()
     np.testing.assert_array_equal(source.doc_starts(0, 500), cache.document_starts(0, 500))
+
+
+def test_configs_accept_executor_placeholders_and_validate_values():
+    from marin.execution import this_output_path, versioned
+
+    TokenizeConfig(train_paths=[this_output_path()], validation_paths=[], tokenizer="t",
+                   output_path=this_output_path(), num_workers=versioned(2))
+    TrainTokenizerConfig(input_paths=[this_output_path()], output_path=this_output_path(), vocab_size=versioned(512))
+    with pytest.raises(ValueError, match=r"TokenizeConfig.num_workers must be >= 1, got 0"):
+        TokenizeConfig(train_paths=["x"], validation_paths=[], tokenizer="t", output_path="o", num_workers=versioned(0))
+    with pytest.raises(ValueError, match=r"TrainTokenizerConfig.vocab_size must be >= 258"):
+        TrainTokenizerConfig(input_paths=["x"], output_path="o", vocab_size=100)
