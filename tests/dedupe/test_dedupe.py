@@ -20,7 +20,7 @@ from marin.dedupe.text import jaccard, normalize_exact, normalize_paragraph, spl
 from marin.parallel import TaskFailed
 from marin.storage.records import find_record_files, read_documents, write_records
 
-from tests.dedupe.conftest import attributes
+from tests.dedupe.conftest import attributes, output_files
 
 
 def run(corpus, tmp_path, name, **kw):
@@ -141,11 +141,9 @@ def test_output_mirrors_input_and_summary_counts(corpus, tmp_path):
 def test_resume_redoes_only_unfinished_tasks(corpus, tmp_path, monkeypatch):
     kw = dict(paragraph=ParagraphDedupeConfig(), decontaminate=DecontaminationConfig(eval_paths=(corpus["eval"],)))
     reference, _ = run(corpus, tmp_path, "clean", **kw)
-    real_write = pipeline.write_shard
-    calls = []
+    real_write, real_map = pipeline.write_shard, pipeline.map_shard
 
     def crash_on_shard_5(config, shard, work, eval_ids):
-        calls.append(shard.index)
         if shard.index == 5:
             raise OSError("disk full")
         return real_write(config, shard, work, eval_ids)
@@ -154,16 +152,26 @@ def test_resume_redoes_only_unfinished_tasks(corpus, tmp_path, monkeypatch):
     with pytest.raises(TaskFailed, match="dedupe/write task 5 of 16 failed: OSError: disk full"):
         run(corpus, tmp_path, "resumed", **kw)
     work = tmp_path / "resumed" / "_work"
-    map_times = {p: os.stat(work / "map" / p / "meta.json").st_mtime_ns for p in os.listdir(work / "map")}
-    monkeypatch.setattr(pipeline, "write_shard", real_write)
-    run(corpus, tmp_path, "resumed", **kw)
-    assert not work.exists()
-    from tests.dedupe.conftest import output_files
+    assert sorted(os.listdir(work / "written")) == [f"{i:05d}.json" for i in range(5)]
 
+    mapped, written = [], []
+
+    def spy_map(config, shard, work_dir):
+        if not os.path.exists(os.path.join(work_dir, "map", f"{shard.index:05d}", "meta.json")):
+            mapped.append(shard.index)
+        return real_map(config, shard, work_dir)
+
+    def spy_write(config, shard, work_dir, eval_ids):
+        if not os.path.exists(os.path.join(work_dir, "written", f"{shard.index:05d}.json")):
+            written.append(shard.index)
+        return real_write(config, shard, work_dir, eval_ids)
+
+    monkeypatch.setattr(pipeline, "map_shard", spy_map)
+    monkeypatch.setattr(pipeline, "write_shard", spy_write)
+    run(corpus, tmp_path, "resumed", **kw)
+    assert mapped == [] and written == list(range(5, 16))  # only the unfinished tasks ran again
+    assert not work.exists()
     assert output_files(tmp_path / "resumed") == output_files(reference.output_path)
-    assert calls == [0, 1, 2, 3, 4, 5]
-    # The map results of the failed run were reused, not recomputed.
-    assert len(map_times) == 16
 
 
 def test_malformed_input_errors_name_file_and_line_or_are_skipped(tmp_path):
