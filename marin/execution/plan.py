@@ -233,7 +233,7 @@ def _plan_one(step: ExecutorStep, edges: list[_Edge], planned: dict[int, Planned
     config_version: dict[str, Any] = {}
     for ph in iter_placeholders(step.config):
         if isinstance(ph.value, VersionedValue):
-            config_version[ph.field] = _json_value(ph.value.value, step.name, ph.field)
+            config_version[ph.field] = _json_value(ph.value.identity_value(), step.name, ph.field)
     input_version: dict[str, str] = {}
     deps: list[PlannedStep] = []
     nonblocking: list[PlannedStep] = []
@@ -290,7 +290,7 @@ def _check_name_references(steps, edges, planned) -> None:
 def _json_value(value: Any, step_name: str, field: str) -> Any:
     """A versioned value as canonical JSON data (dataclasses as dicts, tuples as lists)."""
     if isinstance(value, VersionedValue):
-        return _json_value(value.value, step_name, field)
+        return _json_value(value.identity_value(), step_name, field)
     if isinstance(value, (InputName, OutputName, ExecutorStep)):
         raise PlanError(f"step {step_name!r}, field {field!r}: inputs and outputs must not be wrapped in versioned()")
     if value is None or isinstance(value, (bool, int, float, str)):

@@ -19,15 +19,26 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
+_SAME = object()
+
+
 @dataclasses.dataclass(frozen=True)
 class VersionedValue(Generic[T]):
-    """A config value that is part of the step's identity: changing it changes the output path."""
+    """A config value that is part of the step's identity: changing it changes the output path.
+
+    ``identity``, when given, is hashed instead of ``value``: for a value some of whose fields only
+    change speed (microbatching, logging cadence), pass a copy with those fields normalised.
+    """
 
     value: T
+    identity: Any = _SAME
+
+    def identity_value(self) -> Any:
+        return self.value if self.identity is _SAME else self.identity
 
 
-def versioned(value: T) -> VersionedValue[T]:
-    return VersionedValue(value)
+def versioned(value: T, identity: Any = _SAME) -> VersionedValue[T]:
+    return VersionedValue(value, identity)
 
 
 @dataclasses.dataclass(frozen=True)

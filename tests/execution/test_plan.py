@@ -188,3 +188,12 @@ def test_plan_of_1000_steps_has_no_recursion_limit(shape):
         steps.append(step(f"n/{i}", size=versioned(i), inputs=(parent / "out",)))
     plan = Executor(prefix="/p").plan([steps[-1]] if shape == "chain" else steps)  # speed: benchmarks/
     assert [p.name for p in plan.steps] == [s.name for s in steps]
+
+
+def test_versioned_with_identity_hashes_the_identity_and_runs_the_value():
+    fast = step("t", size=versioned({"batch": 8, "microbatches": 4}, identity={"batch": 8}))
+    slow = step("t", size=versioned({"batch": 8, "microbatches": 1}, identity={"batch": 8}))
+    assert path_of(fast) == path_of(slow)
+    planned = plan_steps([fast], "/p").steps[0]
+    assert planned.version["config"]["size"] == {"batch": 8}
+    assert instantiate_config(planned).size == {"batch": 8, "microbatches": 4}
