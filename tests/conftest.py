@@ -13,6 +13,9 @@ os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("MARIN_PREFIX", None)
 # gcsfs must not probe bucket types over gRPC against an emulator (ENVIRONMENT-NOTES); set before any import.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+# gcsfs: anonymous access (the emulator needs no token) instead of probing for Google credentials and the
+# GCE metadata server on every new filesystem. fsspec reads FSSPEC_<PROTOCOL>_<ARG> when it is imported.
+os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
 
 import pytest  # noqa: E402
 
