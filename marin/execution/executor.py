@@ -23,6 +23,7 @@ from typing import Any
 
 from marin.execution import experiment
 from marin.execution.lease import Heartbeat, Lease, LeaseConfig, new_owner_id, read_lease, try_acquire
+from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.plan import Plan, PlannedStep, instantiate_config, plan_steps
 from marin.execution.status import StepState, append_event, current_state, last_message, mark_waiting, write_info
 from marin.execution.step import ExecutorStep
@@ -171,11 +172,17 @@ class Executor:
         if not todo:
             logger.info("nothing to run: all %d steps already succeeded", len(skipped))
             return RunResult(plan, [], skipped, [], record_url)
+        runner = self._start_runner()
+        problems = []
+        for p in todo:  # report every step the cluster can never run, before running anything
+            try:
+                runner.check_feasible(p.name, p.step.resource_config)
+            except InfeasibleResources as e:
+                problems.append(str(e))
+        if problems:
+            raise InfeasibleResources("\n".join(problems))
         for p in todo:  # lets the browser show the whole DAG at once
             mark_waiting(p.output_path, self.owner)
-        runner = self._start_runner()
-        for p in todo:
-            runner.check_feasible(p.name, p.step.resource_config)
         # Steps outside the selection are SUCCESS by construction of _select (or not needed).
         todo_ids = {p.identity for p in todo}
         run = _Run(self, plan, todo, {p.identity for p in plan.steps} - todo_ids, runner)

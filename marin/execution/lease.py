@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -164,10 +165,15 @@ def _encode(owner: str, acquired: float) -> bytes:
 
 
 def _decode(data: bytes) -> dict | None:
+    """The lease document, or None for anything this module would not have written (truncated JSON, a
+    heartbeat that is not a finite number, ...): such a lease is judged by ``_garbage_is_stale``."""
     try:
         doc = json.loads(data)
-        float(doc["heartbeat"])
-        str(doc["owner"])
-        return doc
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("owner"), str):
+        return None
+    heartbeat = doc.get("heartbeat")
+    if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)) or not math.isfinite(heartbeat):
+        return None
+    return doc

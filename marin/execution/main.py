@@ -19,10 +19,10 @@ from marin.execution.experiment import caller_file
 from marin.execution.lease import LeaseConfig
 from marin.execution.plan import PlanError
 from marin.execution.ray_runner import InfeasibleResources
+from marin.execution.status import StatusFileError
 from marin.execution.step import ExecutorStep
 from marin.storage import MissingBackend, StoreUnavailable
 
-logger = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "./local_store"
 
@@ -80,9 +80,9 @@ def executor_main(steps: Sequence[ExecutorStep], description: str | None = None,
         ValueError,
         MissingBackend,
         StoreUnavailable,
+        StatusFileError,
         InfeasibleResources,
     ) as e:
-        logger.error("%s", e)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     print(

@@ -59,7 +59,8 @@ class RayRunner:
             return
         missing = sorted({k for k, v in demands.items() if not any(node.get(k, 0) >= v for node in nodes)})
         largest = {k: max((node.get(k, 0) for node in nodes), default=0) for k in demands}
-        detail = ", ".join(f"{k}: needs {demands[k]:g}, largest node has {largest[k]:g}" for k in missing) or (
+        detail = ", ".join(f"{k}: needs {_amount(k, demands[k])}, largest node has {_amount(k, largest[k])}"
+                           for k in missing) or (
             f"no single node has all of {demands}"
         )
         raise InfeasibleResources(
@@ -90,6 +91,10 @@ class RayRunner:
             return f"{type(cause).__name__}: {cause}"
         except self._ray.exceptions.RayError as e:
             return f"{type(e).__name__} (the worker or its node died): {e}"
+
+
+def _amount(resource: str, value: float) -> str:
+    return f"{value / 2**30:.1f} GiB" if resource == "memory" else f"{value:g}"
 
 
 def extra_requirements(extras: tuple[str, ...], distribution: str = "marin") -> list[str]:

@@ -61,6 +61,11 @@ def read_events(output_path: str) -> list[dict[str, Any]]:
                 f"{[s.value for s in StepState]}. Inspect the step's outputs, then delete this file to rerun it."
             ) from None
         events.append(event)
+    if not events:  # the first write (WAITING, create-only) already holds an event: this file lost its content
+        raise StatusFileError(
+            f"{url}: no status events (the file is empty); expected JSON lines with a 'state'. "
+            "Inspect the step's outputs, then delete this file to rerun it."
+        )
     return events
 
 

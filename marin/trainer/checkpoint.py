@@ -246,3 +246,32 @@ class Checkpointer:
             arrays.append(array)
         logger.info("restored checkpoint %s (step %d)", url, manifest["step"])
         return jax.tree.unflatten(treedef, [jax.numpy.asarray(a) for a in arrays])
+
+
+def restore_params(base: str, template: Any, step: int | None = None) -> tuple[Any, int]:
+    """Only the parameters (``params/...`` leaves) of the newest intact checkpoint under ``base`` (or of
+    ``step``): what evaluation, export and generation need, without the optimizer state's memory.
+
+    Parameters are read as saved; an EMA, if the run kept one, is preferred (it is what was evaluated)."""
+    candidates = [(s, url) for s, url in list_checkpoints(base) if step is None or s == step]
+    if not candidates:
+        raise FileNotFoundError(f"{base}: no complete checkpoint" + (f" at step {step}" if step is not None else ""))
+    for found_step, url in reversed(candidates):
+        manifest = json.loads(read_bytes(join(url, "manifest.json")))
+        root = "ema" if any(name.startswith("ema/") for name in manifest["leaves"]) else "params"
+        names = [f"{root}/{name}" for name in leaf_names(template)]
+        missing = [n for n in names if n not in manifest["leaves"]]
+        if missing:
+            raise IncompatibleCheckpoint(f"{url}: no leaves {missing[:5]} (a different model?)")
+        try:
+            arrays = []
+            for name in names:
+                array = _read_array(join(url, name))
+                if _crc32(array) != manifest["leaves"][name]["crc32"]:
+                    raise CorruptCheckpoint(f"{name}: checksum mismatch")
+                arrays.append(array)
+        except Exception as e:  # noqa: BLE001 - any unreadable leaf: fall back to the previous checkpoint
+            logger.warning("checkpoint %s unreadable (%s); trying the previous one", url, e)
+            continue
+        return jax.tree.unflatten(jax.tree.structure(template), arrays), found_step
+    raise CorruptCheckpoint(f"{base}: no readable checkpoint")

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from marin.storage import join
-from marin.trainer.checkpoint import CheckpointConfig, Checkpointer
+from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, restore_params
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.model import LlamaConfig, param_axes
 from marin.trainer.optim import OptimizerConfig
@@ -76,6 +77,10 @@ class TrainLmConfig:
     data: DataConfig
     trainer: TrainerConfig
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    initialize_from: str | None = None
+    """Another run's output directory: a fresh run starts from its newest parameters (its EMA if it kept
+    one) with a new optimizer state and step 0, as Tootsie's phase 2 and cooldown started from the phase
+    before. Ignored once this run has checkpoints of its own (resuming takes precedence)."""
 
     def __post_init__(self):
         if not self.output_path:
@@ -152,6 +157,13 @@ def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer) -
     )
     key = jax.random.PRNGKey(trainer.seed)
     restored = checkpointer.restore_latest(jax.eval_shape(init, key))
+    if restored is None and config.initialize_from:
+        state = init(key)
+        params, step = restore_params(join(config.initialize_from, "checkpoints"), state.params)
+        logger.info("initialising parameters from %s (step %d)", config.initialize_from, step)
+        params = jax.tree.map(lambda p, like: jnp.asarray(p, like.dtype), params, state.params)
+        ema = jax.tree.map(jnp.copy, params) if state.ema is not None else None
+        return dataclasses.replace(state, params=params, ema=ema)
     if restored is None:
         logger.info("no checkpoint under %s: initialising from seed %d", checkpointer.base, trainer.seed)
         return init(key)

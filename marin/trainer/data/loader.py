@@ -51,13 +51,16 @@ class DataConfig:
     def __post_init__(self):
         if not self.train:
             raise ValueError("DataConfig.train must name at least one source")
-        for stage in self.stages:
+        # An experiment may wrap stages in a placeholder (the executor's versioned()); they are checked
+        # when the executor instantiates the config with the concrete tuple.
+        stages = self.stages if isinstance(self.stages, (tuple, list)) else ()
+        for stage in stages:
             unknown = set(stage.weights) - set(self.train)
             if unknown:
                 raise ValueError(f"DataConfig.stages[start_step={stage.start_step}] names unknown sources {sorted(unknown)}")
-        if self.stages and self.stages[0].start_step != 0:
-            raise ValueError(f"DataConfig.stages must begin at step 0, got {self.stages[0].start_step}")
-        if self.mixture_block_size <= 0:
+        if stages and stages[0].start_step != 0:
+            raise ValueError(f"DataConfig.stages must begin at step 0, got {stages[0].start_step}")
+        if isinstance(self.mixture_block_size, int) and self.mixture_block_size <= 0:
             raise ValueError(f"DataConfig.mixture_block_size must be > 0, got {self.mixture_block_size}")
         if self.prefetch < 0:
             raise ValueError(f"DataConfig.prefetch must be >= 0, got {self.prefetch}")

@@ -1,0 +1,178 @@
+"""Step builders that experiments compose in a few lines: download → dedupe → tokenize → train → eval → export.
+
+    raw = default_download("fineweb-edu", "hf://datasets/HuggingFaceFW/fineweb-edu", revision="87f0914")
+    docs = default_dedupe("fineweb-edu", raw, eval_sets=[...])
+    tok = default_tokenize("fineweb-edu", train=docs, validation=..., tokenizer="meta-llama/Meta-Llama-3.1-8B")
+    model = default_train("nano-fw", {"fw": tok}, llama_nano(), SimpleTrainConfig(...))
+    evals = default_eval("nano-fw", model, tokenizer=..., validation={"fw": tok / "validation"}, tasks=[...])
+
+Names follow the paths users browse: ``raw/…``, ``documents/…``, ``tokenizers/…``, ``tokenized/…``,
+``checkpoints/…``, ``evaluation/…``, ``exports/…``. Every field that defines a step's result is wrapped
+in ``versioned`` here; knobs that only change speed (workers, batch sizes of I/O) are not, so turning them
+reuses existing outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from marin.dedupe import DedupeConfig, dedupe_documents
+from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHashConfig, ParagraphDedupeConfig
+from marin.download import DownloadConfig, download_dataset
+from marin.evaluation.step import EvalConfig, evaluate_model
+from marin.execution import ExecutorStep, InputName, ResourceConfig, this_output_path, versioned
+from marin.export.step import ExportConfig, export_checkpoint
+from marin.tokenize import TokenCacheSourceConfig, TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
+from marin.trainer.checkpoint import CheckpointConfig
+from marin.trainer.data.loader import DataConfig
+from marin.trainer.data.mixture import MixtureStage
+from marin.trainer.loop import TrainerConfig, TrainLmConfig
+from marin.trainer.model.config import LlamaConfig
+from marin.trainer.optim import OptimizerConfig
+from marin.trainer.step import PrecisionPolicy
+from marin.trainer.tracking import TrackerConfig
+from marin.trainer.train_lm import train_lm
+
+from experiments.models import SimpleTrainConfig
+
+Input = ExecutorStep | InputName | str
+
+CPU_DATA = ResourceConfig(num_cpus=1)
+
+
+def default_download(name: str, source: Input, *, revision: str | None = None, patterns: Sequence[str] = (),
+                     files: Sequence[str] = ()) -> ExecutorStep:
+    """``raw/<name>``: a hub data set pinned to ``revision``, or any URL (or another step's output)."""
+    source = versioned(source) if isinstance(source, str) else source
+    return ExecutorStep(
+        name=f"raw/{name}",
+        fn=download_dataset,
+        config=DownloadConfig(source=source, revision=versioned(revision), patterns=versioned(tuple(patterns)),
+                              files=versioned(tuple(files)), output_path=this_output_path()),
+        description=f"download {source if not isinstance(source, str) else source}",
+        resources=CPU_DATA,
+    )
+
+
+def default_dedupe(name: str, documents: Input, *, eval_sets: Sequence[Input] = (), fuzzy_threshold: float = 0.8,
+                   paragraph: bool = False) -> ExecutorStep:
+    """``documents/<name>``: exact + MinHash dedupe, optionally paragraph dedupe and decontamination."""
+    decontaminate = None
+    if eval_sets:
+        decontaminate = DecontaminationConfig(eval_paths=tuple(eval_sets), ngram=versioned(13),
+                                              min_matches=versioned(1))
+    return ExecutorStep(
+        name=f"documents/{name}",
+        fn=dedupe_documents,
+        config=DedupeConfig(
+            input_path=documents,
+            output_path=this_output_path(),
+            exact=versioned(ExactDedupeConfig()),
+            fuzzy=versioned(MinHashConfig(threshold=fuzzy_threshold)),
+            paragraph=versioned(ParagraphDedupeConfig() if paragraph else None),
+            decontaminate=decontaminate,
+        ),
+        description=f"dedupe {name}",
+        resources=CPU_DATA,
+    )
+
+
+def default_train_tokenizer(name: str, documents: Sequence[Input], *, vocab_size: int = 8192,
+                            max_documents: int | None = 50_000) -> ExecutorStep:
+    """``tokenizers/<name>``: a byte-level BPE trained on ``documents``."""
+    return ExecutorStep(
+        name=f"tokenizers/{name}",
+        fn=train_tokenizer,
+        config=TrainTokenizerConfig(input_paths=tuple(documents), output_path=this_output_path(),
+                                    vocab_size=versioned(vocab_size), max_documents=versioned(max_documents)),
+        resources=CPU_DATA,
+    )
+
+
+def default_tokenize(name: str, *, train: Sequence[Input], validation: Sequence[Input] = (),
+                     tokenizer: Input, num_workers: int = 1) -> ExecutorStep:
+    """``tokenized/<name>``: token caches ``train/`` and ``validation/``."""
+    tokenizer = versioned(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    return ExecutorStep(
+        name=f"tokenized/{name}",
+        fn=tokenize_corpus,
+        config=TokenizeConfig(train_paths=tuple(train), validation_paths=tuple(validation), tokenizer=tokenizer,
+                              output_path=this_output_path(), num_workers=num_workers),
+        resources=CPU_DATA,
+    )
+
+
+def mixture_stages(weights: Mapping[str, float], changes: Sequence[tuple[int, Mapping[str, float]]] = ()):
+    """Weights from step 0, then each ``(step, weights)`` from that step on."""
+    return (MixtureStage(start_step=0, weights=dict(weights)),
+            *(MixtureStage(start_step=s, weights=dict(w)) for s, w in changes))
+
+
+def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: LlamaConfig, train: SimpleTrainConfig,
+                  *, weights: Mapping[str, float] | None = None,
+                  weight_changes: Sequence[tuple[int, Mapping[str, float]]] = (),
+                  validation: Mapping[str, Input] | None = None,
+                  initialize_from: ExecutorStep | None = None) -> ExecutorStep:
+    """``checkpoints/<name>``: train ``model`` on a mixture of token caches (each tokenize step's ``train/``).
+
+    ``validation`` defaults to every tokenize step's ``validation/`` cache, evaluated during training.
+    ``initialize_from`` starts from another training step's newest parameters (a new phase of a run)."""
+    weights = weights or {k: 1.0 for k in tokenized}
+    validation = validation if validation is not None else {k: s / "validation" for k, s in tokenized.items()}
+    data = DataConfig(
+        train={k: TokenCacheSourceConfig(path=s / "train") for k, s in tokenized.items()},
+        validation={k: TokenCacheSourceConfig(path=p) for k, p in validation.items()},
+        stages=versioned(mixture_stages(weights, weight_changes)),
+        seed=versioned(train.seed),
+    )
+    optimizer = OptimizerConfig(learning_rate=train.learning_rate, weight_decay=train.weight_decay,
+                                schedule=train.schedule, warmup=train.warmup, decay=train.decay,
+                                min_lr_ratio=train.min_lr_ratio, cycles=train.cycles, rewarmup=train.rewarmup,
+                                ema_decay=train.ema_decay)
+    trainer = TrainerConfig(
+        num_train_steps=train.num_train_steps, batch_size=train.batch_size, num_microbatches=train.num_microbatches,
+        precision=PrecisionPolicy(compute_dtype=train.compute_dtype), seed=train.seed, log_every=train.log_every,
+        eval_every=train.eval_every,
+        checkpoint=CheckpointConfig(save_interval_minutes=train.save_interval_minutes, keep_every=train.keep_every),
+        tracker=TrackerConfig(wandb=train.wandb, progress_bar=True),
+    )
+    # num_microbatches, logging and checkpoint cadence do not change the result: only the batch does.
+    identity = dataclasses.replace(trainer, num_microbatches=1, log_every=1, checkpoint=CheckpointConfig(),
+                                   tracker=TrackerConfig())
+    return ExecutorStep(
+        name=f"checkpoints/{name}",
+        fn=train_lm,
+        config=TrainLmConfig(output_path=this_output_path(), model=versioned(model), data=data,
+                             trainer=versioned(trainer, identity), optimizer=versioned(optimizer),
+                             initialize_from=initialize_from),
+        description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
+        resources=train.resources,
+    )
+
+
+def default_eval(name: str, checkpoint: ExecutorStep, *, tokenizer: Input, validation: Mapping[str, Input],
+                 tasks: Sequence[Input] = (), num_fewshot: int = 0, model: LlamaConfig | None = None,
+                 max_documents: int | None = 1000, unigram_baseline: Mapping[str, Input] | None = None) -> ExecutorStep:
+    """``evaluation/<name>``: bits-per-byte per validation set and multiple-choice accuracy."""
+    return ExecutorStep(
+        name=f"evaluation/{name}",
+        fn=evaluate_model,
+        config=EvalConfig(checkpoint_path=checkpoint, tokenizer=tokenizer, output_path=this_output_path(),
+                          model=versioned(model), validation=dict(validation), tasks=tuple(tasks),
+                          num_fewshot=versioned(num_fewshot), max_documents=versioned(max_documents),
+                          unigram_baseline=dict(unigram_baseline or {})),
+        resources=CPU_DATA,
+    )
+
+
+def default_export(name: str, checkpoint: ExecutorStep, *, tokenizer: Input | None = None,
+                   model: LlamaConfig | None = None) -> ExecutorStep:
+    """``exports/<name>``: the newest checkpoint as a Hugging Face ``LlamaForCausalLM`` directory."""
+    return ExecutorStep(
+        name=f"exports/{name}",
+        fn=export_checkpoint,
+        config=ExportConfig(checkpoint_path=checkpoint, tokenizer=tokenizer, output_path=this_output_path(),
+                            model=versioned(model)),
+        resources=CPU_DATA,
+    )

@@ -1,0 +1,163 @@
+"""Marin 8B ("Tootsie"): the multi-phase run as a DAG, the recipe written as code.
+
+    python experiments/tootsie_8b.py --dry_run true        # the plan, parameter count, tokens per phase
+    RAY_ADDRESS=... MARIN_PREFIX=gs://my-bucket/lab python experiments/tootsie_8b.py   # on a TPU cluster
+
+Marin trained its 8B model in phases, adapting the recipe as evidence came in ("tootsie roll": keep
+rolling). This file records the three phases the way they ran, at their real sizes:
+
+1. **Phase 1** (the "kestrel"/DCLM phase): Llama-3-8B shape, batch 1024 × 4096 tokens, AdamW lr 1e-3,
+   weight decay 0.05, 1,000 warmup steps, WSD-S (cyclic warmup-stable-decay, so checkpoints along the way
+   are usable), on the DCLM mixture: DCLM baseline + StarCoder data + Proof-Pile 2, weighted by tokens.
+   Ran on 2 × TPU v5e-256 (multislice).
+2. **Phase 2** ("ocelot"): initialised from phase 1's parameters, batch 3072 (≈12.6M tokens per step), lr
+   1.7e-3, an EMA of the parameters, same mixture. Ran on a TPU v4-2048.
+3. **Cooldown**: initialised from phase 2, the mixture shifts to high-quality sources (math, code, papers,
+   encyclopedic and Q&A text) and the learning rate decays linearly to zero.
+
+Every phase is evaluated (bits-per-byte on held-out Paloma-style sets + multiple-choice tasks) and exported.
+Data steps run on CPU workers; download revisions pin exactly what was read. Token counts are the public
+sizes of each source after Marin's filtering, rounded; they set the mixture weights.
+"""
+
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.defaults import (  # noqa: E402
+    default_dedupe,
+    default_download,
+    default_eval,
+    default_export,
+    default_tokenize,
+    default_train,
+)
+from experiments.models import TPU_V4_2048, SimpleTrainConfig, llama_8b  # noqa: E402
+from marin.execution import ResourceConfig, executor_main  # noqa: E402
+
+LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3.1-8B"
+SEQ_LEN = 4096
+
+# (hub data set, pinned revision, file globs, tokens) -- revisions are the commits Marin's runs read (as
+# recorded in its experiments/pretraining_datasets.py); token counts (NeoX tokenizer) set the weights.
+PHASE1_SOURCES = {
+    "dclm_baseline": ("hf://datasets/mlfoundations/dclm-baseline-1.0", "a3b142c",
+                      ("global-shard_*/local-shard_*/*.jsonl.zst",), 3.8e12),
+    "starcoderdata": ("hf://datasets/bigcode/starcoderdata", "9fc30b5",
+                      ("*/train-*.parquet",), 2.5e11),
+    "proofpile_2": ("hf://datasets/EleutherAI/proof-pile-2", "901a927",
+                    ("algebraic-stack/train/*.jsonl.zst", "arxiv/train/*.jsonl.zst", "open-web-math/train/*.jsonl.zst"),
+                    5.5e10),
+}
+# High-quality sources for the cooldown (math, code with explanations, papers, encyclopedic text, Q&A).
+COOLDOWN_SOURCES = {
+    "finemath_3plus": ("hf://datasets/HuggingFaceTB/finemath", "e92b25a616738fe95dc186b64dfb19f9c8525594",
+                       ("finemath-3plus/*.parquet",), 3.4e10),
+    "dolmino_wiki": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
+                     ("data/wiki/*.json.gz",), 3.7e9),
+    "dolmino_stackexchange": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
+                              ("data/stackexchange/*.json.gz",), 1.3e9),
+    "dolmino_pes2o": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
+                      ("data/pes2o/*.json.gz",), 5.9e10),
+    "dolmino_flan": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
+                     ("data/flan/*.json.gz",), 1.7e10),
+}
+# Held-out text for bits-per-byte (Paloma's subsets) and multiple-choice tasks, pinned like the data.
+PALOMA = ("hf://datasets/allenai/paloma", "65cd6fc",
+          ("c4_en/val/val*.jsonl.gz", "dolma_100_subreddits/val/val*.jsonl.gz",
+           "m2d2_wikipedia_unsplit/val/val*.jsonl.gz"))
+
+CPU_BIG = ResourceConfig(num_cpus=16, memory=64 << 30)
+TPU_V5E_256_X2 = ResourceConfig(num_cpus=8, resources={"TPU-v5e-256-head": 2}, max_retries=1000)
+TPU_V4_2048_PREEMPTIBLE = dataclasses.replace(TPU_V4_2048, max_retries=1000)
+
+PHASE1_STEPS = 660_000  # 1024 x 4096 tokens per step: ~2.77T tokens
+PHASE2_STEPS = 110_000  # 3072 x 4096: ~1.38T tokens
+COOLDOWN_STEPS = 30_000  # 3072 x 4096: ~0.38T tokens
+
+
+def data_pipeline(name: str, source: tuple, validation_from=None):
+    url, revision, patterns, _tokens = source
+    raw = default_download(name, url, revision=revision, patterns=patterns)
+    documents = dataclasses.replace(default_dedupe(name, raw), resources=CPU_BIG)  # CPU-bound, many workers
+    tokenized = default_tokenize(name, train=[documents / "documents"],
+                                 validation=[validation_from] if validation_from is not None else [],
+                                 tokenizer=LLAMA3_TOKENIZER, num_workers=64)
+    return dataclasses.replace(tokenized, resources=CPU_BIG)
+
+
+paloma = default_download("paloma", PALOMA[0], revision=PALOMA[1], patterns=PALOMA[2])
+phase1_data = {name: data_pipeline(name, src) for name, src in PHASE1_SOURCES.items()}
+cooldown_data = {name: data_pipeline(name, src) for name, src in COOLDOWN_SOURCES.items()}
+paloma_tokenized = dataclasses.replace(
+    default_tokenize("paloma", train=[paloma / "c4_en"], validation=[paloma], tokenizer=LLAMA3_TOKENIZER),
+    resources=CPU_BIG,
+)
+validation = {"paloma": paloma_tokenized / "validation"}
+
+
+def token_weights(sources: dict) -> dict[str, float]:
+    total = sum(src[3] for src in sources.values())
+    return {name: src[3] / total for name, src in sources.items()}
+
+
+model = llama_8b(seq_len=SEQ_LEN)
+
+phase1 = default_train(
+    "tootsie-8b-phase1",
+    phase1_data,
+    model,
+    SimpleTrainConfig(num_train_steps=PHASE1_STEPS, batch_size=1024, learning_rate=1e-3, weight_decay=0.05,
+                      schedule="wsd_s", warmup=1000, decay=0.1, cycles=(200_000, 400_000), rewarmup=1000,
+                      min_lr_ratio=0.1, compute_dtype="bfloat16", eval_every=10_000, keep_every=10_000,
+                      wandb=True, resources=TPU_V5E_256_X2),
+    weights=token_weights(PHASE1_SOURCES),
+    validation=validation,
+)
+phase2 = default_train(
+    "tootsie-8b-phase2",
+    phase1_data,
+    model,
+    SimpleTrainConfig(num_train_steps=PHASE2_STEPS, batch_size=3072, learning_rate=1.7e-3, weight_decay=0.05,
+                      schedule="constant", warmup=1000, decay=None, ema_decay=0.995,
+                      compute_dtype="bfloat16", eval_every=5_000, keep_every=5_000, wandb=True,
+                      resources=TPU_V4_2048_PREEMPTIBLE),
+    weights=token_weights(PHASE1_SOURCES),
+    validation=validation,
+    initialize_from=phase1,
+)
+# The cooldown keeps 30% web (DCLM) so the model does not forget general text while it anneals.
+cooldown_weights = {"dclm_baseline": 0.3, **{k: 0.7 * w for k, w in token_weights(COOLDOWN_SOURCES).items()}}
+cooldown = default_train(
+    "tootsie-8b-cooldown",
+    {"dclm_baseline": phase1_data["dclm_baseline"], **cooldown_data},
+    model,
+    SimpleTrainConfig(num_train_steps=COOLDOWN_STEPS, batch_size=3072, learning_rate=1.7e-3, weight_decay=0.05,
+                      schedule="linear", warmup=0, min_lr_ratio=0.0, ema_decay=0.995, compute_dtype="bfloat16",
+                      eval_every=2_000, keep_every=5_000, wandb=True, resources=TPU_V4_2048_PREEMPTIBLE),
+    weights=cooldown_weights,
+    validation=validation,
+    initialize_from=phase2,
+)
+
+PHASES = {"phase1": (phase1, 1024), "phase2": (phase2, 3072), "cooldown": (cooldown, 3072)}
+evals = [default_eval(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, validation=validation,
+                      model=model) for name, (step, _) in PHASES.items()]
+exports = [default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, model=model)
+           for name, (step, _) in PHASES.items()]
+
+
+def describe() -> str:
+    lines = [f"Tootsie 8B: {model.param_count / 1e9:.2f}B parameters, seq {SEQ_LEN}"]
+    for name, (step, batch) in PHASES.items():
+        steps = step.config.trainer.value.num_train_steps
+        lines.append(f"  {name:8s} {steps:>8,} steps x {batch} x {SEQ_LEN} = {steps * batch * SEQ_LEN / 1e12:.2f}T tokens")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if "--dry_run" in " ".join(sys.argv):
+        print(describe())
+    executor_main(steps=[*evals, *exports], description="Marin 8B (Tootsie): phase 1, phase 2, cooldown")

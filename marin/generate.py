@@ -1,0 +1,42 @@
+"""python -m marin.generate --checkpoint PATH --prompt "Once upon a time" [--max_new_tokens 64]
+   [--temperature 0.8] [--top_p 0.9] [--top_k 50] [--seed 0] [--tokenizer TOK] [--num_samples 1]
+
+PATH is a Hugging Face export directory (its tokenizer is used) or a training run's output directory
+(then pass --tokenizer). Generation stops at the end-of-document token or after --max_new_tokens.
+"""
+
+import argparse
+import logging
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="Sample text from a trained model with a KV cache.")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--max_new_tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top_k", type=int, default=None)
+    parser.add_argument("--top_p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num_samples", type=int, default=1)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    from marin.evaluation.step import load_model
+    from marin.export.generate import GenerationConfig, generate
+    from marin.tokenize import eos_id, load_tokenizer
+
+    cfg, params, _ = load_model(args.checkpoint, None)
+    tokenizer = load_tokenizer(args.tokenizer or args.checkpoint)
+    eos = eos_id(tokenizer)
+    prompt = [eos, *tokenizer.encode(args.prompt, add_special_tokens=False).ids]
+    gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                           top_p=args.top_p, seed=args.seed, stop_tokens=(eos,))
+    for tokens in generate(cfg, params, [prompt] * args.num_samples, gen):
+        text = tokenizer.decode([t for t in tokens if t != eos])
+        print(args.prompt + text)
+
+
+if __name__ == "__main__":
+    main()
