@@ -24,7 +24,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	touch $@ $(VENV)/.installed-base
 
 quickstart: $(VENV)/.installed-base
-	$(PY) experiments/hello_world.py
+	$(PY) experiments/quickstart.py
 
 # The browser's end-to-end tests drive Debian's Chromium (Playwright's own browser download fails offline).
 chromium:

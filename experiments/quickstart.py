@@ -1,0 +1,116 @@
+"""The quickstart: Marin's Tootsie recipe in miniature, end to end on a laptop CPU in a few minutes.
+
+    make quickstart                                   # = python experiments/quickstart.py
+    python experiments/quickstart.py --dry_run true   # the plan, and why each step would run
+
+    corpus/bundled ─► raw/bundled ─► documents/bundled ─► tokenizers/bundled-bpe2k
+                                                     └─► tokenized/{stories,arithmetic} ─► checkpoints/quickstart-nano
+                                                                    ─► evaluation/quickstart-nano, exports/quickstart-nano
+
+1. Generate the bundled corpus (two domains, planted duplicates and contamination, eval tasks).
+2. Download it from its ``file://`` location through the real downloader (checksums, provenance.json).
+3. Dedupe (exact + MinHash) and decontaminate against the eval tasks.
+4. Train a 2,048-token byte-level BPE; tokenize each domain (train and validation) into token caches.
+5. Train a nano Llama on a stories/arithmetic mixture with a warmup-stable-decay schedule; the mixture
+   shifts toward arithmetic at step 120 (a miniature of Tootsie's phase change).
+6. Evaluate bits-per-byte per domain (against a unigram baseline) and the four multiple-choice tasks, then
+   export to Hugging Face format.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.defaults import (  # noqa: E402
+    default_dedupe,
+    default_download,
+    default_eval,
+    default_export,
+    default_tokenize,
+    default_train,
+    default_train_tokenizer,
+)
+from experiments.models import SimpleTrainConfig, llama_nano  # noqa: E402
+from marin.corpus import CorpusConfig, generate_corpus  # noqa: E402
+from marin.corpus.tasks import TASKS  # noqa: E402
+from marin.execution import ExecutorStep, executor_main, this_output_path, versioned  # noqa: E402
+
+DOMAINS = ("stories", "arithmetic")
+VOCAB = 2048
+
+
+def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str, ExecutorStep]:
+    """The quickstart DAG; tests build it with fewer steps (a different training run, with its own hash)."""
+    corpus = ExecutorStep(
+        name="corpus/bundled",
+        fn=generate_corpus,
+        config=CorpusConfig(output_path=this_output_path(), seed=versioned(0)),
+        description="the deterministic bundled corpus (stand-in for web data)",
+    )
+    raw = default_download("bundled", corpus)
+    eval_tasks = [raw / f"eval/{task}.jsonl" for task in TASKS]
+    documents = default_dedupe("bundled", raw / "train", eval_sets=eval_tasks)
+    tokenizer = default_train_tokenizer("bundled-bpe2k", [documents / "documents"], vocab_size=VOCAB)
+    tokenized = {
+        domain: default_tokenize(domain, train=[documents / f"documents/{domain}"],
+                                 validation=[raw / f"validation/{domain}"], tokenizer=tokenizer)
+        for domain in DOMAINS
+    }
+    train_config = SimpleTrainConfig(
+        num_train_steps=num_train_steps,
+        batch_size=16,
+        learning_rate=3e-3,
+        schedule="wsd",
+        warmup=0.05,
+        decay=0.3,
+        min_lr_ratio=0.05,
+        eval_every=100,
+        log_every=10,
+    )
+    checkpoints = default_train(
+        "quickstart-nano",
+        tokenized,
+        llama_nano(vocab_size=VOCAB, seq_len=256),
+        train_config,
+        weights={"stories": 0.7, "arithmetic": 0.3},
+        weight_changes=[(stage_change_step, {"stories": 0.4, "arithmetic": 0.6})],
+    )
+    evaluation = default_eval(
+        "quickstart-nano",
+        checkpoints,
+        tokenizer=tokenizer,
+        validation={d: tokenized[d] / "validation" for d in DOMAINS},
+        unigram_baseline={d: tokenized[d] / "train" for d in DOMAINS},
+        tasks=eval_tasks,
+        max_documents=500,
+    )
+    export = default_export("quickstart-nano", checkpoints, tokenizer=tokenizer)
+    return {"corpus": corpus, "raw": raw, "documents": documents, "tokenizer": tokenizer, **tokenized,
+            "checkpoints": checkpoints, "evaluation": evaluation, "export": export}
+
+
+STEPS = build()
+
+
+def summarize(result) -> None:
+    """The learning criteria, printed where the user looks last."""
+    path = next(p.output_path for p in result.plan.steps if p.name == STEPS["evaluation"].name)
+    with open(os.path.join(path, "results.json")) as f:
+        results = json.load(f)
+    print("\nquickstart results (bits per byte: lower is better)")
+    for name, r in results["validation"].items():
+        print(f"  {name:11s} model {r['bits_per_byte']:.3f} bpb   unigram baseline {r['unigram_bits_per_byte']:.3f} bpb")
+    for name, r in results["tasks"].items():
+        lo, hi = r["acc"]["ci95"]
+        print(f"  {name:14s} acc {r['acc']['value']:.3f}  (95% CI {lo:.3f}-{hi:.3f}, chance {r['chance']:.2f})")
+    print(f"  evaluation: {path}/results.json\n  browse everything: make browse  (http://127.0.0.1:5000)")
+
+
+if __name__ == "__main__":
+    result = executor_main(steps=[STEPS["evaluation"], STEPS["export"]],
+                           description="Tootsie in miniature on the bundled corpus")
+    if result is not None:
+        summarize(result)
