@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import io
 import json
 import logging
 import re
@@ -118,21 +117,19 @@ def _kvstore(url: str) -> dict | None:
 def _write_array(url: str, array: np.ndarray) -> Any:
     """Start writing; returns something with ``.result()``."""
     kv = _kvstore(url)
-    if kv is None:
-        buffer = io.BytesIO()
-        np.save(buffer, array)
-        with open_url(join(url, "array.npy"), "wb") as f:
-            f.write(buffer.getvalue())
+    if kv is None:  # raw bytes; shape and dtype live in the manifest (np.save loses bfloat16)
+        with open_url(join(url, "array.bin"), "wb") as f:
+            f.write(np.ascontiguousarray(array).tobytes())
         return _Done()
     store = ts.open({"driver": "zarr3", "kvstore": kv}, create=True, dtype=array.dtype, shape=array.shape).result()
     return store.write(array)
 
 
-def _read_array(url: str) -> np.ndarray:
+def _read_array(url: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     kv = _kvstore(url)
     if kv is None:
-        with open_url(join(url, "array.npy"), "rb") as f:
-            return np.load(io.BytesIO(f.read()))
+        with open_url(join(url, "array.bin"), "rb") as f:
+            return np.frombuffer(f.read(), dtype=dtype).reshape(shape)
     return np.asarray(ts.open({"driver": "zarr3", "kvstore": kv}, open=True).result().read().result())
 
 
@@ -238,7 +235,7 @@ class Checkpointer:
                     f"{url}: {name} is {meta['dtype']}{meta['shape']}, expected {np.dtype(leaf.dtype)}{list(leaf.shape)}"
                 )
             try:
-                array = _read_array(join(url, name))
+                array = _read_array(join(url, name), np.dtype(leaf.dtype), tuple(leaf.shape))
             except Exception as e:  # tensorstore raises ValueError/RuntimeError subclasses for bad data
                 raise CorruptCheckpoint(f"{name}: {e}") from e
             if array.shape != tuple(leaf.shape) or _crc32(array) != meta["crc32"]:
@@ -266,8 +263,9 @@ def restore_params(base: str, template: Any, step: int | None = None) -> tuple[A
         try:
             arrays = []
             for name in names:
-                array = _read_array(join(url, name))
-                if _crc32(array) != manifest["leaves"][name]["crc32"]:
+                meta = manifest["leaves"][name]
+                array = _read_array(join(url, name), jax.numpy.dtype(meta["dtype"]), tuple(meta["shape"]))
+                if _crc32(array) != meta["crc32"]:
                     raise CorruptCheckpoint(f"{name}: checksum mismatch")
                 arrays.append(array)
         except Exception as e:  # noqa: BLE001 - any unreadable leaf: fall back to the previous checkpoint

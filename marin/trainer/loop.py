@@ -150,11 +150,11 @@ class _MetricsBuffer:
 
 def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer) -> TrainState:
     trainer = config.trainer
-    init = jax.jit(
-        lambda key: init_state(
-            config.model, optimizer, key, ema=config.optimizer.ema_decay is not None, policy=trainer.precision
-        )
-    )
+
+    def init(key):  # eager: per-leaf programs are cached across runs in one process (see init_params)
+        ema = config.optimizer.ema_decay is not None
+        return init_state(config.model, optimizer, key, ema=ema, policy=trainer.precision)
+
     key = jax.random.PRNGKey(trainer.seed)
     restored = checkpointer.restore_latest(jax.eval_shape(init, key))
     if restored is None and config.initialize_from:

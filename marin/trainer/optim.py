@@ -134,10 +134,10 @@ def _phase_schedule(cfg: OptimizerConfig, start: int, end: int, warmup: float, w
     length = end - start
     w = _steps(warmup, length)
     decay_steps = _steps(0.2 if cfg.decay is None else cfg.decay, length)
-    if w >= length or (cfg.schedule in ("wsd", "wsd_s") and w + decay_steps > length):
-        raise ValueError(
-            f"schedule {cfg.schedule!r}: warmup ({w}) + decay ({decay_steps}) steps do not fit in {length} steps"
-        )
+    if w >= length:
+        raise ValueError(f"schedule {cfg.schedule!r}: warmup of {w} steps does not fit in {length} steps")
+    if cfg.schedule in ("wsd", "wsd_s") and w + decay_steps > length:
+        raise ValueError(f"schedule {cfg.schedule!r}: warmup ({w}) + decay ({decay_steps}) steps do not fit in {length} steps")
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32) - start

@@ -95,6 +95,27 @@ def init_state(
     )
 
 
+def accumulate_gradients(grad_fn, params, batch: dict, num_microbatches: int):
+    """Summed loss, summed target count and summed gradients over sequential microbatches.
+
+    ``grad_fn(params, microbatch) -> ((loss_sum, weight), grads)``. Summing (rather than averaging per
+    microbatch) makes the result independent of the split, up to float addition order.
+    """
+    n = num_microbatches
+    # [batch, seq] -> [microbatches, batch / microbatches, seq]
+    micro = jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), batch)
+    if n == 1:
+        (loss_sum, weight), grads = grad_fn(params, jax.tree.map(lambda x: x[0], micro))
+        return loss_sum, weight, grads
+
+    def add_microbatch(carry, mb):
+        (loss_sum, weight), grads = grad_fn(params, mb)
+        return jax.tree.map(jnp.add, carry, (loss_sum, weight, grads)), None
+
+    zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    return jax.lax.scan(add_microbatch, zeros, micro)[0]
+
+
 def make_train_step(
     cfg: LlamaConfig, optimizer: optax.GradientTransformation, schedule: Schedule, step_cfg: StepConfig
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
@@ -107,25 +128,13 @@ def make_train_step(
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        n = step_cfg.num_microbatches
-        # [batch, seq] -> [microbatches, batch / microbatches, seq]
-        micro = jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), batch)
-
-        def accumulate(carry, mb):
-            (loss_sum, weight), grads = grad_fn(state.params, mb)
-            return jax.tree.map(jnp.add, carry, (loss_sum, weight, grads)), None
-
-        zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, state.params))
-        if n == 1:
-            (loss_sum, weight), grads = grad_fn(state.params, jax.tree.map(lambda x: x[0], micro))
-        else:
-            (loss_sum, weight, grads), _ = jax.lax.scan(accumulate, zeros, micro)
-        denom = jnp.maximum(weight, 1.0)
+        loss_sum, weight, grads = accumulate_gradients(grad_fn, state.params, batch, step_cfg.num_microbatches)
+        denom = jnp.maximum(weight, 1.0)  # a fully masked batch gives zero gradients, not NaN
         grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        rng, _ = jax.random.split(jax.random.wrap_key_data(state.rng))
         ema = None if state.ema is None else update_ema(state.ema, params, step_cfg.ema_decay)
+        rng, _ = jax.random.split(jax.random.wrap_key_data(state.rng))
         new_state = TrainState(state.step + 1, params, opt_state, ema, jax.random.key_data(rng))
         metrics = {
             "loss": loss_sum / denom,

@@ -1,0 +1,41 @@
+"""Trainer tests run on CPU with tiny models (a few thousand parameters, seconds to compile).
+
+XLA:CPU spends most of a tiny model's test time compiling, and many tests (and the subprocesses of the
+resume test) compile identical programs, so the session shares a persistent compilation cache in a
+fresh temporary directory (cold at the start of every session: nothing is reused across sessions).
+"""
+
+import dataclasses
+import os
+import tempfile
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-jax-cache-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import pytest  # noqa: E402
+
+from marin.trainer.model import LlamaConfig  # noqa: E402
+
+
+def tiny_model(**overrides) -> LlamaConfig:
+    """2 layers, width 64, 4 query / 2 kv heads, seq 32, vocab 256: compiles in ~1 s."""
+    base = LlamaConfig(
+        vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+@pytest.fixture
+def tiny():
+    return tiny_model()
+
+
+def init(cfg: LlamaConfig, seed: int = 0):
+    """Jitted parameter init (eager init dispatches one small program per leaf)."""
+    import jax
+
+    from marin.trainer.model import init_params
+
+    return jax.jit(init_params, static_argnums=0)(cfg, jax.random.PRNGKey(seed))

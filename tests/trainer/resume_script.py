@@ -1,0 +1,70 @@
+"""A tiny training run for the bitwise-resume test: ``python resume_script.py OUTPUT_PATH NUM_STEPS``.
+
+Checkpoints every 4 steps (permanent) and every ~0.2 s (temporary), logs every step. Reading data
+sleeps a little per sequence so the parent can SIGKILL the run at a step of its choosing.
+"""
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+from marin.trainer import (  # noqa: E402
+    CheckpointConfig,
+    DataConfig,
+    OptimizerConfig,
+    PrecisionPolicy,
+    SyntheticSourceConfig,
+    TrackerConfig,
+    TrainerConfig,
+    TrainLmConfig,
+    train_lm,
+)
+from marin.trainer.data import TokenSourceConfig  # noqa: E402
+from marin.trainer.model import LlamaConfig  # noqa: E402
+
+
+@TokenSourceConfig.register_subclass("slow_synthetic")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlowSyntheticConfig(SyntheticSourceConfig):
+    delay_s: float = 0.01
+
+    def build(self):
+        source = super().build()
+        delay, read = self.delay_s, source.read
+
+        def slow_read(start, length):
+            time.sleep(delay)
+            return read(start, length)
+
+        source.read = slow_read
+        return source
+
+
+def config(output_path: str, num_steps: int) -> TrainLmConfig:
+    model = LlamaConfig(vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                        seq_len=32)  # fmt: skip
+    return TrainLmConfig(
+        output_path=output_path,
+        model=model,
+        data=DataConfig(
+            train={"a": SlowSyntheticConfig(vocab_size=256, num_tokens=30_000, seed=1),
+                   "b": SlowSyntheticConfig(vocab_size=256, num_tokens=20_000, seed=2)},  # fmt: skip
+            mixture_block_size=16,
+        ),
+        optimizer=OptimizerConfig(learning_rate=3e-3, schedule="wsd", warmup=3, decay=0.25, ema_decay=0.9),
+        trainer=TrainerConfig(
+            num_train_steps=num_steps, batch_size=8, num_microbatches=2, z_loss=1e-4, log_every=1,
+            precision=PrecisionPolicy(compute_dtype="bfloat16"),
+            checkpoint=CheckpointConfig(keep_every=4, save_interval_minutes=0.2 / 60),
+            tracker=TrackerConfig(wandb=False, progress_bar=False),
+        ),  # fmt: skip
+    )
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    train_lm(config(sys.argv[1], int(sys.argv[2])))

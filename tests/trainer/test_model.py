@@ -1,0 +1,202 @@
+"""The Llama model: shapes, causal and document masking, backends, sizes and FLOPs against known numbers."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from marin.trainer import axes as ax
+from marin.trainer.attention import ATTENTION_BACKENDS, attention
+from marin.trainer.model import (
+    LlamaConfig,
+    init_params,
+    model_preset,
+    next_token_loss,
+    param_axes,
+    param_specs,
+)
+from marin.trainer.model import forward as model_forward
+from marin.trainer.model.llama import rope_frequencies
+from tests.trainer.conftest import init, tiny_model
+
+
+def forward(cfg, params, tokens, segment_ids=None):
+    return jax.jit(model_forward, static_argnums=0)(cfg, params, tokens, segment_ids)
+
+
+def _tokens(cfg, batch=2, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, cfg.vocab_size, (batch, cfg.seq_len)), jnp.int32)
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_shapes_and_scan_equals_unrolled(tiny, scan):
+    cfg = dataclasses.replace(tiny, scan_layers=scan)
+    params = init(cfg, 0)
+    logits = forward(cfg, params, _tokens(cfg))
+    assert logits.shape == (2, cfg.seq_len, cfg.vocab_size) and logits.dtype == jnp.float32
+    other = forward(dataclasses.replace(cfg, scan_layers=not scan), params, _tokens(cfg))
+    np.testing.assert_allclose(logits, other, atol=1e-5)
+
+
+def test_causal_masking(tiny):
+    """Changing token t changes no logit before t and does change logits at t."""
+    params = init(tiny, 0)
+    tokens = _tokens(tiny)
+    t = 17
+    changed = tokens.at[:, t].set((tokens[:, t] + 1) % tiny.vocab_size)
+    a, b = forward(tiny, params, tokens), forward(tiny, params, changed)
+    np.testing.assert_array_equal(a[:, :t], b[:, :t])
+    assert float(jnp.max(jnp.abs(a[:, t:] - b[:, t:]))) > 1e-4
+
+
+@pytest.mark.parametrize("backend", sorted(ATTENTION_BACKENDS))
+def test_packed_documents_do_not_attend_across_segments(tiny, backend):
+    """With segment ids, the second document's logits equal those of the document alone at position 0."""
+    cfg = dataclasses.replace(tiny, attention_backend=backend)
+    params = init(cfg, 1)
+    tokens = _tokens(cfg, batch=1)
+    split = 12
+    segments = jnp.asarray((np.arange(cfg.seq_len) >= split)[None].astype(np.int32))
+    packed = forward(cfg, params, tokens, segments)
+    alone = forward(cfg, params, tokens[:, split:])
+    # RoPE is relative, so starting the document at position `split` instead of 0 changes nothing.
+    np.testing.assert_allclose(packed[:, split:], alone, atol=2e-5)
+
+
+def test_backends_agree_with_reference_values_and_gradients():
+    rng = np.random.default_rng(0)
+    q = jnp.asarray(rng.normal(size=(2, 24, 8, 16)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(2, 24, 2, 16)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(2, 24, 2, 16)), jnp.float32)
+    segments = jnp.asarray(np.repeat([[0, 1, 2]], 8, axis=1).repeat(2, 0), jnp.int32)
+
+    def loss(backend, q, k, v):
+        return jnp.sum(jnp.sin(attention(q, k, v, segments, backend=backend)))
+
+    def run(backend):
+        out = jax.jit(lambda q, k, v: attention(q, k, v, segments, backend=backend))(q, k, v)
+        return out, jax.jit(jax.grad(lambda *a: loss(backend, *a), argnums=(0, 1, 2)))(q, k, v)
+
+    ref_out, ref_grads = run("reference")
+    for backend in ATTENTION_BACKENDS:
+        out, grads = run(backend)
+        np.testing.assert_allclose(out, ref_out, atol=1e-5)
+        for g, r in zip(grads, ref_grads):
+            np.testing.assert_allclose(g, r, atol=1e-4)
+
+
+def test_unknown_backend_is_a_clear_error(tiny):
+    with pytest.raises(ValueError, match="unknown attention backend 'nope'"):
+        forward(dataclasses.replace(tiny, attention_backend="nope"), init(tiny, 0), _tokens(tiny))
+
+
+def test_loss_is_summed_over_unmasked_targets(tiny):
+    params = init(tiny, 0)
+    tokens = _tokens(tiny)
+    mask = np.ones(tokens.shape, np.float32)
+    mask[:, :5] = 0
+    batch = {"input_ids": tokens, "targets": jnp.roll(tokens, -1, 1), "segment_ids": jnp.zeros_like(tokens),
+             "loss_mask": jnp.asarray(mask)}  # fmt: skip
+    total, weight = jax.jit(lambda p, b: next_token_loss(tiny, p, b))(params, batch)
+    assert float(weight) == mask.sum()
+    logits = forward(tiny, params, tokens)
+    per_token = -jnp.take_along_axis(jax.nn.log_softmax(logits), batch["targets"][..., None], -1)[..., 0]
+    np.testing.assert_allclose(total, jnp.sum(per_token * mask), rtol=1e-5)
+    # Fresh init predicts roughly uniformly: mean loss near ln(vocab).
+    assert abs(float(total / weight) - np.log(tiny.vocab_size)) < 0.1
+
+
+def test_param_counts_match_published_models():
+    assert model_preset("llama_8b").param_count == 8_030_261_248  # Meta-Llama-3-8B
+    assert model_preset("llama_1b").param_count == 1_235_814_400  # Llama-3.2-1B (tied embeddings)
+    assert model_preset("nano").param_count == 5_776_640
+    for name in ("nano", "small", "llama_8b"):
+        cfg = model_preset(name)
+        params = jax.eval_shape(lambda: init(cfg, 0))
+        assert sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params)) == cfg.param_count
+
+
+def test_flops_per_token():
+    cfg = model_preset("llama_8b")
+    # 6 * (7,504,658,432 matmul params incl. lm_head) + 12 * 32 layers * 4096 * 4096 seq
+    assert cfg.flops_per_token() == 6 * 7_504_658_432 + 12 * 32 * 4096 * 4096 == 51_470_401_536
+
+
+def test_flops_per_token_matches_xla_cost_analysis(tiny):
+    """XLA's own count of the forward pass is a third of our training FLOPs (matmuls dominate)."""
+    cfg = dataclasses.replace(tiny, vocab_size=1024, hidden_dim=128, mlp_dim=384, seq_len=64, scan_layers=False)
+    params = jax.eval_shape(lambda: init(cfg, 0))
+    tokens = jax.ShapeDtypeStruct((4, cfg.seq_len), jnp.int32)
+    cost = jax.jit(lambda p, t: forward(cfg, p, t)).lower(params, tokens).compile().cost_analysis()
+    xla_flops = cost["flops"] if isinstance(cost, dict) else cost[0]["flops"]
+    ours = cfg.flops_per_token() / 3 * 4 * cfg.seq_len
+    assert 1.0 <= xla_flops / ours < 1.1, (xla_flops, ours)
+
+
+def test_rope_llama3_scaling_matches_hf_formula():
+    cfg = dataclasses.replace(model_preset("llama_8b"))
+    inv = rope_frequencies(cfg)
+    base = 1.0 / (500_000.0 ** (np.arange(0, 128, 2) / 128))
+    wavelen = 2 * np.pi / base
+    # HF transformers `_compute_llama3_parameters`: high freq kept, low freq / 8, smooth in between.
+    expected = np.where(wavelen > 8192 / 1.0, base / 8.0, base)
+    mid = (wavelen >= 8192 / 4.0) & (wavelen <= 8192 / 1.0)
+    smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0)
+    expected = np.where(mid, (1 - smooth) * base / 8.0 + smooth * base, expected)
+    np.testing.assert_allclose(inv, expected, rtol=1e-12)
+
+
+def test_every_parameter_has_logical_axes_from_the_closed_set(tiny):
+    specs = jax.tree.leaves(param_specs(tiny), is_leaf=lambda s: hasattr(s, "axes"))
+    for spec in specs:
+        assert len(spec.axes) == len(spec.shape)
+        ax.check_axes(spec.axes)
+    params = init(tiny, 0)
+    shapes = jax.tree.map(lambda p: p.ndim, params)
+    ranks = jax.tree.map(len, param_axes(tiny), is_leaf=lambda x: isinstance(x, tuple))
+    assert shapes == ranks
+
+
+def test_partition_spec_follows_the_rule_table():
+    fsdp = (("embed", "fsdp"), ("batch", ("data", "fsdp")))
+    tp = (("heads", "tensor"), ("kv_heads", "tensor"), ("mlp", "tensor"))
+    wq = ("layers", "embed", "heads", "head_dim")
+    assert ax.partition_spec(wq, fsdp) == jax.sharding.PartitionSpec(None, "fsdp", None, None)
+    assert ax.partition_spec(wq, tp) == jax.sharding.PartitionSpec(None, None, "tensor", None)
+    # A mesh axis is used once per array: embed takes fsdp, mlp stays replicated.
+    both = (("embed", "fsdp"), ("mlp", "fsdp"))
+    assert ax.partition_spec(("embed", "mlp"), both) == jax.sharding.PartitionSpec("fsdp", None)
+    with pytest.raises(ValueError, match="unknown logical axes"):
+        ax.partition_spec(("embedding",), fsdp)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("num_kv_heads", 3, "multiple of num_kv_heads"),
+    ("remat", "some", "remat must be one of"),
+    ("hidden_dim", 0, "hidden_dim must be a positive int"),
+])  # fmt: skip
+def test_config_validation_names_field_and_value(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(tiny_model(), **{field: value})
+
+
+@pytest.mark.parametrize("remat", ["minimal", "full"])
+def test_remat_policies_give_the_same_gradients(tiny, remat):
+    params = init(tiny, 0)
+    tokens = _tokens(tiny)
+    batch = {"input_ids": tokens, "targets": jnp.roll(tokens, -1, 1), "segment_ids": jnp.zeros_like(tokens),
+             "loss_mask": jnp.ones(tokens.shape)}  # fmt: skip
+
+    def grads(cfg):
+        return jax.jit(jax.grad(lambda p: next_token_loss(cfg, p, batch)[0]))(params)
+
+    base, other = grads(tiny), grads(dataclasses.replace(tiny, remat=remat))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), base, other)
+
+
+def test_presets_registry():
+    assert isinstance(model_preset("small"), LlamaConfig)
+    with pytest.raises(KeyError, match="unknown model preset"):
+        model_preset("gpt5")
