@@ -120,3 +120,141 @@ def create_s3_bucket(name: str) -> None:
     from marin.storage.object_stores import S3
 
     S3.call(f"s3://{name}", "create_bucket", Bucket=name)
+
+
+class FaultyProxy:
+    """A TCP proxy in front of a store server that misbehaves on request.
+
+    - ``drop_write_responses = n``: the next n write requests (POST/PUT/DELETE) reach the server and are
+      applied, but their responses are thrown away and the client's connection is closed: the classic
+      "did my write land?" ambiguity a retry must resolve.
+    - ``strip_preconditions = True``: removes ``ifGenerationMatch`` (GCS) and ``If-None-Match`` /
+      ``If-Match`` (S3) from requests, i.e. a store that silently ignores preconditions.
+
+    It works on the first chunk of each request (request line and headers arrive in one send with the
+    HTTP clients used here), which is all these two faults need.
+    """
+
+    _WRITE_METHODS = (b"POST ", b"PUT ", b"DELETE ")
+
+    def __init__(self, upstream_url: str):
+        import threading
+        from urllib.parse import urlparse
+
+        parsed = urlparse(upstream_url)
+        self._upstream = (parsed.hostname, parsed.port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.drop_write_responses = 0
+        self.dropped = 0
+        self.strip_preconditions = False
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._upstream)
+            state = {"drop": False}
+            threading.Thread(target=self._client_to_server, args=(client, upstream, state), daemon=True).start()
+            threading.Thread(target=self._server_to_client, args=(upstream, client, state), daemon=True).start()
+
+    def _client_to_server(self, client, upstream, state) -> None:
+        import re
+
+        try:
+            while chunk := client.recv(65536):
+                if chunk.startswith(self._WRITE_METHODS):
+                    with self._lock:
+                        if self.drop_write_responses > 0:
+                            self.drop_write_responses -= 1
+                            state["drop"] = True
+                if self.strip_preconditions:
+                    chunk = re.sub(rb"&ifGenerationMatch=\d+", b"", chunk)
+                    chunk = re.sub(rb"(?im)^if-(none-)?match:[^\r\n]*\r\n", b"", chunk)
+                upstream.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            _close(upstream)
+
+    def _server_to_client(self, upstream, client, state) -> None:
+        try:
+            while chunk := upstream.recv(65536):
+                if state["drop"] and not chunk.startswith(b"HTTP/1.1 100 "):  # botocore sends Expect: 100-continue
+                    with self._lock:
+                        self.dropped += 1
+                    break
+                client.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            _close(client)
+            _close(upstream)
+
+
+def _close(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+class ForbiddenStore:
+    """An HTTP server that answers like GCS and S3 do to a caller without permission.
+
+    ``allow_reads``: GETs (and listings) succeed with an empty listing, writes get 403; that is a
+    read-only role.
+    """
+
+    GCS_403 = b'{"error": {"code": 403, "message": "caller does not have storage.objects.create access"}}'
+    S3_403 = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+              b"<Message>Access Denied</Message></Error>")
+
+    def __init__(self, allow_reads: bool = False):
+        import http.server
+        import threading
+
+        store = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                s3 = "storage/v1" not in self.path
+                if store.allow_reads and self.command in ("GET", "HEAD"):
+                    body = (b'<?xml version="1.0"?><ListBucketResult><KeyCount>0</KeyCount></ListBucketResult>'
+                            if s3 else b'{"kind": "storage#objects"}')
+                    self.send_response(200)
+                else:
+                    body = store.S3_403 if s3 else store.GCS_403
+                    self.send_response(403)
+                self.send_header("Content-Type", "application/xml" if s3 else "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _answer
+
+        self.allow_reads = allow_reads
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -77,7 +77,7 @@ def mark_unconditional(url: str, reason: str) -> None:
         logger.warning(
             "%s://%s does not honour conditional writes (%s); leases there are exclusive only within this "
             "process. Do not run several executors on this bucket.",
-            key[0],
+            url.split("://", 1)[0],
             key[1],
             reason,
         )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -49,14 +50,7 @@ _BACKOFF_S = 0.2
 
 
 class _PreconditionFailed(Exception):
-    """Internal: the store refused the write because its precondition did not hold (HTTP 412).
-
-    ``maybe_applied``: the client library retried internally first (botocore does), so the 412 may be the
-    answer to our own earlier attempt."""
-
-    def __init__(self, maybe_applied: bool = False):
-        super().__init__("precondition failed")
-        self.maybe_applied = maybe_applied
+    """Internal: the store refused the write because its precondition did not hold (HTTP 412)."""
 
 
 class _Transient(Exception):
@@ -87,8 +81,8 @@ def _with_retries(url: str, attempt: Callable[[], Any], on_landed: Callable[[], 
     for i in range(_ATTEMPTS):
         try:
             return attempt()
-        except _PreconditionFailed as e:
-            return on_landed() if maybe_applied or e.maybe_applied else on_refused
+        except _PreconditionFailed:
+            return on_landed() if maybe_applied else on_refused
         except _Transient as e:
             maybe_applied = maybe_applied or e.maybe_applied
             if i == _ATTEMPTS - 1:
@@ -135,7 +129,7 @@ class GcsBackend:
         if isinstance(e, gexc.PreconditionFailed):
             return _PreconditionFailed()
         if isinstance(e, (gexc.Forbidden, gexc.Unauthorized)):
-            return PermissionError(f"{url}: permission denied by GCS ({e.code} {e.message})")
+            return PermissionError(f"{url}: permission denied by GCS: {gcs_reason(e)}")
         if isinstance(e, gexc.MethodNotImplemented):
             return ConditionalWriteUnsupported(f"{url}: store does not implement generation preconditions")
         if isinstance(e, gexc.TooManyRequests):  # rejected before it was applied
@@ -201,6 +195,15 @@ class GcsBackend:
         return _with_retries(url, attempt, lambda: False, False)
 
 
+def gcs_reason(e) -> str:
+    """"403 caller does not have ..." out of a google-api-core error, whose message also carries the
+    request line and, for uploads, the raw JSON body."""
+    text = getattr(e, "message", None) or str(e)
+    found = re.search(r'"message":\s*"([^"]*)"', text)
+    reason = found.group(1) if found else text.split(": ", 1)[-1]
+    return f"{getattr(e, 'code', '')} {reason}".strip()
+
+
 def _new_gcs_client(url: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -219,56 +222,59 @@ def _new_gcs_client(url: str):
 
 
 class S3Backend:
-    """S3 through the aiobotocore client that s3fs already configured (endpoint, credentials), so
-    ``s3://`` URLs reach the same store for plain and conditional I/O."""
+    """S3 through a synchronous botocore client built from the settings of the s3fs filesystem that serves
+    the URL (endpoint, keys, client and config kwargs), so ``s3://`` reaches the same store for plain and
+    conditional I/O.
+
+    Not s3fs's own aiobotocore client: aiohttp silently resends a PUT or DELETE once when a kept-alive
+    connection drops (HTTP calls them idempotent; a conditional write is not), which turns a landed
+    create into a 412 nobody can explain. botocore's urllib3 session never resends, and its own retries
+    are off here (``total_max_attempts=1``), so ``_with_retries`` knows exactly which attempts may have landed.
+    """
 
     name = "s3"
 
     def __init__(self, storage_options: dict | None = None):
         self._options = storage_options
-        """None: the s3fs instance fsspec resolves for the URL; else a private one with these options."""
-        self._fs = None
+        """None: the s3fs settings fsspec resolves for the URL; else a private s3fs with these options."""
+        self._clients: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
 
     def client(self, url: str):
-        from fsspec.asyn import sync
-
+        """(s3fs filesystem, botocore client) for ``url``; one client per process and filesystem."""
         from marin.storage.paths import filesystem
 
         if self._options is None:
             fs, _ = filesystem(url)
         else:
-            if self._fs is None:
-                import s3fs
+            import s3fs
 
-                self._fs = s3fs.S3FileSystem(skip_instance_cache=True, **self._options)
-            fs = self._fs
-        client = sync(fs.loop, fs.set_session)
-        return fs, client
+            fs = s3fs.S3FileSystem(**self._options)
+        with self._lock:
+            key = (os.getpid(), id(fs))
+            if key not in self._clients:
+                self._clients[key] = _new_s3_client(fs)
+            return fs, self._clients[key]
 
     def call(self, url: str, method: str, **kwargs) -> dict:
-        """Call one S3 API method; translate errors into this module's vocabulary."""
+        """Call one S3 API method once; translate errors into this module's vocabulary."""
         from botocore.exceptions import BotoCoreError, ClientError
-        from fsspec.asyn import sync
 
-        fs, client = self.client(url)
-
-        async def run():
-            response = await getattr(client, method)(**kwargs)
-            if "Body" in response:
-                async with response["Body"] as body:
-                    response["Data"] = await body.read()
-            return response
-
+        _, client = self.client(url)
         try:
-            return sync(fs.loop, run)
+            response = getattr(client, method)(**kwargs)
+            if "Body" in response:
+                with response["Body"] as body:
+                    response["Data"] = body.read()
+            return response
         except ClientError as e:
             translated = self._translate(url, e)
             if translated is e:
                 raise
             raise translated from e
         except BotoCoreError as e:
-            if _is_connection_error(e):
-                raise _Transient(e) from e
+            if _is_connection_error(e):  # a refused connect cannot have landed; anything later may have
+                raise _Transient(e, maybe_applied=type(e).__name__ not in _NOT_SENT) from e
             raise
 
     def _translate(self, url: str, e) -> BaseException:
@@ -277,11 +283,11 @@ class S3Backend:
         meta = e.response.get("ResponseMetadata", {})
         status = int(meta.get("HTTPStatusCode") or 0)
         if status == 412 or code == "PreconditionFailed":
-            return _PreconditionFailed(maybe_applied=int(meta.get("RetryAttempts") or 0) > 0)
+            return _PreconditionFailed()
         if status == 409 and code == "ConditionalRequestConflict":  # a concurrent conditional write: ours did not land
             return _Transient(e, maybe_applied=False)
         if status in (403, 401) or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-            return PermissionError(f"{url}: permission denied by S3 ({code}: {error.get('Message', '')})")
+            return PermissionError(f"{url}: permission denied by S3: {code}: {error.get('Message', '')}")
         if status == 501 or code == "NotImplemented":
             return ConditionalWriteUnsupported(f"{url}: store does not implement conditional requests ({code})")
         if code == "NoSuchBucket":
@@ -344,6 +350,29 @@ class S3Backend:
             return True
 
         return _with_retries(url, attempt, lambda: False, False)
+
+
+def _new_s3_client(fs):
+    import botocore.session
+    from botocore.config import Config
+
+    kwargs = dict(fs.client_kwargs)
+    if fs.endpoint_url:
+        kwargs.setdefault("endpoint_url", fs.endpoint_url)
+    if fs.key:
+        kwargs.update(aws_access_key_id=fs.key, aws_secret_access_key=fs.secret, aws_session_token=fs.token)
+    config = {k: v for k, v in fs.config_kwargs.items() if k != "retries"}
+    if fs.anon:
+        from botocore import UNSIGNED
+
+        config["signature_version"] = UNSIGNED
+    return botocore.session.Session().create_client(
+        "s3", config=Config(retries={"total_max_attempts": 1, "mode": "standard"}, **config), **kwargs
+    )
+
+
+_NOT_SENT = {"EndpointConnectionError", "ConnectTimeoutError"}
+"""botocore errors raised before a request reached the server."""
 
 
 def _is_connection_error(e: BaseException) -> bool:

@@ -136,7 +136,7 @@ def _check_bucket(prefix: str, store: str, bucket: str) -> None:
 def _list_gcs(prefix: str, bucket: str, key: str) -> None:
     from google.api_core import exceptions as gexc
 
-    from marin.storage.object_stores import GCS
+    from marin.storage.object_stores import GCS, gcs_reason
 
     client = GCS.client(prefix)
     try:
@@ -144,7 +144,7 @@ def _list_gcs(prefix: str, bucket: str, key: str) -> None:
     except gexc.NotFound:
         raise FileNotFoundError(prefix) from None
     except (gexc.Forbidden, gexc.Unauthorized) as e:
-        raise PermissionError(f"{e.code} {e.message}") from None
+        raise PermissionError(f"{prefix}: permission denied by GCS: {gcs_reason(e)}") from None
 
 
 def _list_s3(prefix: str, bucket: str, key: str) -> None:
@@ -189,5 +189,6 @@ def _remove(url: str) -> None:
 
 
 def _detail(e: BaseException) -> str:
+    """"GCS: 403 caller does not have ..." out of a backend's "<url>: permission denied by GCS: 403 ..."."""
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return text.split(": ", 1)[1] if text.startswith(("gs://", "s3://", "gcs://", "s3a://")) else text
+    return text.split("permission denied by ", 1)[-1]
