@@ -4,6 +4,8 @@ import dataclasses
 import json
 import math
 
+import jax
+import numpy as np
 import pytest
 
 from marin.trainer import (
@@ -20,7 +22,7 @@ from marin.trainer import (
     train_lm,
 )
 from marin.trainer.checkpoint import list_checkpoints
-from marin.trainer.data import ArrayTokenSource, write_numpy_source
+from marin.trainer.data import ArrayTokenSource, TrainBatches, write_numpy_source
 from tests.trainer.conftest import tiny_model
 
 VOCAB = 256
@@ -81,17 +83,35 @@ def test_non_finite_loss_stops_naming_the_step_before_saving_it(tmp_path):
     assert [s for s, _ in list_checkpoints(str(tmp_path / "checkpoints"))] == [1]
 
 
-def test_resume_continues_from_the_checkpoint_and_trims_the_log(tmp_path):
-    train(_config(tmp_path, steps=4, log_every=1))
-    with open(tmp_path / "metrics.jsonl", "a") as f:  # as if a killed run had logged past its checkpoint
+def test_crash_then_resume_is_bitwise_equal_and_trims_the_log(tmp_path, monkeypatch):
+    """In-process version of test_resume.py (which SIGKILLs a subprocess): a run that crashes while
+    building batch 5 resumes from its step-4 checkpoint and ends bitwise equal to an uninterrupted run."""
+    config = _config(tmp_path / "run", steps=6, log_every=1, checkpoint=CheckpointConfig(keep_every=2, save_interval_minutes=None))
+    straight = train(dataclasses.replace(config, output_path=str(tmp_path / "straight"))).state
+
+    real_batch = TrainBatches.batch
+
+    def crashing_batch(self, step, rows=None):
+        if step == 5:
+            raise RuntimeError("simulated crash while reading batch 5")
+        return real_batch(self, step, rows)
+
+    monkeypatch.setattr(TrainBatches, "batch", crashing_batch)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(config)
+    monkeypatch.setattr(TrainBatches, "batch", real_batch)
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:  # as if the dead run had logged past its checkpoint
         f.write(json.dumps({"step": 5, "train/loss": 123.0}) + "\n")
-    result = train(_config(tmp_path, steps=6, log_every=1))
+
+    result = train(config)
     assert result.step == 6
-    steps = [m["step"] for m in _metrics(tmp_path) if "train/loss" in m]
-    assert steps == [1, 2, 3, 4, 5, 6] and all(m.get("train/loss") != 123.0 for m in _metrics(tmp_path))
-    assert [s for s, _ in list_checkpoints(str(tmp_path / "checkpoints"))] == [4, 6]
+    for a, b in zip(jax.tree.leaves(straight), jax.tree.leaves(result.state)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    steps = [m["step"] for m in _metrics(tmp_path / "run") if "train/loss" in m]
+    assert steps == [1, 2, 3, 4, 5, 6] and all(m.get("train/loss") != 123.0 for m in _metrics(tmp_path / "run"))
+    assert [s for s, _ in list_checkpoints(str(tmp_path / "run" / "checkpoints"))] == [2, 4, 6]
     # A finished run is not retrained: resuming at the last step does nothing but report.
-    assert train(_config(tmp_path, steps=6)).step == 6
+    assert train(config).step == 6
 
 
 def test_trainer_config_validation():
