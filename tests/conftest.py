@@ -73,3 +73,28 @@ def ray_address(object_stores):
     if not ray.is_initialized():
         ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(tmp_path_factory, ray_address):
+    """The quickstart experiment, run once per session with fewer training steps than `make quickstart`
+    (a different training run, so its own hashes), as experiments/quickstart.py would record it.
+
+    Shared by the quickstart, data browser and report tests so CI trains the model only once."""
+    import sys
+    from pathlib import Path
+
+    from marin.execution import Executor
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from experiments import quickstart
+
+    steps = quickstart.build(num_train_steps=120, stage_change_step=60)
+    prefix = str(tmp_path_factory.mktemp("quickstart") / "store")
+    executor = Executor(prefix=prefix, caller_file=str(root / "experiments" / "quickstart.py"),
+                        description="quickstart (test run)")
+    result = executor.run([steps["evaluation"], steps["export"]])
+    return {"prefix": prefix, "steps": steps, "result": result,
+            "paths": {name: next(p.output_path for p in result.plan.steps if p.name == step.name)
+                      for name, step in steps.items()}}

@@ -268,7 +268,8 @@ def restore_params(base: str, template: Any, step: int | None = None) -> tuple[A
                 if _crc32(array) != meta["crc32"]:
                     raise CorruptCheckpoint(f"{name}: checksum mismatch")
                 arrays.append(array)
-        except Exception as e:  # noqa: BLE001 - any unreadable leaf: fall back to the previous checkpoint
+        except (OSError, ValueError, RuntimeError) as e:  # unreadable data (tensorstore raises ValueError/
+            # RuntimeError subclasses): fall back to the previous checkpoint; programming errors surface.
             logger.warning("checkpoint %s unreadable (%s); trying the previous one", url, e)
             continue
         return jax.tree.unflatten(jax.tree.structure(template), arrays), found_step

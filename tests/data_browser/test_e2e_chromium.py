@@ -96,3 +96,37 @@ def test_training_page_draws_charts(page, server, lab):
                for i in range(page.locator("div.chart").count())}
     assert {"loss", "lr", "tokens_per_s", "eval/stories/bpb"} <= metrics
     shot(page, "training")
+
+
+@pytest.mark.slow
+def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run):
+    """The real thing: the quickstart's outputs, its experiment page, its training curves."""
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(create_app(BrowserConfig(roots=[quickstart_run["prefix"]])),
+                                        host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.05)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.click("a.experiment:text-matches('^quickstart-')")
+            nodes = page.locator("svg.dag g.node")
+            assert nodes.count() == 9
+            assert {nodes.nth(i).get_attribute("data-state") for i in range(9)} == {"SUCCESS"}
+            shot(page, "quickstart_experiment")
+            page.click("tr[id^='step-checkpoints'] a:text('metrics')")
+            page.wait_for_selector("div.chart canvas")
+            assert page.locator("div.chart[data-metric='train/loss']").count() == 1
+            browser.close()
+    finally:
+        srv.should_exit = True
+        thread.join(10)

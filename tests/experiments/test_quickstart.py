@@ -18,28 +18,41 @@ from experiments import quickstart  # noqa: E402
 
 
 @pytest.mark.slow
-def test_quickstart_learns_and_reruns_as_a_no_op(tmp_path, ray_address):
-    steps = quickstart.build(num_train_steps=120, stage_change_step=60)
-    prefix = str(tmp_path / "store")
-    result = Executor(prefix=prefix).run([steps["evaluation"], steps["export"]])
-    assert len(result.ran) == len(result.plan.steps) == 10
+def test_quickstart_learns_exports_and_reruns_as_a_no_op(quickstart_run, tmp_path):
+    result, paths, steps = quickstart_run["result"], quickstart_run["paths"], quickstart_run["steps"]
+    assert len(result.ran) == len(result.plan.steps) == 9
 
-    evaluation = next(p for p in result.plan.steps if p.name == steps["evaluation"].name)
-    results = json.loads((Path(evaluation.output_path) / "results.json").read_text())
+    results = json.loads((Path(paths["evaluation"]) / "results.json").read_text())
     for name, r in results["validation"].items():
         assert r["bits_per_byte"] < 0.5 * r["unigram_bits_per_byte"], (name, r)
     above_chance = [name for name, r in results["tasks"].items() if r["acc"]["ci95"][0] > r["chance"]]
     assert len(above_chance) >= 2, results["tasks"]
 
-    checkpoints = next(p for p in result.plan.steps if p.name == steps["checkpoints"].name)
-    metrics = [json.loads(line) for line in (Path(checkpoints.output_path) / "metrics.jsonl").read_text().splitlines()]
-    losses = [m["train/loss"] for m in metrics if "train/loss" in m]
+    lines = (Path(paths["checkpoints"]) / "metrics.jsonl").read_text().splitlines()
+    losses = [m["train/loss"] for m in map(json.loads, lines) if "train/loss" in m]
     assert losses[-1] < 0.5 * losses[0]
-    export = next(p for p in result.plan.steps if p.name == steps["export"].name)
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(os.listdir(export.output_path))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(os.listdir(paths["export"]))
 
-    again = Executor(prefix=prefix).run([steps["evaluation"], steps["export"]])
-    assert again.ran == [] and len(again.skipped) == 10
+    again = Executor(prefix=quickstart_run["prefix"]).run([steps["evaluation"], steps["export"]])
+    assert again.ran == [] and len(again.skipped) == 9
+
+
+@pytest.mark.slow
+def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, tmp_path):
+    paths = quickstart_run["paths"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-m", "marin.generate", "--checkpoint", paths["export"], "--prompt",
+                          "Once upon a time", "--max_new_tokens", "20", "--temperature", "0"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Once upon a time") and len(out.stdout.split()) > 6
+    out = subprocess.run([sys.executable, "-m", "marin.export", "--checkpoint_path", paths["checkpoints"],
+                          "--output_path", str(tmp_path / "hf"), "--tokenizer", paths["tokenizer"]],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    a = (tmp_path / "hf" / "model.safetensors").read_bytes()
+    b = (Path(paths["export"]) / "model.safetensors").read_bytes()
+    assert a == b  # the CLI and the export step write the same weights
 
 
 def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
@@ -48,4 +61,5 @@ def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
     out = subprocess.run([sys.executable, "experiments/quickstart.py", "--dry_run", "true", "--prefix",
                           str(tmp_path / "s")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("\nrun ") == 10 and not (tmp_path / "s").exists()
+    actions = [line.split()[0] for line in out.stdout.splitlines() if line[:5] in ("run  ", "skip ", "wait ")]
+    assert actions == ["run"] * 9 and not (tmp_path / "s").exists()
