@@ -1,5 +1,6 @@
 """Loopback HTTP servers for download tests: plain files with Range support, and a stand-in for the
-Hugging Face hub endpoints the client calls (repo info with file metadata, and ``resolve`` downloads).
+Hugging Face hub endpoints the client calls (repo info with file metadata, and ``resolve`` downloads of
+data set and model repos, as ``snapshot``/``hf_hub_download`` request them).
 
 Every request is logged as (method, path, Range header) so tests can see what the client asked for.
 ``cut_after[path] = n`` makes the next GET of ``path`` send its headers for the full length but stop
@@ -40,10 +41,16 @@ class FileServer:
                 server.log.append((self.command, path, self.headers.get("Range")))
                 if path.startswith("/api/"):
                     return self._api(path)
+                repo_spec = None
                 for repo, spec in server.hub.items():
-                    prefix = f"/datasets/{repo}/resolve/{spec['sha']}/"
-                    if path.startswith(prefix):
-                        path = "/" + path[len(prefix):]
+                    # Data sets live under /datasets/<repo>; model repos ("kind": "model") at /<repo>.
+                    base = f"/{repo}" if spec.get("kind") == "model" else f"/datasets/{repo}"
+                    for ref in (spec["sha"], *spec.get("refs", ())):
+                        prefix = f"{base}/resolve/{ref}/"
+                        if path.startswith(prefix):
+                            path, repo_spec = "/" + path[len(prefix):], spec
+                            break
+                    if repo_spec is not None:
                         break
                 data = server.tampered.get(path, server.files.get(path))
                 if data is None:
@@ -60,6 +67,9 @@ class FileServer:
                     self.send_response(200)
                 self.send_header("Content-Length", str(len(data) - start))
                 self.send_header("Accept-Ranges", "bytes")
+                if repo_spec is not None:  # what hf_hub_download checks before it downloads
+                    self.send_header("X-Repo-Commit", repo_spec["sha"])
+                    self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
                 self.end_headers()
                 if not body:
                     return

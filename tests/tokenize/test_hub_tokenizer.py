@@ -3,7 +3,7 @@
 import pytest
 
 from marin.tokenize import TrainTokenizerConfig, build_bpe_tokenizer, fingerprint, load_tokenizer
-from tests.hub_stub import HubStub
+from tests.download.servers import FileServer
 
 
 @pytest.fixture
@@ -23,16 +23,17 @@ def hub_env(tmp_path, monkeypatch):
 def test_hub_repo_id_loads_through_the_real_client(hub_env):
     tok = build_bpe_tokenizer(iter(["hello world"] * 20), TrainTokenizerConfig(input_paths=["x"], output_path="y",
                                                                                  vocab_size=300))
-    with HubStub({"lab/tiny-bpe": {"tokenizer.json": tok.to_str().encode()}}) as hub:
-        hub_env(hub.url)
+    hub = {"lab/tiny-bpe": {"sha": "c" * 40, "refs": ("main",), "files": ["tokenizer.json"], "kind": "model"}}
+    with FileServer({"/tokenizer.json": tok.to_str().encode()}, hub=hub) as server:
+        hub_env(server.url)
         loaded = load_tokenizer("lab/tiny-bpe")
         assert fingerprint(loaded) == fingerprint(tok)
-        assert any("/lab/tiny-bpe/resolve/" in r for r in hub.requests)
+        assert any(p.startswith("/lab/tiny-bpe/resolve/") for _, p, _ in server.log)
 
 
 def test_missing_hub_repo_is_a_clear_error(hub_env):
-    with HubStub({}) as hub:
-        hub_env(hub.url)
+    with FileServer({}) as server:
+        hub_env(server.url)
         with pytest.raises(OSError, match=r"could not load tokenizer 'lab/missing' from the Hugging Face hub"):
             load_tokenizer("lab/missing")
 
