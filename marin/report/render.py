@@ -1,0 +1,221 @@
+"""The Markdown body of an experiment's GitHub issue, from an ``ExperimentReport``.
+
+    links = Links(repo_url="https://github.com/me/lab", browser_url="http://127.0.0.1:5000")
+    body = render(report, links, image="exp42_wsd_vs_cosine_loss.png")
+
+Sections follow ``.github/ISSUE_TEMPLATE/experiment.md`` (description, hypothesis, how to run, links,
+results, evals), so the issue opened by hand before the run and the body written after it read alike.
+Links point at what cannot move: the experiment file at the commit that ran (not ``main``, which will
+have changed by the time anyone reads the issue) and output paths, which are content-addressed by hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+from urllib.parse import quote
+
+from marin.report.collect import ExperimentReport, StepReport
+
+STATE_ICONS = {"SUCCESS": "✅", "FAILED": "❌", "DEP_FAILED": "⛔", "RUNNING": "🏃", "WAITING": "⏳",
+               "UNREADABLE": "⚠️", None: "·"}
+MAX_MESSAGE_LINES = 40
+"""Failure messages are tracebacks at worst; their last lines say what went wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Links:
+    repo_url: str | None = None
+    """``https://github.com/<owner>/<repo>``; None: derived from the recorded git remote."""
+    browser_url: str | None = "http://127.0.0.1:5000"
+    """Where the data browser serves this prefix (``make browse``); None or "": plain paths, no links."""
+
+    def repo(self, record: dict) -> str | None:
+        return (self.repo_url or https_remote(record.get("git_remote")) or "").rstrip("/") or None
+
+    def file_at_commit(self, record: dict) -> str | None:
+        repo, commit, path = self.repo(record), record.get("git_commit"), record.get("caller_file")
+        if not (repo and commit and path) or path.startswith("/"):
+            return None
+        return f"{repo}/blob/{commit}/{path}"
+
+    def browser(self, page: str, path: str) -> str | None:
+        """``<browser>/<page>?path=<URL-quoted path>``, the data browser's URL scheme."""
+        if not self.browser_url:
+            return None
+        return f"{self.browser_url.rstrip('/')}/{page}?path={quote(path, safe='')}"
+
+
+def https_remote(remote: str | None) -> str | None:
+    """``git@github.com:o/r.git`` and ``https://github.com/o/r.git`` -> ``https://github.com/o/r``."""
+    if not remote:
+        return None
+    match = re.match(r"^(?:git@|ssh://git@)([^:/]+)[:/](.+?)(?:\.git)?/?$", remote)
+    if match:
+        return f"https://{match.group(1)}/{match.group(2)}"
+    if remote.startswith(("http://", "https://")):
+        return remote[:-4] if remote.endswith(".git") else remote
+    return None
+
+
+def issue_number(caller_file: str | None, docstring: str | None) -> int | None:
+    """The experiment's issue: ``exp<N>_<what>.py`` by convention, else an ``issues/<N>`` link in the docstring."""
+    match = re.match(r"^exp(\d+)_", (caller_file or "").rsplit("/", 1)[-1])
+    if match:
+        return int(match.group(1))
+    match = re.search(r"/issues/(\d+)", docstring or "")
+    return int(match.group(1)) if match else None
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours < 48 else f"{hours / 24:.1f} days"
+
+
+def _link(text: str, url: str | None) -> str:
+    return f"[{text}]({url})" if url else text
+
+
+def _relative(path: str, prefix: str | None) -> str:
+    if prefix and path.startswith(prefix.rstrip("/") + "/"):
+        return path[len(prefix.rstrip("/")) + 1 :]
+    return path
+
+
+def split_docstring(docstring: str | None) -> tuple[str | None, str | None]:
+    """(description, hypothesis): a paragraph starting ``Hypothesis:`` is the hypothesis, the rest describes."""
+    if not docstring:
+        return None, None
+    description, hypothesis = [], None
+    for paragraph in re.split(r"\n\s*\n", docstring.strip()):
+        if hypothesis is None and paragraph.lstrip().lower().startswith("hypothesis:"):
+            hypothesis = paragraph.lstrip()[len("hypothesis:") :].strip()
+        else:
+            description.append(paragraph)
+    return "\n\n".join(description) or None, hypothesis
+
+
+def header(report: ExperimentReport, links: Links) -> list[str]:
+    record = report.record
+    caller, commit = record.get("caller_file") or record.get("script", "?"), record.get("git_commit")
+    created = datetime.datetime.fromtimestamp(record.get("created", 0), tz=datetime.timezone.utc)
+    lines = [f"<!-- marin-report {record.get('script')} {report.record_url} -->",
+             f"**{record.get('description') or record.get('script')}**", ""]
+    if commit:
+        file_link = _link(f"`{caller}`", links.file_at_commit(record))
+        lines.append(f"- Experiment file: {file_link} at commit `{commit[:12]}`")
+        if links.file_at_commit(record) is None:
+            lines.append("  (no GitHub remote was recorded: pass `--repo_url` to link it)")
+        if record.get("git_dirty"):
+            lines.append("  ⚠️ the working tree had uncommitted changes when this ran: the file at this "
+                         "commit may differ from what ran")
+    else:
+        lines.append(f"- Experiment file: `{caller}` (not run from a git checkout: no commit recorded)")
+    lines.append(f"- Record: {_link(f'`{report.record_url}`', links.browser('experiment', report.record_url))}")
+    lines.append(f"- Prefix: `{record.get('prefix')}` · run by `{record.get('user')}` on "
+                 f"{created:%Y-%m-%d %H:%M} UTC")
+    wandb = [s for s in report.steps if s.wandb_url]
+    for s in wandb:
+        lines.append(f"- W&B: [{s.name}]({s.wandb_url})")
+    return lines
+
+
+def how_to_run(report: ExperimentReport) -> list[str]:
+    record = report.record
+    caller = record.get("caller_file") or f"experiments/{record.get('script')}.py"
+    lines = ["## How to run", "", "```bash"]
+    if record.get("git_commit"):
+        lines.append(f"git checkout {record['git_commit']}")
+    lines += [f"MARIN_PREFIX={record.get('prefix')} python {caller} --dry_run true   # what would run, and why",
+              f"MARIN_PREFIX={record.get('prefix')} python {caller}",
+              f"python -m marin.report {caller} --prefix {record.get('prefix')}   # this report", "```"]
+    return lines
+
+
+def steps_table(report: ExperimentReport, links: Links) -> list[str]:
+    prefix = report.record.get("prefix")
+    lines = ["## Steps", "", "| step | state | duration | output |", "|---|---|---|---|"]
+    for s in report.steps:
+        output = _link(f"`{_relative(s.output_path, prefix)}`", links.browser("browse", s.output_path))
+        state = f"{STATE_ICONS.get(s.state, '?')} {s.state or 'not started'}"
+        lines.append(f"| `{s.name}` | {state} | {format_duration(s.duration)} | {output} |")
+    return lines
+
+
+def training_section(report: ExperimentReport, links: Links, image: str | None) -> list[str]:
+    runs = [s for s in report.steps if s.curves]
+    if not runs:
+        return []
+    sets = sorted({name for s in runs for name in s.eval_bpb()})
+    lines = ["## Training", "", "| run | steps | final train loss |" + "".join(f" eval bpb: {n} |" for n in sets),
+             "|---|---|---|" + "---|" * len(sets)]
+    for s in runs:
+        bpb = s.eval_bpb()
+        loss = f"{s.final_loss:.4f}" if s.final_loss is not None else "–"
+        cells = "".join(f" {bpb[n]:.4f} |" if n in bpb else " – |" for n in sets)
+        run = _link(f"`{s.name}`", links.browser("training", s.output_path))
+        lines.append(f"| {run} | {s.final_step if s.final_step is not None else '–'} | {loss} |{cells}")
+    if image:
+        lines += ["", f"![loss curves]({image})"]
+    return lines
+
+
+def _ci(metric: dict) -> str:
+    lo, hi = metric.get("ci95", (None, None))
+    if lo is None or hi is None:
+        return f"{metric['value']:.3f}"
+    return f"{metric['value']:.3f} ({lo:.3f}–{hi:.3f})"
+
+
+def evals_section(report: ExperimentReport, links: Links) -> list[str]:
+    evals = [s for s in report.steps if s.results]
+    if not evals:
+        return []
+    lines = ["## Evals"]
+    for s in evals:
+        lines += ["", f"### {_link(f'`{s.name}`', links.browser('browse', s.output_path))}"]
+        validation = s.results.get("validation") or {}
+        if validation:
+            lines += ["", "| validation set | loss | perplexity | bits/byte | unigram bits/byte |", "|---|---|---|---|---|"]
+            for name, r in validation.items():
+                unigram = r.get("unigram_bits_per_byte")
+                lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | "
+                             f"{f'{unigram:.4f}' if unigram is not None else '–'} |")
+        tasks = s.results.get("tasks") or {}
+        if tasks:
+            lines += ["", "| task | acc (95% CI) | acc_norm (95% CI) | chance | items |", "|---|---|---|---|---|"]
+            for name, r in tasks.items():
+                acc_norm = _ci(r["acc_norm"]) if r.get("acc_norm") else "–"
+                lines.append(f"| {name} | {_ci(r['acc'])} | {acc_norm} | {r.get('chance', 0):.2f} | {r.get('items', '–')} |")
+    return lines
+
+
+def failures_section(report: ExperimentReport) -> list[str]:
+    if not report.failures:
+        return []
+    lines = ["## Failures"]
+    for s in report.failures:
+        message = (s.message or "(no message recorded)").rstrip().splitlines()
+        if len(message) > MAX_MESSAGE_LINES:
+            message = [f"... ({len(message) - MAX_MESSAGE_LINES} lines cut)", *message[-MAX_MESSAGE_LINES:]]
+        lines += ["", f"### `{s.name}`: {s.state}", "", f"`{s.output_path}`", "", "```", *message, "```"]
+    return lines
+
+
+def render(report: ExperimentReport, links: Links, image: str | None = None) -> str:
+    """The issue body. ``image`` is the loss-curve file name, relative to where the Markdown is written."""
+    description, hypothesis = split_docstring(report.docstring)
+    parts = [header(report, links), ["## Description", "", description or "_(the experiment file has no docstring)_"],
+             ["## Hypothesis", "", hypothesis or "_(none stated: add a paragraph starting `Hypothesis:` to the "
+                                                 "experiment's docstring)_"],
+             how_to_run(report), steps_table(report, links), training_section(report, links, image),
+             evals_section(report, links), failures_section(report)]
+    return "\n\n".join("\n".join(p) for p in parts if p) + "\n"
