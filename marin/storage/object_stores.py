@@ -92,6 +92,11 @@ def _with_retries(url: str, attempt: Callable[[], Any], on_landed: Callable[[], 
     raise AssertionError("unreachable")
 
 
+def retrying(url: str, read: Callable[[], Any]) -> Any:
+    """Run an idempotent call (a read, a listing) with the same retries; never leaks ``_Transient``."""
+    return _with_retries(url, read, lambda: None, None)
+
+
 def _landed(backend, url: str, data: bytes) -> VersionedBlob | None:
     current = backend.read(url)
     if current is not None and current.data == data:
@@ -168,7 +173,7 @@ class GcsBackend:
 
         blob = self._blob(url)
         try:
-            data = self._call(url, blob.download_as_bytes)  # default retry: reads are idempotent
+            data = retrying(url, lambda: self._call(url, blob.download_as_bytes))
         except gexc.NotFound:
             return None
         return VersionedBlob(data, str(blob.generation))
@@ -178,7 +183,7 @@ class GcsBackend:
 
         _, bucket, key = split_bucket(url)
         try:  # see the module docstring: the emulator ignores DELETE preconditions
-            current = self._call(url, lambda: self.client(url).bucket(bucket).get_blob(key))
+            current = retrying(url, lambda: self._call(url, lambda: self.client(url).bucket(bucket).get_blob(key)))
         except gexc.NotFound:
             return False
         if current is None or str(current.generation) != version:
@@ -320,24 +325,18 @@ class S3Backend:
 
     def read(self, url: str) -> VersionedBlob | None:
         _, bucket, key = split_bucket(url)
-        for i in range(_ATTEMPTS):
-            try:
-                response = self.call(url, "get_object", Bucket=bucket, Key=key)
-                return VersionedBlob(response["Data"], response["ETag"])
-            except FileNotFoundError as e:
-                if "bucket does not exist" in str(e):
-                    raise
-                return None
-            except _Transient as e:
-                if i == _ATTEMPTS - 1:
-                    raise OSError(f"{url}: store kept failing after {_ATTEMPTS} attempts: {e.cause}") from e.cause
-                time.sleep(_BACKOFF_S * 2**i)
-        raise AssertionError("unreachable")
+        try:
+            response = retrying(url, lambda: self.call(url, "get_object", Bucket=bucket, Key=key))
+        except FileNotFoundError as e:
+            if "bucket does not exist" in str(e):
+                raise
+            return None
+        return VersionedBlob(response["Data"], response["ETag"])
 
     def delete(self, url: str, version: str) -> bool:
         _, bucket, key = split_bucket(url)
         try:  # a store that ignores If-Match on DELETE still gets the sequential check right
-            if self.call(url, "head_object", Bucket=bucket, Key=key)["ETag"] != version:
+            if retrying(url, lambda: self.call(url, "head_object", Bucket=bucket, Key=key))["ETag"] != version:
                 return False
         except FileNotFoundError:
             return False

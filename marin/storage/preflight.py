@@ -150,10 +150,10 @@ def _list_gcs(prefix: str, bucket: str, key: str) -> None:
 def _list_s3(prefix: str, bucket: str, key: str) -> None:
     from botocore.exceptions import NoCredentialsError
 
-    from marin.storage.object_stores import S3
+    from marin.storage.object_stores import S3, retrying
 
     try:
-        S3.call(prefix, "list_objects_v2", Bucket=bucket, Prefix=key, MaxKeys=1)
+        retrying(prefix, lambda: S3.call(prefix, "list_objects_v2", Bucket=bucket, Prefix=key, MaxKeys=1))
     except NoCredentialsError:
         raise StoreUnavailable(f"{prefix}: no AWS credentials found (set AWS_ACCESS_KEY_ID or a profile)") from None
 
