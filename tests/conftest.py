@@ -77,8 +77,8 @@ def ray_address(object_stores):
 
 @pytest.fixture(scope="session")
 def quickstart_run(tmp_path_factory, ray_address):
-    """The quickstart experiment, run once per session with fewer training steps than `make quickstart`
-    (a different training run, so its own hashes), as experiments/quickstart.py would record it.
+    """The quickstart experiment exactly as `make quickstart` runs it (same steps, same hashes), once per
+    session, recorded as experiments/quickstart.py would record it.
 
     Shared by the quickstart, data browser and report tests so CI trains the model only once."""
     import sys
@@ -90,7 +90,7 @@ def quickstart_run(tmp_path_factory, ray_address):
     sys.path.insert(0, str(root))
     from experiments import quickstart
 
-    steps = quickstart.build(num_train_steps=120, stage_change_step=60)
+    steps = quickstart.STEPS
     prefix = str(tmp_path_factory.mktemp("quickstart") / "store")
     executor = Executor(prefix=prefix, caller_file=str(root / "experiments" / "quickstart.py"),
                         description="quickstart (test run)")
