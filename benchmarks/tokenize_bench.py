@@ -81,24 +81,23 @@ def bench_reader(cache: TokenCache, seconds: float = 3.0, batch=8, seq=1024) -> 
 
 
 def gcs_reader(cache_dir: str) -> float:
-    """Upload the cache to a loopback fake-gcs-server and time random batches through gcsfs."""
-    import os
+    """Upload the cache to a loopback fake-gcs-server (the test suite's) and time random batches through gcsfs."""
+    import sys
+    import tempfile as _tempfile
 
-    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-    from fake_gcs_server import FakeGCSServer  # noqa: the dev extra provides it
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import fsspec
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
 
-    server = FakeGCSServer(port=0) if "port" in FakeGCSServer.__init__.__code__.co_varnames else FakeGCSServer()
-    server.start()
+    from tests.object_store_servers import GCS_BUCKET, start_servers
+
+    servers = start_servers(_tempfile.mkdtemp(prefix="tokbench-"))
     try:
-        storage.Client(credentials=AnonymousCredentials(), project="bench").create_bucket("tokbench")
-        fs = fsspec.filesystem("gs", token="anon")
-        fs.put(cache_dir, "tokbench/cache", recursive=True)
-        return bench_reader(TokenCache.open("gs://tokbench/cache"), seconds=5.0)
+        if servers.gcs_missing:
+            raise RuntimeError(servers.gcs_missing)
+        fsspec.filesystem("gs").put(cache_dir, f"{GCS_BUCKET}/tokbench-cache", recursive=True)
+        return bench_reader(TokenCache.open(f"gs://{GCS_BUCKET}/tokbench-cache"), seconds=5.0)
     finally:
-        server.stop()
+        servers.stop()
 
 
 def main() -> None:
