@@ -107,19 +107,37 @@ class ExperimentReport:
         return [s for s in self.steps if s.state in ("FAILED", "DEP_FAILED", "UNREADABLE")]
 
 
+def repo_relative(path: str) -> str | None:
+    """``path`` relative to the root of the git checkout holding it (None outside a checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=os.path.dirname(os.path.realpath(path)),
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return os.path.relpath(os.path.realpath(path), os.path.realpath(out.stdout.strip()))
+
+
 def same_file(recorded: str | None, given: str) -> bool:
     """Whether a record's ``caller_file`` names the file the user gave.
 
     Records hold the path relative to the repository root when the experiment ran in a git checkout
-    (``experiments/quickstart.py``), else an absolute path; the user may type either, from any directory.
+    (``experiments/quickstart.py``), else an absolute path: on a cluster, the Ray job's unpacked working
+    directory (``/tmp/ray/.../_ray_pkg_<hash>/experiments/quickstart.py``). The user may type the file
+    relative to the repo root or to the current directory, or absolutely.
     """
     if not recorded:
         return False
+    recorded = os.path.normpath(recorded)
     given_abs = os.path.realpath(given)
-    if os.path.isabs(recorded):
-        return os.path.realpath(recorded) == given_abs
-    rel = os.path.normpath(recorded)
-    return os.path.normpath(given) == rel or given_abs.endswith(os.sep + rel)
+    if recorded == given_abs or (not os.path.isabs(recorded) and given_abs.endswith(os.sep + recorded)):
+        return True
+    forms = {os.path.normpath(given)} if not os.path.isabs(given) else set()
+    forms.add(repo_relative(given) if os.path.exists(given) else None)
+    return any(f and not f.startswith("..") and (recorded == f or recorded.endswith(os.sep + f)) for f in forms)
 
 
 def find_record(prefix: str, experiment_file: str) -> tuple[str, dict[str, Any]]:

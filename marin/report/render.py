@@ -118,7 +118,8 @@ def header(report: ExperimentReport, links: Links) -> list[str]:
             lines.append("  ⚠️ the working tree had uncommitted changes when this ran: the file at this "
                          "commit may differ from what ran")
     else:
-        lines.append(f"- Experiment file: `{caller}` (not run from a git checkout: no commit recorded)")
+        lines.append(f"- Experiment file: `{caller}` (no git commit recorded: run from a checkout, or on a Ray "
+                     "cluster with `.git` in the job's working dir, see docs/cluster.md)")
     lines.append(f"- Record: {_link(f'`{report.record_url}`', links.browser('experiment', report.record_url))}")
     lines.append(f"- Prefix: `{record.get('prefix')}` · run by `{record.get('user')}` on "
                  f"{created:%Y-%m-%d %H:%M} UTC")

@@ -19,6 +19,7 @@ from marin.execution import Executor, ExecutorStep, this_output_path, versioned
 from marin.execution.experiment import build_record, record_url, write_record
 from marin.report import Links, ReportError, write_report
 from marin.report.__main__ import main as report_main
+from marin.report.collect import same_file
 from marin.report.render import format_duration, https_remote, issue_number, split_docstring
 from tests.report.steps import TinyConfig, tiny_fn
 
@@ -188,7 +189,7 @@ def test_outside_git_and_without_a_remote_the_report_says_what_is_missing(lab, t
     record.update(git_commit=None, caller_file=str(lab["experiment"]))  # as recorded outside a checkout
     Path(lab["record_url"]).write_text(json.dumps(record))
     body = Path(write_report(str(lab["experiment"]), lab["prefix"], str(tmp_path / "b.md")).markdown).read_text()
-    assert "not run from a git checkout" in body
+    assert "no git commit recorded" in body
 
 
 def _fake_gh(bin_dir: Path, log: Path, authenticated: bool = True) -> None:
@@ -256,6 +257,18 @@ def test_cli_entry_point_runs_as_a_module(lab, tmp_path):
     assert missing.returncode == 2 and "no experiment record for experiments/nope.py" in missing.stderr
 
 
+def test_records_are_matched_to_the_file_however_it_was_recorded_or_typed(lab, monkeypatch):
+    experiment = str(lab["experiment"])
+    assert same_file("experiments/exp7_tiny.py", experiment)  # recorded in a checkout, typed absolutely
+    assert same_file(experiment, experiment)  # recorded outside a checkout
+    unpacked = "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_ab12/experiments/exp7_tiny.py"
+    assert same_file(unpacked, experiment)  # a Ray job's working dir, recorded without .git
+    monkeypatch.chdir(lab["repo"] / "experiments")
+    assert same_file("experiments/exp7_tiny.py", "exp7_tiny.py") and same_file(unpacked, "exp7_tiny.py")
+    assert not same_file("other/exp7_tiny.py", experiment) and not same_file("/elsewhere/exp7_tiny.py", experiment)
+    assert not same_file(None, experiment)
+
+
 @pytest.mark.parametrize("seconds, text", [(None, "–"), (0.04, "0.0 s"), (59.9, "59.9 s"), (61, "1m 01s"),
                                            (3599.6, "1h 00m"), (7 * 86400, "7.0 days")])
 def test_durations(seconds, text):
@@ -275,13 +288,15 @@ def test_remotes_issue_numbers_and_hypotheses():
 
 
 @pytest.mark.slow
-def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path):
+def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path, monkeypatch):
     """The acceptance test of the issue: every step, links at the commit, metrics and an image that exists."""
     prefix, paths = quickstart_run["prefix"], quickstart_run["paths"]
-    files = write_report(str(ROOT / "experiments" / "quickstart.py"), prefix, str(tmp_path / "quickstart.md"),
-                         Links(repo_url=REPO, browser_url=BROWSER))
-    body = Path(files.markdown).read_text()
-    record = files.report.record
+    out = tmp_path / "quickstart.md"  # as documented: python -m marin.report experiments/quickstart.py --prefix ...
+    monkeypatch.chdir(ROOT)
+    assert report_main(["experiments/quickstart.py", "--prefix", prefix, "--out", str(out), "--repo_url", REPO]) == 0
+    body = out.read_text()
+    [record_path] = Path(prefix, "experiments").glob("quickstart-*.json")
+    record = json.loads(record_path.read_text())
 
     assert record["caller_file"] == "experiments/quickstart.py" and len(record["git_commit"]) == 40
     subprocess.run(["git", "cat-file", "-e", f"{record['git_commit']}:experiments/quickstart.py"], cwd=ROOT, check=True)
@@ -311,5 +326,5 @@ def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path):
         assert not math.isnan(r["acc"]["value"])
     assert "## Failures" not in body
 
-    assert files.image and Path(files.image).read_bytes()[:4] == b"\x89PNG"
-    assert f"![loss curves]({Path(files.image).name})" in body and Path(files.image).parent == tmp_path
+    image = tmp_path / "quickstart_loss.png"
+    assert image.read_bytes()[:4] == b"\x89PNG" and "![loss curves](quickstart_loss.png)" in body
