@@ -260,15 +260,16 @@ class _Run:
                 logger.info("waiting for %s: another executor is running it", p.identity)
                 self.watching.append(p)
             return
+        self.heartbeat.add(lease)  # from the moment we hold it: info/status writes and submission take time
         if p in self.watching:
             self.watching.remove(p)
         state = current_state(p.output_path)  # re-read under the lease: another executor may have finished
         if state == StepState.SUCCESS:
-            lease.release()
+            self._drop(lease)
             self._succeeded(p, waited=True)
             return
         if state == StepState.FAILED and not self.ex.force_run_failed:
-            lease.release()
+            self._drop(lease)
             self._failed(p, f"failed in another executor: {last_message(p.output_path)}")
             return
         config = instantiate_config(p)
@@ -280,11 +281,14 @@ class _Run:
         except Exception as e:  # e.g. an unpicklable config or a bad runtime env
             message = f"could not submit: {type(e).__name__}: {e}"
             append_event(p.output_path, StepState.FAILED, message=message, owner=self.ex.owner)
-            lease.release()
+            self._drop(lease)
             self._failed(p, message)
             return
-        self.heartbeat.add(lease)
         self.in_flight[ref] = (p, lease)
+
+    def _drop(self, lease: Lease) -> None:
+        self.heartbeat.remove(lease)
+        lease.release()
 
     def _finish(self, ref) -> None:
         p, lease = self.in_flight.pop(ref)

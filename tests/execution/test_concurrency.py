@@ -58,7 +58,7 @@ def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address,
 
 def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray_address, store_prefix):
     prefix, calls = store_prefix, tmp_path / "calls"
-    lease_flags = ("--lease_heartbeat_s", "0.2", "--lease_stale_after_s", "1.5")
+    lease_flags = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "3")  # robust on a loaded machine
     victim = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined",
                     RACE_SLOW_S=60)
     deadline = time.time() + 120
