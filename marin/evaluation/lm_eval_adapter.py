@@ -1,0 +1,83 @@
+"""lm-evaluation-harness on our JAX models: ``lm_eval --model marin --model_args checkpoint=DIR,...``.
+
+The harness's own Hugging Face model class needs torch; this ``LM`` subclass answers its three request
+types with the lab's jitted scorer and KV-cache generator instead, so the harness's task library runs on
+any checkpoint the lab can load (a training run's output directory or an HF export):
+
+- ``loglikelihood``: (context, continuation) pairs, tokenized with lm-eval's split rule
+  (``split_context_continuation``), scored by ``Scorer.loglikelihood``;
+- ``loglikelihood_rolling``: whole documents, scored in windows by ``document_windows``;
+- ``generate_until``: greedy (or sampled) continuations cut at the first stop string.
+
+Install with the ``eval`` extra (lm-eval itself installs without torch).
+"""
+
+from __future__ import annotations
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from marin.evaluation.perplexity import document_windows
+from marin.evaluation.scoring import Scorer
+from marin.evaluation.tasks import split_context_continuation
+
+
+@register_model("marin")
+class MarinLM(LM):
+    def __init__(self, checkpoint: str, tokenizer: str | None = None, batch_size: int | str = 16,
+                 max_len: int | None = None, max_gen_toks: int = 128, **_ignored):
+        super().__init__()
+        from marin.evaluation.step import load_model
+        from marin.tokenize import eos_id, load_tokenizer
+        from marin.trainer.model.llama import forward
+
+        self.cfg, self.params, _ = load_model(checkpoint, None)
+        self.tokenizer = load_tokenizer(tokenizer or checkpoint)
+        self.eos = eos_id(self.tokenizer)
+        self.max_gen_toks = int(max_gen_toks)
+        cfg, params = self.cfg, self.params
+        self.scorer = Scorer(lambda tokens: forward(cfg, params, tokens), batch_size=int(batch_size),
+                             max_len=int(max_len or cfg.seq_len), pad_id=self.eos)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def loglikelihood(self, requests) -> list[tuple[float, bool]]:
+        pairs = []
+        for request in requests:
+            context, continuation = request.args
+            ctx, cont = split_context_continuation(self._encode, context, continuation)
+            pairs.append(([self.eos, *ctx], cont))
+        return self.scorer.loglikelihood(pairs)
+
+    def loglikelihood_rolling(self, requests) -> list[float]:
+        out = []
+        for request in requests:
+            (text,) = request.args
+            tokens = self._encode(text)
+            # lm-eval's rolling loglikelihood covers the document's own tokens, not a closing EOS.
+            rows = document_windows(tokens, self.eos, self.scorer.max_len, closing_eos=False)
+            per_row = self.scorer.token_nll([row for row, _ in rows])
+            out.append(-sum(float(nll[-new:].sum()) for (_, new), nll in zip(rows, per_row)))
+        return out
+
+    def generate_until(self, requests) -> list[str]:
+        from marin.export.generate import GenerationConfig, generate
+
+        out = []
+        for request in requests:
+            context, kwargs = request.args
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            gen = GenerationConfig(max_new_tokens=int(kwargs.get("max_gen_toks", self.max_gen_toks)),
+                                   temperature=float(kwargs.get("temperature", 0.0)), stop_tokens=(self.eos,),
+                                   seed=int(kwargs.get("seed", 0)))
+            prompt = [self.eos, *self._encode(context)][-(self.cfg.seq_len - gen.max_new_tokens):]
+            tokens = [t for t in generate(self.cfg, self.params, [prompt], gen)[0] if t != self.eos]
+            text = self.tokenizer.decode(tokens)
+            for stop in until:
+                if stop and stop in text:
+                    text = text[: text.index(stop)]
+            out.append(text)
+        return out
+
