@@ -98,3 +98,14 @@ def quickstart_run(tmp_path_factory, ray_address):
     return {"prefix": prefix, "steps": steps, "result": result,
             "paths": {name: next(p.output_path for p in result.plan.steps if p.name == step.name)
                       for name, step in steps.items()}}
+
+
+QUICKSTART_TIMEOUT_S = 1800
+
+
+def pytest_collection_modifyitems(items):
+    """Whichever test first asks for ``quickstart_run`` pays for training the model (minutes on 2 busy
+    cores), so those tests get a longer per-test timeout than the suite's default."""
+    for item in items:
+        if "quickstart_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(QUICKSTART_TIMEOUT_S))
