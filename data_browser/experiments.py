@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from marin.execution.status import INFO_FILE, StatusFileError, read_events
+from marin.execution.status import INFO_FILE, state_summary
 from marin.storage import exists, glob, join, read_text
 
 STATE_COLORS = {
@@ -57,18 +57,7 @@ def load_record(url: str) -> dict[str, Any]:
     return json.loads(read_text(url))
 
 
-def step_state(output_path: str) -> tuple[str | None, str | None, float | None, float | None]:
-    """(state, last message, time RUNNING began, time a final state was reached)."""
-    try:
-        events = read_events(output_path)
-    except StatusFileError as e:
-        return "UNREADABLE", str(e), None, None
-    if not events:
-        return None, None, None, None
-    started = next((e["time"] for e in reversed(events) if e["state"] == "RUNNING"), None)
-    last = events[-1]
-    finished = last["time"] if last["state"] in ("SUCCESS", "FAILED", "DEP_FAILED") else None
-    return last["state"], last.get("message"), started, finished
+step_state = state_summary
 
 
 def step_views(record: dict[str, Any]) -> list[StepView]:

@@ -79,6 +79,22 @@ def last_message(output_path: str) -> str | None:
     return events[-1].get("message") if events else None
 
 
+def state_summary(output_path: str) -> tuple[str | None, str | None, float | None, float | None]:
+    """(state, its message, start of the last RUNNING, time a final state was reached) for displays
+    (browser, reports); an unparseable status file shows as ``UNREADABLE`` with the parse error."""
+    try:
+        events = read_events(output_path)
+    except StatusFileError as e:
+        return "UNREADABLE", str(e), None, None
+    if not events:
+        return None, None, None, None
+    last = events[-1]
+    started = next((e["time"] for e in reversed(events) if e["state"] == StepState.RUNNING.value), None)
+    final = (StepState.SUCCESS.value, StepState.FAILED.value, StepState.DEP_FAILED.value)
+    finished = last["time"] if last["state"] in final else None
+    return last["state"], last.get("message"), started, finished
+
+
 def event_line(state: StepState, message: str | None = None, owner: str | None = None) -> str:
     return json.dumps({"state": state.value, "time": time.time(), "message": message, "owner": owner}) + "\n"
 

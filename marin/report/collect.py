@@ -26,12 +26,11 @@ import logging
 import os
 from typing import Any
 
-from marin.execution.status import StatusFileError, read_events
+from marin.execution.status import state_summary
 from marin.storage import exists, glob, join, read_text
 
 logger = logging.getLogger(__name__)
 
-FINAL_STATES = ("SUCCESS", "FAILED", "DEP_FAILED")
 
 
 class ReportError(RuntimeError):
@@ -163,18 +162,7 @@ def find_record(prefix: str, experiment_file: str) -> tuple[str, dict[str, Any]]
     return url, record
 
 
-def read_state(output_path: str) -> tuple[str | None, str | None, float | None, float | None]:
-    """(state, its message, start of the last RUNNING, time the final state was reached)."""
-    try:
-        events = read_events(output_path)
-    except StatusFileError as e:
-        return "UNREADABLE", str(e), None, None
-    if not events:
-        return None, None, None, None
-    last = events[-1]
-    started = next((e["time"] for e in reversed(events) if e["state"] == "RUNNING"), None)
-    finished = last["time"] if last["state"] in FINAL_STATES else None
-    return last["state"], last.get("message"), started, finished
+read_state = state_summary
 
 
 def read_curves(output_path: str) -> dict[str, Curve]:
