@@ -41,14 +41,22 @@ def server(lab):
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
+    """One Playwright session per module: its sync API runs an event loop on this thread while open,
+    so a second ``sync_playwright()`` beside it would fail ("Sync API inside the asyncio loop")."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        yield page
-        browser.close()
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    yield page
+    page.close()
 
 
 def shot(page, name):
@@ -99,10 +107,9 @@ def test_training_page_draws_charts(page, server, lab):
 
 
 @pytest.mark.slow
-def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run):
+def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run, browser):
     """The real thing: the quickstart's outputs, its experiment page, its training curves."""
     import uvicorn
-    from playwright.sync_api import sync_playwright
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,19 +121,17 @@ def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run):
     while not srv.started:
         time.sleep(0.05)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.click("a.experiment:text-matches('^quickstart-')")
-            nodes = page.locator("svg.dag g.node")
-            assert nodes.count() == 9
-            assert {nodes.nth(i).get_attribute("data-state") for i in range(9)} == {"SUCCESS"}
-            shot(page, "quickstart_experiment")
-            page.click("tr[id^='step-checkpoints'] a:text('metrics')")
-            page.wait_for_selector("div.chart canvas")
-            assert page.locator("div.chart[data-metric='train/loss']").count() == 1
-            browser.close()
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.click("a.experiment:text-matches('^quickstart-')")
+        nodes = page.locator("svg.dag g.node")
+        assert nodes.count() == 9
+        assert {nodes.nth(i).get_attribute("data-state") for i in range(9)} == {"SUCCESS"}
+        shot(page, "quickstart_experiment")
+        page.click("tr[id^='step-checkpoints'] a:text('metrics')")
+        page.wait_for_selector("div.chart canvas")
+        assert page.locator("div.chart[data-metric='train/loss']").count() == 1
+        page.close()
     finally:
         srv.should_exit = True
         thread.join(10)

@@ -20,9 +20,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = """
-import sys, ray
+import sys, time, ray
+from ray.dashboard.consts import DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX
+from ray.experimental import internal_kv
 ray.init(include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=int(sys.argv[1]), num_cpus=2,
          log_to_driver=False)
+# The job server hands submissions to the head node's dashboard agent and waits only 10 s for it to
+# register (ray.dashboard.consts.WAIT_AVAILABLE_AGENT_TIMEOUT); on a loaded machine the agent can take
+# longer to start, so wait for its address in the GCS (what the job server looks up) before "ready".
+key = DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX + ray.get_runtime_context().get_node_id()
+deadline = time.monotonic() + 180
+while not internal_kv._internal_kv_get(key, namespace=b"dashboard"):
+    if time.monotonic() > deadline:
+        sys.exit("the dashboard agent did not register within 180 s")
+    time.sleep(0.5)
 print("ready", flush=True)
 sys.stdin.read()
 ray.shutdown()
