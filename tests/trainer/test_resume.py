@@ -57,8 +57,12 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
     full_log, _ = full.communicate()
     assert full.returncode == 0, full_log[-3000:]
 
+    def killable() -> bool:  # past kill_at, with a complete checkpoint past the first (they are written async)
+        done = list_checkpoints(str(tmp_path / "killed" / "checkpoints"))
+        return _logged_step(tmp_path / "killed") >= kill_at and bool(done) and done[-1][0] >= FIRST_CHECKPOINT
+
     victim = _launch(tmp_path / "killed")
-    while _logged_step(tmp_path / "killed") < kill_at:
+    while not killable():
         assert victim.poll() is None, f"run finished before the kill {note}:\n{victim.stdout.read()[-3000:]}"
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
