@@ -9,16 +9,13 @@ Parquet in row batches, and searches stop after ``max_scan`` records. A corrupt 
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import io
 import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
 
 from marin.storage import filesystem
-
-JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
+from marin.storage.records import JSONL_SUFFIXES, decompressed
 
 
 class ReadFailure(Exception):
@@ -39,14 +36,7 @@ def is_record_file(path: str) -> bool:
 
 def _open_decompressed(path: str):
     fs, p = filesystem(path)
-    raw = fs.open(p, "rb")
-    if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)
-    if path.endswith(".zst"):
-        import zstandard
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
-    return raw
+    return decompressed(fs.open(p, "rb"), path)
 
 
 def iter_records(path: str, max_line_bytes: int) -> Iterator[Record]:

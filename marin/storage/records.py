@@ -122,15 +122,56 @@ def _as_url(like: str, path: str) -> str:
     return f"{scheme}://{path.lstrip('/')}"
 
 
-def _decompressed(raw: IO[bytes], url: str) -> IO[bytes]:
+def decompressed(raw: IO[bytes], url: str) -> IO[bytes]:
+    """The decompressed bytes of ``raw`` by the compression the name ``url`` says (gzip, zstd or none)."""
     kind = compression_of(url)
     if kind == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if kind == "zstd":
+        return io.BufferedReader(_ZstdFrames(raw), buffer_size=1 << 16)
+    return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Decompresses concatenated zstd frames and raises ``EOFError`` when the input ends inside a frame.
+
+    zstandard's own ``stream_reader`` ends quietly at a truncated frame, so a cut ``.zst`` file would
+    read as a shorter (or half-line) file instead of an error.
+    """
+
+    def __init__(self, raw: IO[bytes]):
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
-    return raw
+        self._raw, self._dctx = raw, zstandard.ZstdDecompressor()
+        self._frame = self._dctx.decompressobj()
+        self._in_frame = False
+        self._out, self._pos = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._pos == len(self._out):
+            chunk = self._raw.read(1 << 16)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("the zstd stream ends inside a frame")
+                return 0
+            self._out, self._pos = self._decompress(chunk), 0
+        n = min(len(buffer), len(self._out) - self._pos)
+        buffer[:n] = self._out[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def _decompress(self, data: bytes) -> bytes:
+        parts = []
+        while data:
+            self._in_frame = True
+            parts.append(self._frame.decompress(data))
+            data = b""
+            if self._frame.eof:  # the frame is complete; what follows starts the next one
+                data, self._frame, self._in_frame = self._frame.unused_data, self._dctx.decompressobj(), False
+        return b"".join(parts)
 
 
 def read_records(
@@ -181,7 +222,7 @@ def read_documents(url: str, *, on_error: OnError = "raise", stats: ReadStats | 
 
 def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
     with open_url(url, "rb") as raw:
-        stream = _decompressed(raw, url)
+        stream = decompressed(raw, url)
         line_no = 0
         try:
             for line_no, raw_line in enumerate(stream, 1):  # noqa: B007 (used after the loop)

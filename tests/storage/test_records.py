@@ -5,6 +5,7 @@ import gzip
 import os
 
 import pytest
+import zstandard
 
 from marin.storage.records import (
     ReadStats,
@@ -30,6 +31,22 @@ def test_round_trip(tmp_path, fmt, where):
     assert find_record_files(base) == [url]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("store", ["gcs", "s3"])
+def test_round_trip_and_failed_write_on_object_stores(request, fmt, store):
+    """The same streaming reader and writer on the GCS and S3 servers: a crash mid-write leaves no object."""
+    base = request.getfixturevalue(f"{store}_prefix")
+    url = f"{base}/sub/shard.{fmt}"
+    assert write_records(url, DOCS) == len(DOCS)
+    assert list(read_documents(url)) == DOCS
+    assert find_record_files(base) == [url]
+    with pytest.raises(RuntimeError):
+        with RecordWriter(f"{base}/other/crashed.{fmt}") as w:
+            w.write(DOCS[0])
+            raise RuntimeError("crash mid-write")
+    assert find_record_files(base) == [url]
+
+
 def test_compressed_output_is_deterministic(tmp_path):
     for name in ("a", "b"):
         write_records(str(tmp_path / f"{name}.jsonl.gz"), DOCS[:100])
@@ -48,10 +65,11 @@ BAD_LINES = [
 
 
 @pytest.mark.parametrize("payload,reason", BAD_LINES)
-@pytest.mark.parametrize("suffix", ["jsonl", "jsonl.gz"])
+@pytest.mark.parametrize("suffix", ["jsonl", "jsonl.gz", "jsonl.zst"])
 def test_malformed_line_names_file_and_line(tmp_path, payload, reason, suffix):
     path = tmp_path / f"bad.{suffix}"
-    path.write_bytes(gzip.compress(payload) if suffix.endswith("gz") else payload)
+    compress = {"jsonl": bytes, "jsonl.gz": gzip.compress, "jsonl.zst": zstandard.ZstdCompressor().compress}
+    path.write_bytes(compress[suffix](payload))
     with pytest.raises(RecordError) as err:
         list(read_documents(str(path)))
     assert str(err.value).startswith(f"{path}:2: ") and reason in str(err.value)
@@ -73,8 +91,9 @@ def test_skip_counts_add_up_across_files_and_blank_lines_are_ignored(tmp_path):
     assert f"{tmp_path}/a.jsonl:3:" in stats.first_errors[0]
 
 
-def test_truncated_gzip_is_an_error_even_when_skipping(tmp_path):
-    path = tmp_path / "cut.jsonl.gz"
+@pytest.mark.parametrize("suffix", ["jsonl.gz", "jsonl.zst"])
+def test_truncated_compressed_file_is_an_error_even_when_skipping(tmp_path, suffix):
+    path = tmp_path / f"cut.{suffix}"
     write_records(str(path), DOCS)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
