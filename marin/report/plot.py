@@ -22,8 +22,11 @@ def plot_curves(steps: Sequence[StepReport], path: str) -> bool:
     runs = [s for s in steps if "train/loss" in s.curves]
     if not runs:
         return False
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError(f"the loss-curve image needs matplotlib: pip install -e '.[report]' ({e})") from e
 
     bpb_runs = [s for s in runs if s.eval_bpb()]
     fig = Figure(figsize=(11 if bpb_runs else 6.5, 4), dpi=110, layout="constrained")

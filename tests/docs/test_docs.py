@@ -53,6 +53,7 @@ EXERCISED: dict[str, tuple[str, str, str]] = {
                                 "make test installs dev, which holds it"),
     "pip install -e '.[s3]'": (COMMANDS, "def test_documented_extras_exist_and_dev_installs_them(", "as above"),
     'pip install -e ".[cluster]"': (COMMANDS, "def test_documented_extras_exist_and_dev_installs_them(", "as above"),
+    "pip install -e '.[report]'": (COMMANDS, "def test_documented_extras_exist_and_dev_installs_them(", "as above"),
     "python experiments/hello_world.py --prefix gs://my-bucket/lab": (
         COMMANDS, "def test_hello_world_on_a_gs_prefix(", "a bucket on the GCS emulator"),
     "python experiments/exp11_mixture_shift.py --dry_run true": (COMMANDS, "def test_exp11_dry_run_reuses_the_quickstart(", ""),
