@@ -149,6 +149,42 @@ def test_reader_over_fsspec_range_reads_matches_local(corpus, tokenizer_path, tm
     np.testing.assert_array_equal(remote.document_starts(100, 2000), local.document_starts(100, 2000))
 
 
+def _digest_of_reads(cache, ranges):
+    """Runs in worker processes: what a shared reader returns there."""
+    return hashlib.sha256(b"".join(cache.read(s, n).tobytes() for s, n in ranges)).hexdigest()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path, method):
+    """A reader used in the parent (its shards already memory-mapped) goes to forked or spawned workers
+    (pickled: only url + ledger travel) and reads the same tokens there."""
+    import multiprocessing
+
+    _, files = corpus
+    build_cache(files, str(tmp_path / "c"), load_tokenizer(tokenizer_path), tokenizer_name="t")
+    cache = TokenCache.open(str(tmp_path / "c"))
+    rng = np.random.default_rng(1)
+    ranges = [[(int(s), 256) for s in rng.integers(0, cache.num_tokens - 256, 32)] for _ in range(4)]
+    expected = [_digest_of_reads(cache, r) for r in ranges]  # maps shards in the parent first
+    with multiprocessing.get_context(method).Pool(2) as pool:
+        assert pool.starmap(_digest_of_reads, [(cache, r) for r in ranges]) == expected
+
+
+def test_reader_on_the_gcs_server_matches_local(corpus, tokenizer_path, tmp_path, gcs_prefix):
+    from marin.storage import filesystem
+
+    _, files = corpus
+    build_cache(files, str(tmp_path / "c"), load_tokenizer(tokenizer_path), tokenizer_name="t")
+    fs, root = filesystem(gcs_prefix)
+    fs.put(str(tmp_path / "c"), f"{root}/c", recursive=True)
+    local = TokenCache.open(str(tmp_path / "c"))
+    remote = TokenCache.open(f"{gcs_prefix}/c", tokenizer=local.fingerprint)
+    for start, n in [(0, 10), (local.num_tokens - 50, 50), (1234, 3000)]:
+        np.testing.assert_array_equal(remote.read(start, n), local.read(start, n))
+    for i in (0, 77, local.num_documents - 1):
+        np.testing.assert_array_equal(remote.document(i), local.document(i))
+
+
 def test_cache_bytes_do_not_depend_on_worker_count(corpus, tokenizer_path, tmp_path, ray_address):
     _, files = corpus
     tok = load_tokenizer(tokenizer_path)
