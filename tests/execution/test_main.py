@@ -40,6 +40,13 @@ def test_hello_world_default_prefix_run_rerun_and_dry_run(tmp_path):
     again = run_script(HELLO, cwd=tmp_path)
     assert again.returncode == 0 and "ran 0, reused 2 of 2" in again.stdout
     assert "starting a local Ray" not in again.stderr  # nothing to do: Ray never starts
+    # ... and a no-op rerun never imports Ray or JAX at all (the bulk of a cold start's time)
+    probe = ("import runpy, sys\nsys.argv = [sys.argv[1]]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+             "except SystemExit as e:\n    assert not e.code, e.code\n"
+             "print('IMPORTED', sorted(m for m in ('jax', 'ray', 'torch') if m in sys.modules))")
+    noop = subprocess.run([sys.executable, "-c", probe, str(HELLO)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")})
+    assert noop.returncode == 0 and "IMPORTED []" in noop.stdout, noop.stdout + noop.stderr
 
     dry = run_script(HELLO, "--dry_run", "true", cwd=tmp_path)
     assert dry.returncode == 0
