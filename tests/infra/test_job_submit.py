@@ -3,8 +3,8 @@
 The two documented commands (the `export` that keeps .git in the upload, and `ray job submit` of
 hello_world with MARIN_PREFIX) are read from docs/cluster.md and run by bash; only the dashboard address
 and the bucket are replaced. The head is a Ray started by a child process with its dashboard and job
-server (what `ray up` starts on a real head); it is shut down by closing the child's stdin, so nothing
-else's Ray on this machine is touched (never `ray stop`).
+server (what `ray up` starts on a real head); it is shut down by terminating that `ray start --block`, so
+nothing else's Ray on this machine is touched (never `ray stop`).
 """
 
 import json
@@ -19,25 +19,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD = """
+AGENT_READY = """
 import sys, time, ray
 from ray.dashboard.consts import DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX
 from ray.experimental import internal_kv
-ray.init(include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=int(sys.argv[1]), num_cpus=2,
-         log_to_driver=False)
-# The job server hands submissions to the head node's dashboard agent and waits only 10 s for it to
-# register (ray.dashboard.consts.WAIT_AVAILABLE_AGENT_TIMEOUT); on a loaded machine the agent can take
-# longer to start, so wait for its address in the GCS (what the job server looks up) before "ready".
+ray.init(address=sys.argv[1], log_to_driver=False)
+# The job server hands a submission to the head node's dashboard agent, found under this key in the GCS.
 key = DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX + ray.get_runtime_context().get_node_id()
-deadline = time.monotonic() + 180
+deadline = time.monotonic() + 120
 while not internal_kv._internal_kv_get(key, namespace=b"dashboard"):
     if time.monotonic() > deadline:
-        sys.exit("the dashboard agent did not register within 180 s")
+        sys.exit("the dashboard agent did not register within 120 s")
     time.sleep(0.5)
-print("ready", flush=True)
-sys.stdin.read()
-ray.shutdown()
 """
+PORTS = ("port", "dashboard-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+         "metrics-export-port")  # fmt: skip
 
 
 def _free_port() -> int:
@@ -56,21 +52,27 @@ def documented_submission() -> list[str]:
 
 @pytest.fixture
 def ray_head(tmp_path):
-    port = _free_port()
+    """`ray start --head --block` on free ports: every port explicit, because the defaults are fixed numbers
+    (the dashboard agent's 52365) that another Ray on this machine, such as the test session's, already
+    holds; the agent then never starts and every submission fails with "No available agent"."""
+    ports = {name: _free_port() for name in PORTS}
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MARIN_PREFIX")}
     env.update(RAY_TMPDIR=tempfile.mkdtemp(prefix="mrayj", dir="/tmp"), RAY_AUTH_MODE="disabled",
                RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
-    head = subprocess.Popen([sys.executable, "-c", HEAD, str(port)], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["ray", "start", "--head", "--block", "--num-cpus", "2", "--include-dashboard", "true",
+            "--dashboard-host", "127.0.0.1", *(f"--{name}={port}" for name, port in ports.items())]
+    head = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        line = head.stdout.readline()
-        if line.strip() != "ready":
-            head.kill()
-            pytest.fail(f"local Ray head with job server did not start: {head.communicate()[1][-3000:]}")
-        yield port, env
+        ready = subprocess.run([sys.executable, "-c", AGENT_READY, f"127.0.0.1:{ports['port']}"], env=env,
+                               capture_output=True, text=True, timeout=300)
+        if ready.returncode != 0:
+            head.terminate()
+            pytest.fail(f"local Ray head with job server did not start: {ready.stderr[-2000:]}\n"
+                        f"{head.communicate(timeout=60)[0][-2000:]}")
+        yield ports["dashboard-port"], env
     finally:
         if head.poll() is None:
-            head.stdin.close()
+            head.terminate()  # `ray start --block` stops the processes it started on SIGTERM
             try:
                 head.wait(timeout=60)
             except subprocess.TimeoutExpired:
