@@ -84,3 +84,21 @@ def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray
     assert counts.pop("race_joined") == 2  # killed once, completed once
     assert counts.pop("race_tail") == 1 and set(counts.values()) == {1}
     assert [e["state"] for e in read_events(joined.output_path)][-2:] == ["RUNNING", "SUCCESS"]
+
+
+def test_live_heartbeat_keeps_a_long_step_from_being_taken_over(tmp_path, ray_address):
+    """A step running far longer than the stale period, while another executor waits on its lease: the
+    holder's heartbeat keeps the lease fresh, so the waiter never takes over and the step runs once."""
+    prefix, calls = tmp_path / "store", tmp_path / "calls"
+    lease_flags = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "2")
+    slow = dict(RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined", RACE_SLOW_S=7)  # 3.5 stale periods
+    holder = launch(ray_address, prefix, calls, *lease_flags, **slow)
+    deadline = time.time() + 120
+    while "race_joined" not in call_counts(calls):
+        assert time.time() < deadline and holder.poll() is None, holder.stdout.read() if holder.poll() else "timeout"
+        time.sleep(0.1)
+    waiter = launch(ray_address, prefix, calls, *lease_flags, **slow)
+    outputs = [p.communicate(timeout=180)[0] for p in (holder, waiter)]
+    assert holder.returncode == 0 and waiter.returncode == 0, outputs
+    assert not any("took over stale lease" in out for out in outputs), outputs
+    assert call_counts(calls) == {label: 1 for label in LABELS}
