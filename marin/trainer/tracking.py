@@ -4,6 +4,7 @@
     tracker.log(121, {"train/loss": 3.2, "train/tokens_per_s": 5400.0})
     tracker.finish()
 
+``tracker.json`` records the wandb run (``{"wandb_url", "wandb_id"}``) for the experiment report.
 ``metrics.jsonl`` holds one ``{"step": ..., <metric>: ...}`` object per line; on resume, lines past the
 resumed step (written by the killed run after its last checkpoint) are dropped, so the log always
 matches the state. wandb runs offline unless ``WANDB_API_KEY`` is set or ``wandb_mode`` says otherwise.
@@ -98,6 +99,9 @@ class Tracker:
     def __init__(self, config: TrackerConfig, output_path: str, run_config: dict, resume_step: int, total_steps: int):
         self.jsonl = JsonlLog(join(output_path, "metrics.jsonl"), resume_step)
         self.wandb_run = _start_wandb(config, output_path, run_config) if config.wandb else None
+        if self.wandb_run is not None:  # the experiment report links the run from here
+            url = self.wandb_run.get_url() if hasattr(self.wandb_run, "get_url") else None
+            write_atomic(join(output_path, "tracker.json"), json.dumps({"wandb_url": url, "wandb_id": self.wandb_run.id}))
         self.bar = None
         if config.progress_bar:
             from tqdm.auto import tqdm

@@ -7,8 +7,10 @@ Every backend computes causal, grouped-query attention with optional packing mas
     # -> out [batch, seq, heads, head_dim]; position t sees s <= t with segment_ids[s] == segment_ids[t]
 
 ``reference`` is plain jnp and the oracle the others are tested against; ``xla`` calls
-``jax.nn.dot_product_attention`` (cuDNN on GPU). Issue 7 registers ``pallas`` and ``splash`` here with
-``@register_attention_backend``; nothing else in the model changes.
+``jax.nn.dot_product_attention`` (cuDNN on GPU); ``blockwise`` runs ``xla`` per block of queries over only
+the keys that block can see, skipping the masked upper triangle (the CPU default: measured 33-40% less
+time than ``xla`` for fwd+bwd at seq 512, and each block's score buffer stays small). Issue 7 registers
+``pallas`` and ``splash`` here with ``@register_attention_backend``; nothing else in the model changes.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ class AttentionFn(Protocol):
 ATTENTION_BACKENDS: dict[str, AttentionFn] = {}
 
 # The default for each platform; a platform not listed uses "xla".
-_PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+_PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "blockwise", "gpu": "xla", "tpu": "xla"}
+BLOCKWISE_QUERY_BLOCK = 128
+"""Query rows per block of the ``blockwise`` backend (64-128 measured best on 2 CPU cores at seq 512)."""
 
 
 def register_attention_backend(name: str) -> Callable[[AttentionFn], AttentionFn]:
@@ -68,12 +72,15 @@ def attention(
     return ATTENTION_BACKENDS[resolve_backend(backend)](q, k, v, segment_ids)
 
 
-def attention_mask(segment_ids: jax.Array | None, seq: int) -> jax.Array:
-    """Boolean [batch or 1, 1, seq, seq]: causal, and within one packed document."""
-    mask = jnp.tril(jnp.ones((seq, seq), dtype=jnp.bool_))[None, None]  # [1, 1, q, k]
+def attention_mask(segment_ids: jax.Array | None, seq: int, q_start: int = 0, q_stop: int | None = None) -> jax.Array:
+    """Boolean [batch or 1, 1, q, k]: causal, and within one packed document, for queries
+    ``q_start:q_stop`` against keys ``0:q_stop`` (all of them by default)."""
+    q_stop = seq if q_stop is None else q_stop
+    pos = jnp.arange(q_stop)
+    mask = (pos[None, :] <= pos[q_start:, None])[None, None]  # [1, 1, q, k]
     if segment_ids is not None:
-        same = segment_ids[:, None, :, None] == segment_ids[:, None, None, :]  # [batch, 1, q, k]
-        mask = mask & same
+        q_seg, k_seg = segment_ids[:, q_start:q_stop], segment_ids[:, :q_stop]
+        mask = mask & (q_seg[:, None, :, None] == k_seg[:, None, None, :])  # [batch, 1, q, k]
     return mask
 
 
@@ -97,3 +104,22 @@ def xla_attention(q, k, v, segment_ids):
     """``jax.nn.dot_product_attention``: XLA's fused implementation (cuDNN flash attention on GPU)."""
     mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
+
+
+@register_attention_backend("blockwise")
+def blockwise_attention(q, k, v, segment_ids):
+    """``xla`` attention per block of queries, each over keys ``[0, block end)`` only: exact (a full
+    softmax per query row), with roughly half the score FLOPs and memory of the full square at long seq.
+
+    Up to two blocks the saving (a quarter of the scores at most) does not pay for the extra calls and
+    the concatenation (measured: nano at seq 256 ran ~15% slower split in two), so that is one ``xla`` call.
+    """
+    seq = q.shape[1]
+    if seq <= 2 * BLOCKWISE_QUERY_BLOCK:
+        return xla_attention(q, k, v, segment_ids)
+    outs = []
+    for start in range(0, seq, BLOCKWISE_QUERY_BLOCK):
+        stop = min(start + BLOCKWISE_QUERY_BLOCK, seq)
+        mask = attention_mask(segment_ids, seq, start, stop)  # [batch or 1, 1, stop - start, stop]
+        outs.append(jax.nn.dot_product_attention(q[:, start:stop], k[:, :stop], v[:, :stop], mask=mask))
+    return jnp.concatenate(outs, axis=1)  # [batch, seq, heads, head_dim]

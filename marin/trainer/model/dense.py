@@ -1,0 +1,60 @@
+"""``dense(x, w)``: the model's one matmul helper, and an XLA:CPU workaround for weight gradients.
+
+    q = dense(x, wq)              # x [batch, seq, embed] . wq [embed, heads, head_dim] -> [batch, seq, heads, head_dim]
+    y = dense(attn, wo, n_in=2)   # contracts the last 2 dims of attn with the first 2 of wo
+
+Every projection is a 2-D ``[tokens, in] @ [in, out]`` product after free (row-major) reshapes.
+
+Why a helper: on CPU, XLA hands matmuls to its fast YNNPACK kernels only when the left operand is not
+transposed. The weight gradient ``dW = x^T @ g`` is transposed on the left, so XLA runs it through a slow
+generic contraction (profiled on the lab's 2-core machine: Eigen's operand packing was ~12% of a nano
+step) and may even materialise the far larger ``g^T`` (64 MB for nano's logits). On CPU the backward
+pass here materialises ``x^T`` explicitly (an ``optimization_barrier`` stops XLA from folding it back
+into the dot), which is small, and keeps every matmul on the fast path. Other platforms use plain
+autodiff; the math is the same either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+def dense(x: jax.Array, w: jax.Array, n_in: int = 1, out_dtype=None) -> jax.Array:
+    """Contract the last ``n_in`` dims of ``x`` with the first ``n_in`` dims of ``w``."""
+    inner, outer = x.shape[-n_in:], w.shape[n_in:]
+    if tuple(w.shape[:n_in]) != tuple(inner):
+        raise ValueError(f"dense: x {x.shape} and w {w.shape} disagree on the contracted dims")
+    x2 = x.reshape(-1, math.prod(inner))  # [tokens, in]
+    w2 = w.reshape(math.prod(inner), math.prod(outer))  # [in, out]
+    matmul = _matmul_canonical_grads if jax.default_backend() == "cpu" else _matmul
+    y = matmul(x2, w2, jnp.dtype(out_dtype or x.dtype))  # [tokens, out]
+    return y.reshape(*x.shape[:-n_in], *outer)
+
+
+def _matmul(x: jax.Array, w: jax.Array, out_dtype) -> jax.Array:
+    return jnp.dot(x, w, preferred_element_type=out_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _matmul_canonical_grads(x: jax.Array, w: jax.Array, out_dtype) -> jax.Array:
+    return _matmul(x, w, out_dtype)
+
+
+def _forward(x, w, out_dtype):
+    return _matmul(x, w, out_dtype), (x, w)
+
+
+def _backward(out_dtype, residuals, g):
+    x, w = residuals
+    g = g.astype(x.dtype)  # gradients flow in the compute dtype
+    dx = jnp.dot(g, w.T)  # [tokens, in]: a right-transposed operand is on XLA:CPU's fast path
+    x_t = jax.lax.optimization_barrier(x.T)  # [in, tokens], materialised so dW's dot is not left-transposed
+    dw = jnp.dot(x_t, g)  # [in, out]
+    return dx, dw.astype(w.dtype)
+
+
+_matmul_canonical_grads.defvjp(_forward, _backward)
