@@ -28,6 +28,7 @@ from marin.trainer.checkpoint import CheckpointConfig
 from marin.trainer.data.loader import DataConfig
 from marin.trainer.data.mixture import MixtureStage
 from marin.trainer.loop import TrainerConfig, TrainLmConfig
+from marin.trainer.mesh import MeshConfig
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy
@@ -132,14 +133,17 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
                                 ema_decay=train.ema_decay)
     trainer = TrainerConfig(
         num_train_steps=train.num_train_steps, batch_size=train.batch_size, num_microbatches=train.num_microbatches,
+        mesh=train.mesh, sharding=train.sharding,
         precision=PrecisionPolicy(compute_dtype=train.compute_dtype), seed=train.seed, log_every=train.log_every,
         eval_every=train.eval_every,
         checkpoint=CheckpointConfig(save_interval_minutes=train.save_interval_minutes, keep_every=train.keep_every),
         tracker=TrackerConfig(wandb=train.wandb, progress_bar=True),
     )
-    # num_microbatches, logging and checkpoint cadence do not change the result: only the batch does.
+    # num_microbatches, the device mesh and its sharding rules, logging and checkpoint cadence do not change
+    # the result (only the batch does; sharded runs equal the single-device run to float rounding), so
+    # moving a run to another slice or parallelism reuses its output directory and resumes it.
     identity = dataclasses.replace(trainer, num_microbatches=1, log_every=1, checkpoint=CheckpointConfig(),
-                                   tracker=TrackerConfig())
+                                   tracker=TrackerConfig(), mesh=MeshConfig(), sharding="fsdp")
     return ExecutorStep(
         name=f"checkpoints/{name}",
         fn=train_lm,

@@ -8,6 +8,7 @@ few numbers a run is usually described by (batch, learning rate, schedule, steps
 import dataclasses
 
 from marin.execution import ResourceConfig
+from marin.trainer.mesh import MeshConfig, ShardingSpec
 from marin.trainer.model.config import LlamaConfig, model_preset
 
 
@@ -55,6 +56,10 @@ class SimpleTrainConfig:
     weight_decay: float = 0.1
     ema_decay: float | None = None
     num_microbatches: int = 1
+    mesh: MeshConfig = MeshConfig()
+    """Devices per mesh axis (data, fsdp, tensor); by default every device on fsdp."""
+    sharding: ShardingSpec = "fsdp"
+    """dp, fsdp, tp, fsdp_tp or explicit rules (marin/trainer/mesh.py). Neither changes the step's identity."""
     compute_dtype: str = "float32"
     """bfloat16 on accelerators; float32 is faster on CPUs without bf16 units."""
     seed: int = 0

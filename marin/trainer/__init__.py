@@ -2,13 +2,15 @@
 
 ``train_lm(TrainLmConfig(...))`` is the executor-facing entry point; the parts live in subpackages:
 ``model`` (configs, parameters, forward), ``attention`` (backends), ``data`` (sources, shuffles,
-mixtures, batches), and modules ``optim``, ``step``, ``checkpoint``, ``tracking``, ``loop``, ``axes``.
+mixtures, batches), and modules ``optim``, ``step``, ``checkpoint``, ``tracking``, ``loop``, ``axes``,
+``mesh`` (the device mesh and sharding presets: ``TrainerConfig(mesh=MeshConfig(...), sharding="fsdp")``).
 Nothing here imports ``marin.execution``.
 """
 
 from marin.trainer.checkpoint import CheckpointConfig, Checkpointer
 from marin.trainer.data import DataConfig, MixtureStage, NumpySourceConfig, SyntheticSourceConfig, TokenSource
 from marin.trainer.loop import NonFiniteLoss, TrainerConfig, TrainLmConfig, TrainResult, train
+from marin.trainer.mesh import MeshConfig
 from marin.trainer.model import LlamaConfig, model_preset
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy, TrainState
@@ -20,6 +22,7 @@ __all__ = [
     "Checkpointer",
     "DataConfig",
     "LlamaConfig",
+    "MeshConfig",
     "MixtureStage",
     "NonFiniteLoss",
     "NumpySourceConfig",

@@ -11,7 +11,7 @@ and a rule table, the only place parallelism is chosen, maps meanings to mesh ax
 
 so ``partition_spec(("layers", "embed", "heads", "head_dim"), FSDP) == P(None, "fsdp", None, None)``.
 Axes without a rule are replicated. Switching FSDP for tensor parallelism edits the table, not the model
-(MaxText's "logical axis rules"; issue 7 builds the mesh and the presets on top of this module).
+(MaxText's "logical axis rules"; ``mesh.py`` builds the mesh and the presets on top of this module).
 
 Activations are labelled through ``constrain(x, axes)``, a no-op unless a ``ShardingContext`` is active,
 so single-device code pays nothing.
@@ -88,7 +88,7 @@ def partition_spec(axes: Sequence[str | None], rules: ShardingRules) -> Partitio
 
 @dataclasses.dataclass(frozen=True)
 class ShardingContext:
-    """A mesh and the rule table in force (set by the trainer on multi-device runs; issue 7)."""
+    """A mesh and the rule table in force (``mesh.sharding_context``; the trainer sets one on multi-device runs)."""
 
     mesh: Mesh
     rules: ShardingRules

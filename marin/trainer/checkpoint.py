@@ -20,6 +20,10 @@ steps, and at the end of training, are kept.
 Saving copies the state to host memory (the one blocking part: the step donates its buffers, so the
 copy must be taken before the next step runs), then a background thread writes it; a new save first
 waits for the previous one.
+
+Files hold whole (unsharded) arrays, so a checkpoint is independent of the mesh that wrote it: a run
+saved under FSDP on 8 devices restores under tensor parallelism, or on one device. ``restore`` reads each
+array on the host and places it with the sharding the template asks for.
 """
 
 from __future__ import annotations
@@ -219,6 +223,9 @@ class Checkpointer:
         return None
 
     def restore(self, url: str, template: Any) -> Any:
+        """The checkpoint at ``url`` shaped like ``template``; a template leaf with a ``NamedSharding``
+        (``jax.ShapeDtypeStruct(shape, dtype, sharding=...)`` or an array) is placed with it, whatever
+        mesh wrote the checkpoint, since the files hold whole arrays."""
         try:
             manifest = self._manifest(url)
         except (OSError, ValueError) as e:
@@ -236,13 +243,22 @@ class Checkpointer:
                 )
             try:
                 array = _read_array(join(url, name), np.dtype(leaf.dtype), tuple(leaf.shape))
-            except Exception as e:  # tensorstore raises ValueError/RuntimeError subclasses for bad data
+            except (OSError, ValueError, RuntimeError) as e:  # tensorstore raises ValueError/RuntimeError subclasses
                 raise CorruptCheckpoint(f"{name}: {e}") from e
             if array.shape != tuple(leaf.shape) or _crc32(array) != meta["crc32"]:
                 raise CorruptCheckpoint(f"{name}: checksum mismatch")
             arrays.append(array)
         logger.info("restored checkpoint %s (step %d)", url, manifest["step"])
-        return jax.tree.unflatten(treedef, [jax.numpy.asarray(a) for a in arrays])
+        return jax.tree.unflatten(treedef, [_place(a, leaf) for a, leaf in zip(arrays, jax.tree.leaves(template))])
+
+
+def _place(array: np.ndarray, like: Any) -> jax.Array:
+    sharding = getattr(like, "sharding", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return jax.numpy.asarray(array)
+    # Each device receives only its own slice of the host array (a process only materialises the
+    # shards of its addressable devices, which is what a multi-host restore needs).
+    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
 
 def restore_params(base: str, template: Any, step: int | None = None) -> tuple[Any, int]:

@@ -10,6 +10,10 @@ Hooks run after update ``step`` (counting completed updates) when ``step % every
 last update: ``log_every`` flushes metrics (the one place the host waits for the device), ``eval_every``
 evaluates every validation set, and the checkpoint hook saves when a checkpoint is due. A non-finite loss
 stops training with ``NonFiniteLoss`` naming the step, before any checkpoint of the bad state is written.
+
+Parallelism is ``TrainerConfig.mesh`` and ``TrainerConfig.sharding`` (``mesh.py``): on a mesh of more than
+one device the state is created, restored and kept in its shardings, and each batch is split over the
+batch axis as the prefetcher builds it. On one device nothing of that exists and the loop is unchanged.
 """
 
 from __future__ import annotations
@@ -23,13 +27,24 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from marin.storage import join
 from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, restore_params
+from marin.trainer.cpu import keep_large_buffers_mapped
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
+from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
 from marin.trainer.model import LlamaConfig, param_axes
 from marin.trainer.optim import OptimizerConfig
-from marin.trainer.step import PrecisionPolicy, StepConfig, TrainState, init_state, make_eval_step, make_train_step
+from marin.trainer.step import (
+    PrecisionPolicy,
+    StepConfig,
+    TrainState,
+    init_state,
+    make_eval_step,
+    make_train_step,
+    state_shardings,
+)
 from marin.trainer.tracking import Tracker, TrackerConfig, peak_flops_per_device
 
 logger = logging.getLogger(__name__)
@@ -55,8 +70,14 @@ class TrainerConfig:
     """Defaults to batch_size."""
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     tracker: TrackerConfig = dataclasses.field(default_factory=TrackerConfig)
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    """Device mesh (data, fsdp, tensor sizes); the default puts every device on fsdp."""
+    sharding: ShardingSpec = "fsdp"
+    """Rule table mapping logical axes to mesh axes: a preset ("dp", "fsdp", "tp", "fsdp_tp") or explicit
+    pairs such as ``(("batch", ("data", "fsdp")), ("embed", "fsdp"))``. See ``marin/trainer/mesh.py``."""
 
     def __post_init__(self):
+        resolve_rules(self.sharding, field="TrainerConfig.sharding")
         for name in ("num_train_steps", "batch_size", "log_every", "max_eval_sequences"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainerConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -148,7 +169,10 @@ class _MetricsBuffer:
         self._clock = time.perf_counter()
 
 
-def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer) -> TrainState:
+def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer, shardings: TrainState | None = None
+                 ) -> TrainState:  # fmt: skip
+    """The newest checkpoint's state, else a fresh one; with ``shardings`` every leaf is placed in them
+    (whatever mesh wrote the checkpoint)."""
     trainer = config.trainer
 
     def init(key):  # eager: per-leaf programs are cached across runs in one process (see init_params)
@@ -156,20 +180,50 @@ def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer) -
         return init_state(config.model, optimizer, key, ema=ema, policy=trainer.precision)
 
     key = jax.random.PRNGKey(trainer.seed)
-    restored = checkpointer.restore_latest(jax.eval_shape(init, key))
+    template = jax.eval_shape(init, key)
+    fresh = init
+    if shardings is not None:
+        # One program that creates each leaf directly in its shards: no device ever holds a whole
+        # unsharded leaf (an 8B model's stacked MLP weights alone are 7.5 GB). Threefry draws are
+        # partitionable, so the values are those of the single-device init.
+        fresh = jax.jit(init, out_shardings=shardings)
+        template = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), template, shardings)
+    restored = checkpointer.restore_latest(template)
     if restored is None and config.initialize_from:
-        state = init(key)
+        state = fresh(key)
         params, step = restore_params(join(config.initialize_from, "checkpoints"), state.params)
         logger.info("initialising parameters from %s (step %d)", config.initialize_from, step)
-        params = jax.tree.map(lambda p, like: jnp.asarray(p, like.dtype), params, state.params)
+        params = jax.tree.map(lambda p, like: _as_leaf_like(p, like, shardings is not None), params, state.params)
         ema = jax.tree.map(jnp.copy, params) if state.ema is not None else None
         return dataclasses.replace(state, params=params, ema=ema)
     if restored is None:
         logger.info("no checkpoint under %s: initialising from seed %d", checkpointer.base, trainer.seed)
-        return init(key)
+        return fresh(key)
     state, step = restored
     logger.info("resuming from step %d", step)
     return state
+
+
+def _as_leaf_like(host: np.ndarray, like: jax.Array, sharded: bool) -> jax.Array:
+    if not sharded:
+        return jnp.asarray(host, like.dtype)
+    host = np.asarray(host, like.dtype)
+    return jax.make_array_from_callback(host.shape, like.sharding, lambda index: host[index])
+
+
+def _check_batches_fit(trainer: TrainerConfig, shards: int, evaluates: bool) -> None:
+    """Every microbatch (and eval batch) must split evenly over the mesh's batch shards."""
+    rows = trainer.batch_size // trainer.num_microbatches
+    if rows % shards:
+        raise ValueError(
+            f"TrainerConfig.batch_size / num_microbatches = {trainer.batch_size} / {trainer.num_microbatches} = {rows} "
+            f"rows per microbatch do not split over the {shards} batch shards of mesh {trainer.mesh}"
+        )
+    eval_rows = trainer.eval_batch_size or trainer.batch_size
+    if evaluates and eval_rows % shards:
+        raise ValueError(
+            f"TrainerConfig.eval_batch_size ({eval_rows}) does not split over the {shards} batch shards of mesh {trainer.mesh}"
+        )
 
 
 def evaluate(config: TrainLmConfig, eval_step, params, validation: dict) -> dict[str, float]:
@@ -192,22 +246,37 @@ def evaluate(config: TrainLmConfig, eval_step, params, validation: dict) -> dict
 
 def train(config: TrainLmConfig) -> TrainResult:
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
+    if jax.default_backend() == "cpu":
+        keep_large_buffers_mapped()
     sources = {name: src.build() for name, src in config.data.train.items()}
     validation = {name: src.build() for name, src in config.data.validation.items()}
     batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
     optimizer = config.optimizer.build(total, param_axes(model))
     step_cfg = StepConfig(num_microbatches=trainer.num_microbatches, precision=trainer.precision,
                           z_loss=trainer.z_loss, ema_decay=config.optimizer.ema_decay)  # fmt: skip
-    train_step = make_train_step(model, optimizer, config.optimizer.lr_schedule(total), step_cfg)
-    eval_step = make_eval_step(model, trainer.precision)
+    context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
+    shardings, make_batch = None, batches.batch
+    if context is not None:
+        _check_batches_fit(trainer, batch_shards(context), evaluates=bool(validation))
+        shardings = state_shardings(context, model, optimizer, ema=config.optimizer.ema_decay is not None,
+                                    policy=trainer.precision)  # fmt: skip
+
+        def make_batch(step: int) -> dict:  # runs on the prefetch thread: the transfer overlaps the step
+            return shard_batch(context, batches.batch(step))
+
+    train_step = make_train_step(model, optimizer, config.optimizer.lr_schedule(total), step_cfg,
+                                 context=context, shardings=shardings)  # fmt: skip
+    eval_step = make_eval_step(model, trainer.precision, context=context,
+                               param_shardings=shardings.params if shardings else None)  # fmt: skip
     checkpointer = Checkpointer(join(config.output_path, "checkpoints"), trainer.checkpoint)
-    state = load_or_init(config, optimizer, checkpointer)
+    state = load_or_init(config, optimizer, checkpointer, shardings)
     start = int(state.step)
 
     tracker = Tracker(trainer.tracker, config.output_path, _as_dict(config), resume_step=start, total_steps=total)
     peak = trainer.tracker.peak_flops_per_device or peak_flops_per_device()
+    num_devices = context.mesh.size if context else 1
     buffer = _MetricsBuffer(tracker, trainer.batch_size * model.seq_len, model.flops_per_token(),
-                            peak * jax.device_count() if peak else None)  # fmt: skip
+                            peak * num_devices if peak else None)  # fmt: skip
     eval_metrics: dict[str, float] = {}
 
     def run_eval(step: int) -> None:
@@ -227,7 +296,7 @@ def train(config: TrainLmConfig) -> TrainResult:
     hooks = [Hook(trainer.log_every, lambda step: buffer.flush()), Hook(1, save_checkpoint)]
     if validation:
         hooks.append(Hook(trainer.eval_every, run_eval))
-    prefetch = Prefetcher(batches.batch, start, total, config.data.prefetch)
+    prefetch = Prefetcher(make_batch, start, total, config.data.prefetch)
     try:
         for step in range(start, total):
             state, metrics = train_step(state, prefetch.get(step))

@@ -12,6 +12,13 @@ sync here; the loop fetches them in one place).
 
 Precision: parameters and optimizer moments live in ``param_dtype`` (fp32); the forward and backward
 pass run in ``compute_dtype`` (bf16 by default) on a cast copy, and logits, norms and the loss are fp32.
+
+Sharding (``mesh.py``): given a ``ShardingContext`` and the state's shardings (``state_shardings``), the
+step is jitted with the state pinned to those shardings on the way in *and* out (so the donated input
+buffers are reused for the output) and the batch split over its batch axis, and it is traced under
+``use_sharding`` so the model's ``constrain`` calls pin activations; gradients are constrained to the
+parameters' shardings (under FSDP the gradient all-reduce becomes a reduce-scatter). Without a context
+the step is the plain single-device program.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marin.trainer.model import LlamaConfig, init_params, next_token_loss
+from marin.trainer.axes import BATCH, SEQ, ShardingContext, constrain, use_sharding
+from marin.trainer.mesh import optimizer_state_shardings, tree_shardings
+from marin.trainer.model import LlamaConfig, init_params, next_token_loss, param_axes
 from marin.trainer.optim import Schedule, update_ema
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -95,6 +104,20 @@ def init_state(
     )
 
 
+def state_shardings(
+    context: ShardingContext, cfg: LlamaConfig, optimizer: optax.GradientTransformation, *, ema: bool,
+    policy: PrecisionPolicy,
+) -> TrainState:  # fmt: skip
+    """A ``TrainState`` whose leaves are the ``NamedSharding`` of each state leaf under ``context``:
+    parameters (and the EMA) by their logical axes and the rules, optimizer moments like their
+    parameters, and the step, PRNG key and optimizer counters replicated."""
+    shapes = jax.eval_shape(lambda key: init_state(cfg, optimizer, key, ema=ema, policy=policy), jax.random.PRNGKey(0))
+    params = tree_shardings(context, param_axes(cfg), shapes.params)
+    replicated = context.sharding(())
+    opt_state = optimizer_state_shardings(context, optimizer, shapes.opt_state, shapes.params, params)
+    return TrainState(step=replicated, params=params, opt_state=opt_state, ema=params if ema else None, rng=replicated)
+
+
 def accumulate_gradients(grad_fn, params, batch: dict, num_microbatches: int):
     """Summed loss, summed target count and summed gradients over sequential microbatches.
 
@@ -102,8 +125,9 @@ def accumulate_gradients(grad_fn, params, batch: dict, num_microbatches: int):
     microbatch) makes the result independent of the split, up to float addition order.
     """
     n = num_microbatches
-    # [batch, seq] -> [microbatches, batch / microbatches, seq]
-    micro = jax.tree.map(lambda x: x.reshape(n, x.shape[0] // n, *x.shape[1:]), batch)
+    # [batch, seq] -> [microbatches, batch / microbatches, seq]; on a mesh each microbatch is split over the
+    # batch shards (rows of the sharded batch move once per step, so every device works on every microbatch)
+    micro = jax.tree.map(lambda x: constrain(x.reshape(n, x.shape[0] // n, *x.shape[1:]), (None, BATCH, SEQ)), batch)
     if n == 1:
         (loss_sum, weight), grads = grad_fn(params, jax.tree.map(lambda x: x[0], micro))
         return loss_sum, weight, grads
@@ -117,15 +141,24 @@ def accumulate_gradients(grad_fn, params, batch: dict, num_microbatches: int):
 
 
 def make_train_step(
-    cfg: LlamaConfig, optimizer: optax.GradientTransformation, schedule: Schedule, step_cfg: StepConfig
-) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated."""
+    cfg: LlamaConfig, optimizer: optax.GradientTransformation, schedule: Schedule, step_cfg: StepConfig, *,
+    context: ShardingContext | None = None, shardings: TrainState | None = None,
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:  # fmt: skip
+    """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated.
+
+    With ``context`` (and the ``shardings`` of ``state_shardings``) the step runs SPMD on its mesh; the
+    state must already be placed with ``shardings`` and the batch may be host arrays or placed ones."""
+    if (context is None) != (shardings is None):
+        raise ValueError("make_train_step: pass both context and shardings, or neither")
     policy = step_cfg.precision
+    axes = param_axes(cfg)
 
     def loss_fn(params, micro):
         return next_token_loss(cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss)
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    def grad_fn(params, micro):
+        (loss_sum, weight), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, micro)
+        return (loss_sum, weight), _constrain_like_params(grads, axes)
 
     def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         loss_sum, weight, grads = accumulate_gradients(grad_fn, state.params, batch, step_cfg.num_microbatches)
@@ -144,13 +177,36 @@ def make_train_step(
         }
         return new_state, metrics
 
-    return jax.jit(train_step, donate_argnums=0)
+    if context is None:
+        return jax.jit(train_step, donate_argnums=0)
+    # Out shardings equal in shardings: XLA can only reuse a donated buffer for an output of the same
+    # sharding. Metrics are scalars, replicated.
+    return _jit_sharded(train_step, context, in_shardings=(shardings, context.sharding((BATCH, SEQ))),
+                        out_shardings=(shardings, context.sharding(())), donate_argnums=0)  # fmt: skip
 
 
-def make_eval_step(cfg: LlamaConfig, policy: PrecisionPolicy) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
+def make_eval_step(
+    cfg: LlamaConfig, policy: PrecisionPolicy, *, context: ShardingContext | None = None, param_shardings: Any = None
+) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
     """Jitted ``(params, batch) -> (summed loss, number of targets)`` for held-out data."""
 
     def eval_step(params, batch):
         return next_token_loss(cfg, policy.cast_for_compute(params), batch)
 
-    return jax.jit(eval_step)
+    if context is None:
+        return jax.jit(eval_step)
+    return _jit_sharded(eval_step, context, in_shardings=(param_shardings, context.sharding((BATCH, SEQ))),
+                        out_shardings=context.sharding(()))  # fmt: skip
+
+
+def _jit_sharded(fn: Callable, context: ShardingContext, **jit_kwargs) -> Callable:
+    def traced(*args):
+        with use_sharding(context):  # entered while jit traces ``fn``: ``constrain`` becomes a sharding constraint
+            return fn(*args)
+
+    return jax.jit(traced, **jit_kwargs)
+
+
+def _constrain_like_params(tree: Any, axes: Any) -> Any:
+    """Pin a parameter-shaped tree (gradients) to the parameters' shardings; a no-op off the mesh."""
+    return jax.tree.map(lambda a, x: constrain(x, a), axes, tree, is_leaf=lambda a: isinstance(a, tuple))

@@ -30,6 +30,7 @@ import numpy as np
 from marin.trainer.attention import attention
 from marin.trainer.axes import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, SEQ, VOCAB, Axes, constrain
 from marin.trainer.model.config import LlamaConfig
+from marin.trainer.model.dense import dense
 
 Params = dict[str, Any]
 
@@ -134,21 +135,21 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 
 def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids) -> jax.Array:
-    q = jnp.einsum("bsd,dhk->bshk", x, layer["wq"])  # [batch, seq, heads, head_dim]
-    k = jnp.einsum("bsd,dhk->bshk", x, layer["wk"])  # [batch, seq, kv_heads, head_dim]
-    v = jnp.einsum("bsd,dhk->bshk", x, layer["wv"])
+    q = dense(x, layer["wq"])  # [batch, seq, heads, head_dim]
+    k = dense(x, layer["wk"])  # [batch, seq, kv_heads, head_dim]
+    v = dense(x, layer["wv"])
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     q = constrain(q, (BATCH, SEQ, HEADS, HEAD_DIM))
     out = attention(q, k, v, segment_ids, backend=cfg.attention_backend)  # [batch, seq, heads, head_dim]
-    return jnp.einsum("bshk,hkd->bsd", out, layer["wo"])
+    return dense(out, layer["wo"], n_in=2)  # [batch, seq, embed]
 
 
 def mlp_block(layer: Params, x: jax.Array) -> jax.Array:
     """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
-    gate = jnp.einsum("bsd,dm->bsm", x, layer["w_gate"])
-    up = jnp.einsum("bsd,dm->bsm", x, layer["w_up"])
+    gate = dense(x, layer["w_gate"])  # [batch, seq, mlp]
+    up = dense(x, layer["w_up"])
     hidden = constrain(jax.nn.silu(gate) * up, (BATCH, SEQ, MLP))
-    return jnp.einsum("bsm,md->bsd", hidden, layer["w_down"])
+    return dense(hidden, layer["w_down"])  # [batch, seq, embed]
 
 
 def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids) -> jax.Array:
@@ -185,7 +186,11 @@ def hidden_states(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_i
     seq = tokens.shape[1]
     angles = np.arange(seq)[:, None] * rope_frequencies(cfg)[None, :]  # [seq, head_dim/2], built at trace time
     cos, sin = jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32)
-    x = constrain(params["embed"][tokens], (BATCH, SEQ, EMBED))  # [batch, seq, embed]
+    # Gather whole rows: the table's embed dimension is un-sharded first (what FSDP does to every weight
+    # before use); a gather from a table split along embed cannot be re-split by batch without
+    # replicating the result (XLA's "involuntary full rematerialization" under fsdp_tp).
+    table = constrain(params["embed"], (VOCAB, None))  # [vocab, embed]
+    x = constrain(table[tokens], (BATCH, SEQ, EMBED))  # [batch, seq, embed]
     x = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids)
     return rms_norm(x, params["final_norm"], cfg.norm_eps)
 
@@ -197,7 +202,7 @@ def output_projection(cfg: LlamaConfig, params: Params) -> jax.Array:
 def forward(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None):
     """Logits [batch, seq, vocab] in fp32 for tokens [batch, seq]."""
     x = hidden_states(cfg, params, tokens, segment_ids)
-    return jnp.einsum("bsd,dv->bsv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
+    return dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [batch, seq, vocab]
 
 
 def next_token_loss(

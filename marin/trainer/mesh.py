@@ -1,0 +1,236 @@
+"""The device mesh and the sharding presets: parallelism is two config fields, never model code.
+
+A mesh arranges the devices on three named axes, and a rule table (``axes.py``) maps the logical axes
+that parameters and activations carry onto them::
+
+    TrainerConfig(..., mesh=MeshConfig(data=1, fsdp=-1, tensor=1), sharding="fsdp")     # ZeRO-3
+    TrainerConfig(..., mesh=MeshConfig(data=2, fsdp=2, tensor=2), sharding="fsdp_tp")   # 3-D
+
+Worked example: 8 devices, ``MeshConfig(data=2, fsdp=2, tensor=2)`` and ``"fsdp_tp"`` (tiny model:
+hidden 64, 4 query heads of 16, batch 16)::
+
+    wq         [layers, embed, heads, head_dim] (2, 64, 4, 16) -> P(None, "fsdp", "tensor", None)
+               each device holds (2, 32, 2, 16); the 2 data replicas hold the same quarter
+    Adam mu/nu of wq: the same placement as wq;  Adam's step count (a scalar): replicated
+    input_ids  [batch, seq] (16, 32) -> P(("data", "fsdp"), None): 4 rows per device, tensor pairs share rows
+
+The presets (``SHARDING_PRESETS``) differ only in which rules they contain:
+
+    ========  ================================================  ================================
+    preset    parameters and optimizer state                    batch
+    ========  ================================================  ================================
+    dp        replicated                                        over data x fsdp
+    fsdp      ``embed`` dimension over fsdp (ZeRO-3: params,    over data x fsdp
+              grads and Adam moments sharded, gathered per use)
+    tp        heads, kv_heads, mlp, vocab over tensor           over data x fsdp
+              (Megatron: column/row-parallel projections)
+    fsdp_tp   both of the above                                 over data x fsdp
+    ========  ================================================  ================================
+
+Every preset puts the batch over ``data`` *and* ``fsdp``, so an axis a preset leaves idle for
+parameters still does data parallelism (``dp`` on an fsdp-sized mesh is plain DP, not wasted devices).
+
+A mesh of one device gives no ``ShardingContext`` at all (``sharding_context`` returns None): the
+trainer then runs exactly the single-device program it always ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import AxisType, Mesh, NamedSharding
+
+from marin.trainer.axes import (
+    BATCH,
+    EMBED,
+    HEADS,
+    KV_HEADS,
+    LOGICAL_AXES,
+    MLP,
+    SEQ,
+    VOCAB,
+    ShardingContext,
+    ShardingRules,
+    partition_spec,
+)
+
+logger = logging.getLogger(__name__)
+
+DATA, FSDP, TENSOR = "data", "fsdp", "tensor"
+MESH_AXES: tuple[str, ...] = (DATA, FSDP, TENSOR)
+
+_BATCH_RULE = (BATCH, (DATA, FSDP))
+_TP_RULES = ((HEADS, TENSOR), (KV_HEADS, TENSOR), (MLP, TENSOR), (VOCAB, TENSOR))
+SHARDING_PRESETS: dict[str, ShardingRules] = {
+    "dp": (_BATCH_RULE,),
+    "fsdp": (_BATCH_RULE, (EMBED, FSDP)),
+    "tp": (_BATCH_RULE, *_TP_RULES),
+    "fsdp_tp": (_BATCH_RULE, (EMBED, FSDP), *_TP_RULES),
+}
+
+# Literals, not ``str``: draccus decodes a union by trying its members in order, and ``str`` accepts a
+# YAML list (as its repr) just as ``tuple[str, ...]`` accepts a string (as its characters).
+_PresetName = Literal[tuple(SHARDING_PRESETS)]
+_MeshAxisName = Literal[MESH_AXES]
+ShardingSpec = _PresetName | tuple[tuple[str, _MeshAxisName | tuple[_MeshAxisName, ...] | None], ...]
+"""A preset name or explicit (logical axis, mesh axis or axes) rules, as ``TrainerConfig.sharding`` holds."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshConfig:
+    """Sizes of the mesh axes; their product is the number of devices used."""
+
+    data: int = 1
+    """Replicas that each hold the whole (non-fsdp-sharded) state and see different rows of the batch."""
+    fsdp: int = -1
+    """Devices that split the parameters and optimizer state (under the fsdp rules) and the batch."""
+    tensor: int = 1
+    """Devices that split heads and the MLP (under the tp rules); keep it within a fast interconnect."""
+
+    def __post_init__(self):
+        for name in MESH_AXES:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or (value < 1 and value != -1):
+                raise ValueError(f"MeshConfig.{name} must be a positive int or -1 (the remaining devices), got {value!r}")
+        if sum(getattr(self, name) == -1 for name in MESH_AXES) > 1:
+            raise ValueError(
+                f"MeshConfig: at most one axis may be -1, got {self._describe()} (fsdp defaults to -1: give it a size)"
+            )
+
+    def _describe(self) -> str:
+        return ", ".join(f"{name}={getattr(self, name)}" for name in MESH_AXES)
+
+    def axis_sizes(self, num_devices: int) -> dict[str, int]:
+        """Concrete sizes for ``num_devices`` devices: ``-1`` takes what the other axes leave.
+
+        Without a ``-1`` the product may be smaller than ``num_devices`` (the first devices are used, e.g.
+        ``data=1, fsdp=1, tensor=1`` runs on one device of many), never larger."""
+        sizes = {name: getattr(self, name) for name in MESH_AXES}
+        fixed = math.prod(s for s in sizes.values() if s != -1)
+        for name, size in sizes.items():
+            if size != -1:
+                continue
+            if num_devices % fixed:
+                raise ValueError(f"MeshConfig({self._describe()}): {num_devices} devices are not a multiple of {fixed}")
+            sizes[name] = num_devices // fixed
+        if math.prod(sizes.values()) > num_devices:
+            needed = math.prod(sizes.values())
+            raise ValueError(f"MeshConfig({self._describe()}) needs {needed} devices, only {num_devices} available")
+        return sizes
+
+    def build(self, devices: Sequence[jax.Device] | None = None) -> Mesh:
+        devices = list(jax.devices() if devices is None else devices)
+        sizes = self.axis_sizes(len(devices))
+        shape, used = tuple(sizes.values()), math.prod(sizes.values())
+        # Auto axes: GSPMD propagates shardings from the pinned inputs, outputs and ``constrain`` calls
+        # (jax.make_mesh defaults to Explicit axes, which would make every op's sharding part of its type).
+        axis_types = (AxisType.Auto,) * len(MESH_AXES)
+        if used == len(devices):  # all devices: let JAX order them for the physical topology
+            return jax.make_mesh(shape, MESH_AXES, axis_types, devices=devices)
+        logger.warning("mesh %s uses %d of %d devices", sizes, used, len(devices))
+        return Mesh(np.asarray(devices[:used]).reshape(shape), MESH_AXES, axis_types=axis_types)
+
+
+def resolve_rules(sharding: ShardingSpec | Sequence, *, field: str = "sharding") -> ShardingRules:
+    """The rule table for a preset name or explicit rules (lists, as parsed from YAML, are accepted)."""
+    if isinstance(sharding, str):
+        if sharding not in SHARDING_PRESETS:
+            raise ValueError(f"{field} must be one of {sorted(SHARDING_PRESETS)} or explicit rules, got {sharding!r}")
+        return SHARDING_PRESETS[sharding]
+    rules = []
+    for rule in sharding:
+        if len(rule) != 2:
+            raise ValueError(f"{field}: a rule is a (logical axis, mesh axes) pair, got {rule!r}")
+        logical, target = rule
+        if logical not in LOGICAL_AXES:
+            raise ValueError(f"{field}: unknown logical axis {logical!r}; allowed: {sorted(LOGICAL_AXES)}")
+        names = (target,) if isinstance(target, str) else tuple(target or ())
+        unknown = [n for n in names if n not in MESH_AXES]
+        if unknown:
+            raise ValueError(f"{field}: rule for {logical!r} names mesh axes {unknown}; the mesh has {MESH_AXES}")
+        rules.append((logical, names[0] if isinstance(target, str) else (names or None)))
+    return tuple(rules)
+
+
+def sharding_context(mesh: MeshConfig, sharding: ShardingSpec, devices: Sequence[jax.Device] | None = None
+                     ) -> ShardingContext | None:  # fmt: skip
+    """The mesh and rules to run under, or None when the mesh is one device (the unsharded program)."""
+    rules = resolve_rules(sharding)
+    built = mesh.build(devices)
+    if built.size == 1:
+        return None
+    logger.info("mesh %s, sharding rules %s", dict(built.shape), rules)
+    return ShardingContext(built, rules)
+
+
+def batch_shards(context: ShardingContext | None) -> int:
+    """Into how many pieces the batch dimension is split (1 without a context)."""
+    if context is None:
+        return 1
+    spec = partition_spec((BATCH, SEQ), context.rules)
+    return _ways(context.mesh.shape, spec[0])
+
+
+def _ways(mesh_shape: Mapping[str, int], target: Any) -> int:
+    names = (target,) if isinstance(target, str) else tuple(target or ())
+    return math.prod(mesh_shape[n] for n in names)
+
+
+def _is_axes(x: Any) -> bool:
+    return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
+
+
+def tree_shardings(context: ShardingContext, axes: Any, shapes: Any) -> Any:
+    """NamedShardings for a tree of arrays (``shapes``: arrays or ShapeDtypeStructs) whose logical axes
+    are ``axes`` (a tree of tuples shaped like it, e.g. ``param_axes(cfg)``).
+
+    Raises if a sharded dimension does not divide by its mesh axes, naming the leaf: JAX would pad
+    uneven shards silently, and the fix (another mesh or rule) is the user's to choose."""
+    flat_axes, treedef = jax.tree.flatten(axes, is_leaf=_is_axes)
+    flat_shapes = treedef.flatten_up_to(shapes)
+    names = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(axes, is_leaf=_is_axes)[0]]
+    out = []
+    for name, leaf_axes, leaf in zip(names, flat_axes, flat_shapes):
+        spec = partition_spec(leaf_axes, context.rules)
+        for dim, logical, target in zip(leaf.shape, leaf_axes, spec):
+            ways = _ways(context.mesh.shape, target)
+            if dim % ways:
+                raise ValueError(
+                    f"{name}: dimension {logical!r} of size {dim} does not divide into {ways} shards over mesh "
+                    f"axes {target} (mesh {dict(context.mesh.shape)}); change the mesh or the sharding rule"
+                )
+        out.append(NamedSharding(context.mesh, spec))
+    return treedef.unflatten(out)
+
+
+def optimizer_state_shardings(
+    context: ShardingContext, optimizer: optax.GradientTransformation, state_shapes: Any, params_shapes: Any,
+    param_shardings: Any,
+) -> Any:  # fmt: skip
+    """Shardings for an optax state: every sub-tree the optimizer built from the parameters (Adam's
+    ``mu`` and ``nu``, ...) mirrors the parameters' shardings leaf by leaf; everything else (step
+    counts, a leaf whose shape differs from its parameter's, as in factored moments) is replicated.
+
+    ``optax.tree_map_params`` finds the parameter-shaped sub-trees by running ``optimizer.init`` on a
+    placeholder, so it follows any chain, mask or wrapper without knowing its state classes."""
+    replicated = NamedSharding(context.mesh, jax.sharding.PartitionSpec())
+
+    def mirror(leaf, param, sharding):
+        return sharding if tuple(leaf.shape) == tuple(param.shape) else replicated
+
+    return optax.tree_map_params(optimizer, mirror, state_shapes, params_shapes, param_shardings,
+                                 transform_non_params=lambda _: replicated)  # fmt: skip
+
+
+def shard_batch(context: ShardingContext, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    """Place a host batch (leaves [batch, seq]) on the mesh, split over its batch axis."""
+    sharding = context.sharding((BATCH, SEQ))
+    return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+

@@ -1,0 +1,157 @@
+"""Train the tiny model under several meshes on 8 simulated CPU devices; print one JSON report.
+
+    python sharding_script.py OUTPUT_DIR [--eval] single fsdp tp restore:fsdp:tp restore:tp:fsdp init_from:fsdp:tp
+
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` only takes effect before JAX initialises, and the
+pytest process initialised it long ago, hence a subprocess. Each run name is a key of ``RUNS`` (a mesh and a
+sharding preset; ``single`` is a 1-device mesh, i.e. the unsharded program) and trains 5 steps through
+``train()``; ``restore:SRC:DST`` resumes the finished run ``SRC`` (which must come earlier in the list)
+under ``DST``'s mesh and rules, which restores its final checkpoint and trains nothing;
+``init_from:SRC:DST`` builds ``DST``'s initial state with ``initialize_from`` pointing at ``SRC`` (its EMA
+becomes the parameters). ``--eval`` adds a validation set, evaluated after the last step.
+
+For every run the report holds the per-step losses, the largest difference of parameters and optimizer
+state from the ``single`` run (if it ran), and the ``.sharding.spec`` of every array of the final state,
+read from the arrays themselves. Diffs are computed here so that no arrays cross the process boundary.
+"""
+
+import os
+import sys
+
+os.environ["JAX_PLATFORMS"] = "cpu"
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from marin.trainer import (  # noqa: E402
+    CheckpointConfig,
+    DataConfig,
+    OptimizerConfig,
+    PrecisionPolicy,
+    SyntheticSourceConfig,
+    TrackerConfig,
+    TrainerConfig,
+    TrainLmConfig,
+    train,
+)
+from marin.trainer.checkpoint import Checkpointer, leaf_names  # noqa: E402
+from marin.trainer.loop import load_or_init  # noqa: E402
+from marin.trainer.mesh import MeshConfig, sharding_context  # noqa: E402
+from marin.trainer.model import LlamaConfig, param_axes  # noqa: E402
+from marin.trainer.step import state_shardings  # noqa: E402
+
+STEPS = 5
+RUNS = {
+    "single": (MeshConfig(data=1, fsdp=1, tensor=1), "dp"),
+    "dp": (MeshConfig(data=-1, fsdp=1), "dp"),
+    "fsdp": (MeshConfig(fsdp=-1), "fsdp"),
+    "tp": (MeshConfig(data=4, fsdp=1, tensor=2), "tp"),  # kv_heads=2 bounds the tensor axis
+    "fsdp_tp": (MeshConfig(data=2, fsdp=2, tensor=2), "fsdp_tp"),
+}
+
+
+def config(output_path: Path, run: str, evaluate: bool = False) -> TrainLmConfig:
+    mesh, sharding = RUNS[run]
+    validation = {"held": SyntheticSourceConfig(vocab_size=256, num_tokens=5_000, seed=7)} if evaluate else {}
+    model = LlamaConfig(vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                        seq_len=32)  # fmt: skip
+    return TrainLmConfig(
+        output_path=str(output_path),
+        model=model,
+        data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=256, num_tokens=50_000)}, validation=validation),
+        # Adam's update g / (sqrt(v) + eps) amplifies the summation-order rounding of an entry whose
+        # gradient is near eps: with eps 1e-8 and lr 1e-2 one w_gate entry (gradient ~1e-9) moved 7e-5
+        # between the 1-device and 8-device runs (measured). eps 1e-6 and lr 1e-3 keep every entry away
+        # from that regime, so the 1e-5 comparison measures the sharding, not Adam's conditioning.
+        optimizer=OptimizerConfig(learning_rate=1e-3, epsilon=1e-6, schedule="cosine", warmup=1, ema_decay=0.9),
+        trainer=TrainerConfig(
+            num_train_steps=STEPS, batch_size=16, num_microbatches=2, log_every=1, max_eval_sequences=40,
+            precision=PrecisionPolicy(compute_dtype="float32"),
+            checkpoint=CheckpointConfig(save_interval_minutes=None),
+            tracker=TrackerConfig(wandb=False, progress_bar=False),
+            mesh=mesh, sharding=sharding,
+        ),  # fmt: skip
+    )
+
+
+def spec_of(array: jax.Array) -> list:
+    """The array's PartitionSpec as JSON, one entry per dimension (None, a mesh axis, or a list of them)."""
+    sharding = array.sharding
+    spec = list(sharding.spec) if isinstance(sharding, jax.sharding.NamedSharding) else []
+    spec += [None] * (array.ndim - len(spec))
+    return [list(s) if isinstance(s, tuple) and len(s) > 1 else (s[0] if isinstance(s, tuple) else s) for s in spec]
+
+
+def max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # fmt: skip
+
+
+def losses(output: Path) -> list[float]:
+    lines = (output / "metrics.jsonl").read_text().splitlines()
+    return [record["train/loss"] for record in map(json.loads, lines) if "train/loss" in record]
+
+
+def bitwise_equal(a, b) -> bool:
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(leaves_a) == len(leaves_b) and all(
+        np.asarray(x).dtype == np.asarray(y).dtype and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+        for x, y in zip(leaves_a, leaves_b)
+    )
+
+
+def initialized_from(out: Path, source: str, target: str):
+    """``load_or_init`` of a fresh run under ``target`` that starts from ``source``'s parameters."""
+    cfg = dataclasses.replace(config(out / f"init_from_{source}_{target}", target), initialize_from=str(out / source))
+    optimizer = cfg.optimizer.build(STEPS, param_axes(cfg.model))
+    context = sharding_context(cfg.trainer.mesh, cfg.trainer.sharding)
+    shardings = state_shardings(context, cfg.model, optimizer, ema=True, policy=cfg.trainer.precision)
+    return load_or_init(cfg, optimizer, Checkpointer(f"{cfg.output_path}/checkpoints", cfg.trainer.checkpoint), shardings)
+
+
+def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
+    report, host_states = {"devices": jax.device_count(), "runs": {}}, {}
+    for job in jobs:
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kind, _, rest = job.partition(":")
+            if kind == "restore":
+                source, target = rest.split(":")
+                shutil.copytree(out / source, out / job.replace(":", "_"))
+                state = train(config(out / job.replace(":", "_"), target)).state
+                entry = {"bitwise_equal": bitwise_equal(state, host_states[source])}
+            elif kind == "init_from":
+                source, target = rest.split(":")
+                state = initialized_from(out, source, target)
+                entry = {"params_are_source_ema": bitwise_equal(state.params, host_states[source].ema),
+                         "ema_is_params": bitwise_equal(state.ema, state.params)}  # fmt: skip
+            else:
+                result = train(config(out / job, job, evaluate))
+                state, host_states[job] = result.state, jax.device_get(result.state)
+                entry = {"losses": losses(out / job), "eval": result.eval_metrics}
+                if "single" in host_states:
+                    entry["param_diff"] = max_diff(host_states[job].params, host_states["single"].params)
+                    entry["opt_state_diff"] = max_diff(host_states[job].opt_state, host_states["single"].opt_state)
+                    entry["ema_diff"] = max_diff(host_states[job].ema, host_states["single"].ema)
+        entry["step"] = int(state.step)
+        entry["specs"] = dict(zip(leaf_names(state), map(spec_of, jax.tree.leaves(state))))
+        sharding = jax.tree.leaves(state.params)[0].sharding
+        entry["mesh"] = dict(sharding.mesh.shape) if isinstance(sharding, jax.sharding.NamedSharding) else {}
+        entry["warnings"] = [str(w.message) for w in caught if "donat" in str(w.message).lower()]
+        entry["seconds"] = round(time.perf_counter() - start, 1)
+        report["runs"][job] = entry
+    return report
+
+
+if __name__ == "__main__":
+    args = sys.argv[2:]
+    print(json.dumps(main(Path(sys.argv[1]), [a for a in args if a != "--eval"], evaluate="--eval" in args)))
