@@ -80,7 +80,8 @@ def jax_worker(c: dict, variant: dict):
     opt = OptimizerConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, beta1=BETAS[0], beta2=BETAS[1],
                           epsilon=EPS, schedule="constant", warmup=0)  # fmt: skip
     tx = opt.build(1000, param_axes(cfg))
-    policy = PrecisionPolicy(compute_dtype=variant.get("compute_dtype", "float32"))
+    policy = PrecisionPolicy(compute_dtype=variant.get("compute_dtype", "float32"),
+                             matmul_dtype=variant.get("matmul_dtype", "default"))  # fmt: skip
     state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=False, policy=policy)
     train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), StepConfig(precision=policy))
     data = []
@@ -393,7 +394,8 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=["nano", "small"], choices=sorted(CONFIGS))
     parser.add_argument("--peers", nargs="+", default=["jax", "torch_eager", "torch_compile", "levanter"])
     parser.add_argument("--jax-variant", action="append", default=[], metavar="NAME=JSON",
-                        help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\'')  # fmt: skip
+                        help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\' or '
+                             'fp8=\'{"compute_dtype": "bfloat16", "matmul_dtype": "float8"}\'')  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds-per-turn", type=float, default=3.0)
     parser.add_argument("--peak", type=float, default=None, help="peak FLOP/s for MFU (default: measured)")

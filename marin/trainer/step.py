@@ -12,6 +12,8 @@ sync here; the loop fetches them in one place).
 
 Precision: parameters and optimizer moments live in ``param_dtype`` (fp32); the forward and backward
 pass run in ``compute_dtype`` (bf16 by default) on a cast copy, and logits, norms and the loss are fp32.
+``matmul_dtype="float8"`` runs the blocks' projections in FP8 (``marin/trainer/model/fp8.py``), in the
+train and the eval step alike.
 
 Sharding (``mesh.py``): given a ``ShardingContext`` and the state's shardings (``state_shardings``), the
 step is jitted with the state pinned to those shardings on the way in *and* out (so the donated input
@@ -33,7 +35,7 @@ import optax
 
 from marin.trainer.axes import BATCH, SEQ, ShardingContext, constrain, use_sharding
 from marin.trainer.mesh import optimizer_state_shardings, tree_shardings
-from marin.trainer.model import LlamaConfig, init_params, next_token_loss, param_axes
+from marin.trainer.model import MATMUL_DTYPES, LlamaConfig, init_params, next_token_loss, param_axes
 from marin.trainer.optim import Schedule, update_ema
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -45,11 +47,20 @@ class PrecisionPolicy:
     """Storage of parameters and optimizer state."""
     compute_dtype: str = "bfloat16"
     """Matmuls and activations of the forward and backward pass."""
+    matmul_dtype: str = "default"
+    """The blocks' projections (q/k/v/o, gate/up/down): "default" multiplies in ``compute_dtype``; "float8"
+    quantizes their operands to FP8 with per-tensor scales, accumulates in fp32 and returns
+    ``compute_dtype`` (``marin/trainer/model/fp8.py``). Norms, embeddings, attention, the lm_head and the
+    loss are unaffected. Faster only on GPUs with FP8 tensor cores (H100/H200); XLA:CPU emulates it."""
 
     def __post_init__(self):
         for name in ("param_dtype", "compute_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"PrecisionPolicy.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
+        if self.matmul_dtype not in MATMUL_DTYPES:
+            raise ValueError(
+                f"PrecisionPolicy.matmul_dtype must be one of {MATMUL_DTYPES}, got {self.matmul_dtype!r}"
+            )
 
     @property
     def param(self) -> Any:
@@ -154,7 +165,8 @@ def make_train_step(
     axes = param_axes(cfg)
 
     def loss_fn(params, micro):
-        return next_token_loss(cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss)
+        return next_token_loss(cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss,
+                               matmul_dtype=policy.matmul_dtype)  # fmt: skip
 
     def grad_fn(params, micro):
         (loss_sum, weight), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, micro)
@@ -191,7 +203,7 @@ def make_eval_step(
     """Jitted ``(params, batch) -> (summed loss, number of targets)`` for held-out data."""
 
     def eval_step(params, batch):
-        return next_token_loss(cfg, policy.cast_for_compute(params), batch)
+        return next_token_loss(cfg, policy.cast_for_compute(params), batch, matmul_dtype=policy.matmul_dtype)
 
     if context is None:
         return jax.jit(eval_step)

@@ -1,4 +1,5 @@
-"""The Llama model: configs and presets (``config``), parameters and the forward pass (``llama``)."""
+"""The Llama model: configs and presets (``config``), parameters and the forward pass (``llama``), the
+matmul helper (``dense``) and its FP8 mode (``fp8``)."""
 
 from marin.trainer.model.config import (
     MODEL_PRESETS,
@@ -7,6 +8,7 @@ from marin.trainer.model.config import (
     model_preset,
     register_model_preset,
 )
+from marin.trainer.model.dense import MATMUL_DTYPES
 from marin.trainer.model.llama import (
     ParamSpec,
     forward,
@@ -18,6 +20,7 @@ from marin.trainer.model.llama import (
 )
 
 __all__ = [
+    "MATMUL_DTYPES",
     "MODEL_PRESETS",
     "Llama3RopeScaling",
     "LlamaConfig",

@@ -4,6 +4,8 @@
     y = dense(attn, wo, n_in=2)   # contracts the last 2 dims of attn with the first 2 of wo
 
 Every projection is a 2-D ``[tokens, in] @ [in, out]`` product after free (row-major) reshapes.
+``matmul_dtype="float8"`` runs that product in FP8 with per-tensor scales (``fp8.py``); the default runs it
+in the operands' dtype.
 
 Why a helper: on CPU, XLA hands matmuls to its fast YNNPACK kernels only when the left operand is not
 transposed. The weight gradient ``dW = x^T @ g`` is transposed on the left, so XLA runs it through a slow
@@ -22,15 +24,27 @@ import math
 import jax
 import jax.numpy as jnp
 
+from marin.trainer.model.fp8 import fp8_matmul
 
-def dense(x: jax.Array, w: jax.Array, n_in: int = 1, out_dtype=None) -> jax.Array:
-    """Contract the last ``n_in`` dims of ``x`` with the first ``n_in`` dims of ``w``."""
+MATMUL_DTYPES = ("default", "float8")
+"""How ``dense`` multiplies: in the operands' dtype, or in FP8 (``fp8.py``)."""
+
+
+def dense(x: jax.Array, w: jax.Array, n_in: int = 1, out_dtype=None, matmul_dtype: str = "default") -> jax.Array:
+    """Contract the last ``n_in`` dims of ``x`` with the first ``n_in`` dims of ``w``.
+
+    The result has dtype ``out_dtype`` (default ``x.dtype``) whatever ``matmul_dtype`` is."""
     inner, outer = x.shape[-n_in:], w.shape[n_in:]
     if tuple(w.shape[:n_in]) != tuple(inner):
         raise ValueError(f"dense: x {x.shape} and w {w.shape} disagree on the contracted dims")
+    if matmul_dtype not in MATMUL_DTYPES:
+        raise ValueError(f"dense: matmul_dtype must be one of {MATMUL_DTYPES}, got {matmul_dtype!r}")
     x2 = x.reshape(-1, math.prod(inner))  # [tokens, in]
     w2 = w.reshape(math.prod(inner), math.prod(outer))  # [in, out]
-    matmul = _matmul_canonical_grads if jax.default_backend() == "cpu" else _matmul
+    if matmul_dtype == "float8":
+        matmul = fp8_matmul
+    else:
+        matmul = _matmul_canonical_grads if jax.default_backend() == "cpu" else _matmul
     y = matmul(x2, w2, jnp.dtype(out_dtype or x.dtype))  # [tokens, out]
     return y.reshape(*x.shape[:-n_in], *outer)
 

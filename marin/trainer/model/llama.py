@@ -4,6 +4,7 @@
     axes = param_axes(cfg)                                  # same tree, logical axis names per leaf
     logits = forward(cfg, params, tokens)                   # tokens [batch, seq] -> [batch, seq, vocab]
     loss_sum, weight = next_token_loss(cfg, params, batch)  # summed so microbatches add up exactly
+    next_token_loss(cfg, params, batch, matmul_dtype="float8")  # the same with q/k/v/o and gate/up/down in FP8
 
 Every parameter is declared once in ``param_specs`` with its shape, logical axes and init, so shapes,
 sharding names and initialisation cannot drift apart. Layer weights are stacked on a leading ``layers``
@@ -134,27 +135,28 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return rotated.astype(x.dtype)
 
 
-def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids) -> jax.Array:
-    q = dense(x, layer["wq"])  # [batch, seq, heads, head_dim]
-    k = dense(x, layer["wk"])  # [batch, seq, kv_heads, head_dim]
-    v = dense(x, layer["wv"])
+def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
+    q = dense(x, layer["wq"], matmul_dtype=matmul_dtype)  # [batch, seq, heads, head_dim]
+    k = dense(x, layer["wk"], matmul_dtype=matmul_dtype)  # [batch, seq, kv_heads, head_dim]
+    v = dense(x, layer["wv"], matmul_dtype=matmul_dtype)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     q = constrain(q, (BATCH, SEQ, HEADS, HEAD_DIM))
     out = attention(q, k, v, segment_ids, backend=cfg.attention_backend)  # [batch, seq, heads, head_dim]
-    return dense(out, layer["wo"], n_in=2)  # [batch, seq, embed]
+    return dense(out, layer["wo"], n_in=2, matmul_dtype=matmul_dtype)  # [batch, seq, embed]
 
 
-def mlp_block(layer: Params, x: jax.Array) -> jax.Array:
+def mlp_block(layer: Params, x: jax.Array, matmul_dtype: str = "default") -> jax.Array:
     """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
-    gate = dense(x, layer["w_gate"])  # [batch, seq, mlp]
-    up = dense(x, layer["w_up"])
+    gate = dense(x, layer["w_gate"], matmul_dtype=matmul_dtype)  # [batch, seq, mlp]
+    up = dense(x, layer["w_up"], matmul_dtype=matmul_dtype)
     hidden = constrain(jax.nn.silu(gate) * up, (BATCH, SEQ, MLP))
-    return dense(hidden, layer["w_down"])  # [batch, seq, embed]
+    return dense(hidden, layer["w_down"], matmul_dtype=matmul_dtype)  # [batch, seq, embed]
 
 
-def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids) -> jax.Array:
-    x = x + attention_block(cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), cos, sin, segment_ids)
-    x = x + mlp_block(layer, rms_norm(x, layer["mlp_norm"], cfg.norm_eps))
+def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
+    x = x + attention_block(cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), cos, sin, segment_ids,
+                            matmul_dtype)  # fmt: skip
+    x = x + mlp_block(layer, rms_norm(x, layer["mlp_norm"], cfg.norm_eps), matmul_dtype)
     return constrain(x, (BATCH, SEQ, EMBED))
 
 
@@ -164,9 +166,9 @@ _REMAT: dict[str, Callable[..., bool] | None] = {
 }
 
 
-def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids) -> jax.Array:
+def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, matmul_dtype: str) -> jax.Array:
     def block(x, layer):
-        return decoder_block(cfg, layer, x, cos, sin, segment_ids), None
+        return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype), None
 
     if cfg.remat != "none":
         block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
@@ -181,8 +183,13 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids) -> 
 # The model
 
 
-def hidden_states(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None):
-    """Final normalised hidden states [batch, seq, embed] in the parameters' dtype."""
+def hidden_states(
+    cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None, *,
+    matmul_dtype: str = "default",
+):  # fmt: skip
+    """Final normalised hidden states [batch, seq, embed] in the parameters' dtype.
+
+    ``matmul_dtype`` is ``dense``'s, for the blocks' projections (``PrecisionPolicy.matmul_dtype``)."""
     seq = tokens.shape[1]
     angles = np.arange(seq)[:, None] * rope_frequencies(cfg)[None, :]  # [seq, head_dim/2], built at trace time
     cos, sin = jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32)
@@ -191,7 +198,7 @@ def hidden_states(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_i
     # replicating the result (XLA's "involuntary full rematerialization" under fsdp_tp).
     table = constrain(params["embed"], (VOCAB, None))  # [vocab, embed]
     x = constrain(table[tokens], (BATCH, SEQ, EMBED))  # [batch, seq, embed]
-    x = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids)
+    x = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids, matmul_dtype)
     return rms_norm(x, params["final_norm"], cfg.norm_eps)
 
 
@@ -199,22 +206,28 @@ def output_projection(cfg: LlamaConfig, params: Params) -> jax.Array:
     return params["embed"].T if cfg.tie_embeddings else params["lm_head"]  # [embed, vocab]
 
 
-def forward(cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None):
-    """Logits [batch, seq, vocab] in fp32 for tokens [batch, seq]."""
-    x = hidden_states(cfg, params, tokens, segment_ids)
+def forward(
+    cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None, *,
+    matmul_dtype: str = "default",
+):  # fmt: skip
+    """Logits [batch, seq, vocab] in fp32 for tokens [batch, seq].
+
+    ``matmul_dtype="float8"`` runs the blocks' projections in FP8; the lm_head never (``fp8.py`` says why)."""
+    x = hidden_states(cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype)
     return dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [batch, seq, vocab]
 
 
 def next_token_loss(
-    cfg: LlamaConfig, params: Params, batch: Mapping[str, jax.Array], *, z_loss: float = 0.0
-) -> tuple[jax.Array, jax.Array]:
+    cfg: LlamaConfig, params: Params, batch: Mapping[str, jax.Array], *, z_loss: float = 0.0,
+    matmul_dtype: str = "default",
+) -> tuple[jax.Array, jax.Array]:  # fmt: skip
     """Summed cross-entropy (+ z-loss) over unmasked targets, and the number of those targets.
 
     ``batch`` holds ``input_ids``, ``targets``, ``segment_ids`` [batch, seq] and ``loss_mask`` (float).
     Sums, not means, so that microbatches add up to exactly the big batch's loss; the caller divides.
     The z-loss term ``z_loss * logsumexp(logits)**2`` keeps the softmax normaliser near 1 (PaLM).
     """
-    logits = forward(cfg, params, batch["input_ids"], batch["segment_ids"])  # [batch, seq, vocab] fp32
+    logits = forward(cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype)  # fp32
     log_z = jax.nn.logsumexp(logits, axis=-1)  # [batch, seq]
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
     per_token = log_z - target_logit
