@@ -110,6 +110,12 @@ def use_sharding(context: ShardingContext | None) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
+def active_sharding() -> ShardingContext | None:
+    """The context of the innermost ``use_sharding`` block (None outside one): kernels that must be
+    wired through ``shard_map`` (``splash`` attention) read the mesh and rules from here while tracing."""
+    return _ACTIVE.get()
+
+
 def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     """Label an activation's dimensions; becomes a sharding constraint only under ``use_sharding``."""
     if x.ndim != len(axes):

@@ -73,6 +73,12 @@ EXERCISED: dict[str, tuple[str, str, str]] = {
     'python -m marin.generate --checkpoint local_store/exports/quickstart-nano-<hash> --prompt "Once upon a time" '
     "--max_new_tokens 20 --temperature 0": (
         QUICKSTART, "def test_generate_and_export_command_lines_on_the_trained_model(", "on the session's quickstart"),
+    ".venv/bin/python benchmarks/attention_bench.py": (
+        "tests/trainer/test_attention_bench.py", "def test_attention_bench_prints_a_table_with_ratios_to_reference(",
+        "with --seqs 128 256, two backends, --reps 1 and --out in a temp dir"),
+    ".venv/bin/python benchmarks/attention_bench.py --dtype bfloat16 --seqs 4096 8192 16384": (
+        "tests/trainer/test_attention_bench.py", "def test_attention_bench_prints_a_table_with_ratios_to_reference(",
+        "on CPU, in bfloat16 at seq 128 and 256 (an accelerator is needed for the long sequences)"),
 }
 
 # Commands that need a GCP project, Docker daemon or TPU/GPU quota; allowed on docs/cluster.md only. What

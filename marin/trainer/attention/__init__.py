@@ -1,5 +1,5 @@
 """Attention backends: ``reference`` (plain jnp, the oracle), ``xla``, ``blockwise``, ``pallas`` (our Pallas
-flash-attention kernel); issue 7 adds ``splash``."""
+flash-attention kernel) and ``splash`` (JAX's TPU splash kernel, the TPU default)."""
 
 from marin.trainer.attention.backends import (
     ATTENTION_BACKENDS,
@@ -7,23 +7,28 @@ from marin.trainer.attention.backends import (
     attention,
     attention_mask,
     blockwise_attention,
+    cannot_serve,
     reference_attention,
     register_attention_backend,
     resolve_backend,
     xla_attention,
 )
 from marin.trainer.attention.pallas import PallasAttentionConfig, flash_attention  # registers "pallas"
+from marin.trainer.attention.splash import SplashAttentionConfig, splash_attention  # registers "splash"
 
 __all__ = [
     "ATTENTION_BACKENDS",
     "AttentionFn",
     "PallasAttentionConfig",
+    "SplashAttentionConfig",
     "attention",
     "attention_mask",
     "blockwise_attention",
+    "cannot_serve",
     "flash_attention",
     "reference_attention",
     "register_attention_backend",
     "resolve_backend",
+    "splash_attention",
     "xla_attention",
 ]

@@ -7,10 +7,22 @@ Every backend computes causal, grouped-query attention with optional packing mas
     # -> out [batch, seq, heads, head_dim]; position t sees s <= t with segment_ids[s] == segment_ids[t]
 
 ``reference`` is plain jnp and the oracle the others are tested against; ``xla`` calls
-``jax.nn.dot_product_attention`` (cuDNN on GPU); ``blockwise`` runs ``xla`` per block of queries over only
-the keys that block can see, skipping the masked upper triangle (the CPU default: measured 33-40% less
-time than ``xla`` for fwd+bwd at seq 512, and each block's score buffer stays small). Issue 7 registers
-``pallas`` and ``splash`` here with ``@register_attention_backend``; nothing else in the model changes.
+``jax.nn.dot_product_attention`` (XLA's implementation on every platform: jax 0.10 uses cuDNN only when
+asked with ``implementation="cudnn"``); ``blockwise`` runs ``xla`` per block of queries over only the
+keys that block can see, skipping the masked upper triangle (the CPU default: measured 33-40% less time
+than ``xla`` for fwd+bwd at seq 512, and each block's score buffer stays small). ``pallas.py`` and
+``splash.py`` register their kernels here with ``@register_attention_backend``; nothing else in the
+model changes.
+
+Choosing a backend. ``"default"`` is the platform's choice (TPU ``splash``, GPU ``xla``, CPU
+``blockwise``); any other name is an explicit choice. A backend may register an ``unsupported_reason``
+check (shapes, dtype, platform, the active mesh), run while tracing. When it objects, an explicit choice
+is an error naming the backend and the reason, while the default falls back to ``xla``, which serves
+everything, with a logged warning::
+
+    attention(q16, k16, v16, None, backend="splash")   # float16: ValueError("splash attention cannot
+                                                       #   serve these inputs: dtype float16 is not ...")
+    attention(q16, k16, v16, None)                     # on TPU: warns, then runs "xla"
 """
 
 from __future__ import annotations
@@ -31,19 +43,32 @@ class AttentionFn(Protocol):
     ) -> jax.Array: ...
 
 
+UnsupportedReasonFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array | None], str | None]
+"""``(q, k, v, segment_ids) -> reason or None``: why a backend cannot serve these inputs (traced arrays:
+look at shapes and dtypes only)."""
+
 ATTENTION_BACKENDS: dict[str, AttentionFn] = {}
+_UNSUPPORTED_CHECKS: dict[str, UnsupportedReasonFn] = {}
 
 # The default for each platform; a platform not listed uses "xla".
-_PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "blockwise", "gpu": "xla", "tpu": "xla"}
+_PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "blockwise", "gpu": "xla", "tpu": "splash"}
+FALLBACK_BACKEND = "xla"
+"""What a default backend that cannot serve the inputs falls back to: it takes any shape and dtype."""
 BLOCKWISE_QUERY_BLOCK = 128
 """Query rows per block of the ``blockwise`` backend (64-128 measured best on 2 CPU cores at seq 512)."""
 
 
-def register_attention_backend(name: str) -> Callable[[AttentionFn], AttentionFn]:
+def register_attention_backend(
+    name: str, *, unsupported_reason: UnsupportedReasonFn | None = None
+) -> Callable[[AttentionFn], AttentionFn]:
+    """Register ``fn`` under ``name``; ``unsupported_reason`` (optional) says when it cannot serve inputs."""
+
     def register(fn: AttentionFn) -> AttentionFn:
         if name in ATTENTION_BACKENDS:
             raise ValueError(f"attention backend {name!r} registered twice")
         ATTENTION_BACKENDS[name] = fn
+        if unsupported_reason is not None:
+            _UNSUPPORTED_CHECKS[name] = unsupported_reason
         return fn
 
     return register
@@ -58,10 +83,17 @@ def resolve_backend(name: str) -> str:
     return name
 
 
+def cannot_serve(name: str, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> str | None:
+    """Why the registered backend ``name`` cannot serve these inputs, or None if it can."""
+    check = _UNSUPPORTED_CHECKS.get(name)
+    return None if check is None else check(q, k, v, segment_ids)
+
+
 def attention(
     q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, *, backend: str = "default"
 ) -> jax.Array:
-    """Causal grouped-query attention; see the module docstring for shapes and masking."""
+    """Causal grouped-query attention; see the module docstring for shapes, masking and how ``backend``
+    is chosen (an explicit backend that cannot serve the inputs raises ValueError; "default" falls back)."""
     batch, seq, heads, head_dim = q.shape
     if k.shape != v.shape or k.shape[:2] != (batch, seq) or k.shape[3] != head_dim:
         raise ValueError(f"attention: q {q.shape} does not match k {k.shape} / v {v.shape}")
@@ -69,7 +101,18 @@ def attention(
         raise ValueError(f"attention: {heads} query heads not a multiple of {k.shape[2]} kv heads")
     if segment_ids is not None and segment_ids.shape != (batch, seq):
         raise ValueError(f"attention: segment_ids {segment_ids.shape} != (batch, seq) {(batch, seq)}")
-    return ATTENTION_BACKENDS[resolve_backend(backend)](q, k, v, segment_ids)
+    name = resolve_backend(backend)
+    reason = cannot_serve(name, q, k, v, segment_ids)
+    if reason is not None:
+        if backend != "default":
+            raise ValueError(f"{name} attention cannot serve these inputs: {reason}")
+        # Logged while tracing, so once per compiled program, not once per step.
+        logger.warning(
+            "default attention backend %r cannot serve these inputs (%s); falling back to %r",
+            name, reason, FALLBACK_BACKEND,
+        )  # fmt: skip
+        name = FALLBACK_BACKEND
+    return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
 
 
 def attention_mask(segment_ids: jax.Array | None, seq: int, q_start: int = 0, q_stop: int | None = None) -> jax.Array:
@@ -101,7 +144,8 @@ def reference_attention(q, k, v, segment_ids):
 
 @register_attention_backend("xla")
 def xla_attention(q, k, v, segment_ids):
-    """``jax.nn.dot_product_attention``: XLA's fused implementation (cuDNN flash attention on GPU)."""
+    """``jax.nn.dot_product_attention`` with its default implementation, which in jax 0.10 is XLA's
+    (scores materialized) on GPU too: cuDNN's flash attention needs ``implementation="cudnn"``."""
     mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
 

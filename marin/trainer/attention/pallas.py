@@ -385,7 +385,11 @@ def flash_attention(
     return out.transpose(0, 2, 1, 3)[:, :seq]  # [batch, seq, heads, head_dim]
 
 
-@register_attention_backend("pallas")
+def _backend_unsupported_reason(q, k, v, segment_ids) -> str | None:
+    return unsupported_reason(q.shape, k.shape, q.dtype, PallasAttentionConfig(), jax.default_backend())
+
+
+@register_attention_backend("pallas", unsupported_reason=_backend_unsupported_reason)
 def pallas_attention(q, k, v, segment_ids):
     """The registered backend: ``flash_attention`` with the default config on the default platform."""
     return flash_attention(q, k, v, segment_ids)
