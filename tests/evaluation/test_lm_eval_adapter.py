@@ -22,11 +22,21 @@ def test_harness_requests_on_the_quickstart_model(quickstart_run):
 
     context = "Maya and Leo visited the farm on Monday. There they met a happy cow, and the cow said"
     results = lm.loglikelihood([inst("loglikelihood", (context, " moo")), inst("loglikelihood", (context, " caw"))])
-    (moo, moo_greedy), (caw, _) = results
-    assert moo > caw and moo_greedy  # the corpus teaches what cows say
+    (moo, moo_greedy), (caw, caw_greedy) = results
+    assert moo > caw  # the corpus teaches what cows say
     ctx, cont = lm._encode(context), lm._encode(context + " moo")[len(lm._encode(context)):]
     direct = lm.scorer.loglikelihood([([lm.eos, *ctx], cont)])[0][0]
     assert moo == pytest.approx(direct, abs=1e-5)
+    # is_greedy means: every continuation token is the model's argmax given what precedes it
+    import numpy as np
+
+    from marin.trainer.model.llama import forward
+
+    for word, flag in ((" moo", moo_greedy), (" caw", caw_greedy)):
+        cont = lm._encode(context + word)[len(ctx):]
+        row = np.asarray([[lm.eos, *ctx, *cont]], np.int32)
+        predicted = np.argmax(np.asarray(forward(lm.cfg, lm.params, row[:, :-1]))[0, -len(cont):], axis=-1)
+        assert flag == bool(np.all(predicted == np.asarray(cont))), word
 
     text = "Once upon a time there was a little dog."
     [rolling] = lm.loglikelihood_rolling([inst("loglikelihood_rolling", (text,))])

@@ -154,10 +154,35 @@ def _digest_of_reads(cache, ranges):
     return hashlib.sha256(b"".join(cache.read(s, n).tobytes() for s, n in ranges)).hexdigest()
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path, method):
-    """A reader used in the parent (its shards already memory-mapped) goes to forked or spawned workers
-    (pickled: only url + ledger travel) and reads the same tokens there."""
+def _digest_in_forked_child(cache, ranges, timeout_s=120) -> str:
+    """``_digest_of_reads`` in a child made by a bare ``os.fork`` (the case the reader's pid check is for).
+
+    A bare fork rather than a fork-based ``multiprocessing.Pool``: the test process runs Ray and JAX
+    threads, and a pool's own threads can deadlock in a child forked from such a process."""
+    import select
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: read through the parent's reader object, report, leave without cleanup
+        try:
+            os.write(write_end, _digest_of_reads(cache, ranges).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        ready, _, _ = select.select([read_end], [], [], timeout_s)
+        assert ready, f"forked reader did not answer within {timeout_s} s"
+        return os.read(read_end, 128).decode()
+    finally:
+        os.close(read_end)
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path):
+    """A reader used in the parent (its shards already memory-mapped) reads the same tokens in a forked
+    child and, pickled (only url + ledger travel), in spawned workers."""
     import multiprocessing
 
     _, files = corpus
@@ -166,7 +191,8 @@ def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path, met
     rng = np.random.default_rng(1)
     ranges = [[(int(s), 256) for s in rng.integers(0, cache.num_tokens - 256, 32)] for _ in range(4)]
     expected = [_digest_of_reads(cache, r) for r in ranges]  # maps shards in the parent first
-    with multiprocessing.get_context(method).Pool(2) as pool:
+    assert _digest_in_forked_child(cache, ranges[0]) == expected[0]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
         assert pool.starmap(_digest_of_reads, [(cache, r) for r in ranges]) == expected
 
 
