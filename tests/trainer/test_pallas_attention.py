@@ -18,34 +18,11 @@ from jax.experimental.pallas.ops.gpu import attention as jax_pallas_attention
 from marin.trainer.attention import PallasAttentionConfig, attention, flash_attention, reference_attention
 from marin.trainer.attention.pallas import unsupported_reason
 
-FWD_ATOL, GRAD_ATOL = 1e-5, 1e-4  # issue 7's fp32 bar
-
-
-def _inputs(seq, heads, kv_heads, *, packed, head_dim=16, seed=0):
-    """q, k, v, segment ids (documents of mean length ~3, some of length 1) and an output cotangent."""
-    rng = np.random.default_rng(seed)
-    q, ct = (jnp.asarray(rng.normal(size=(2, seq, heads, head_dim)), jnp.float32) for _ in range(2))
-    k, v = (jnp.asarray(rng.normal(size=(2, seq, kv_heads, head_dim)), jnp.float32) for _ in range(2))
-    segments = jnp.asarray(np.cumsum(rng.random((2, seq)) < 0.3, axis=1), jnp.int32) if packed else None
-    return q, k, v, segments, ct
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _out_and_grads(attn, q, k, v, segments, ct):
-    """One compile for the forward and the backward: the output and (dq, dk, dv) for cotangent ``ct``."""
-    out, vjp = jax.vjp(lambda q, k, v: attn(q, k, v, segments), q, k, v)
-    return out, vjp(ct.astype(out.dtype))
+from tests.trainer.attention_cases import FWD_ATOL, GRAD_ATOL, inputs, max_errors, out_and_grads
 
 
 def _pallas(block_q, block_k):
     return functools.partial(flash_attention, config=PallasAttentionConfig(block_q=block_q, block_k=block_k))
-
-
-def _max_errors(ours, theirs):
-    """Max abs error of the output and of each of dq, dk, dv."""
-    (out, grads), (ref_out, ref_grads) = ours, theirs
-    err = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))  # noqa: E731
-    return err(out, ref_out), [err(g, r) for g, r in zip(grads, ref_grads)]
 
 
 @pytest.mark.parametrize("seq,heads,kv_heads,block_q,block_k,packed", [
@@ -54,10 +31,10 @@ def _max_errors(ours, theirs):
     (50, 8, 1, 32, 16, True),   # GQA 8; block_q > block_k
 ])  # fmt: skip
 def test_matches_reference_values_and_gradients_fp32(seq, heads, kv_heads, block_q, block_k, packed):
-    q, k, v, segments, ct = _inputs(seq, heads, kv_heads, packed=packed)
-    ours = _out_and_grads(_pallas(block_q, block_k), q, k, v, segments, ct)
+    q, k, v, segments, ct = inputs(seq, heads, kv_heads, packed=packed)
+    ours = out_and_grads(_pallas(block_q, block_k), q, k, v, segments, ct)
     assert ours[0].shape == q.shape and ours[0].dtype == jnp.float32
-    fwd, grads = _max_errors(ours, _out_and_grads(reference_attention, q, k, v, segments, ct))
+    fwd, grads = max_errors(ours, out_and_grads(reference_attention, q, k, v, segments, ct))
     assert fwd <= FWD_ATOL and max(grads) <= GRAD_ATOL, (fwd, grads)
 
 
@@ -65,20 +42,20 @@ def test_bf16_within_bf16_rounding_of_fp32_reference():
     """bf16 has an 8-bit significand (spacing 2^-7 = 0.0078 at 1): outputs and gradients here are O(1),
     so we allow 2e-2 forward and 5e-2 gradients against fp32 on the same (bf16-rounded) inputs. The
     reference itself run in bf16 is off by ~1.2e-2 / ~3e-2 on this shape (measured)."""
-    q, k, v, segments, ct = _inputs(45, 8, 2, packed=True)
+    q, k, v, segments, ct = inputs(45, 8, 2, packed=True)
     q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
-    ours = _out_and_grads(_pallas(16, 16), q, k, v, segments, ct)
+    ours = out_and_grads(_pallas(16, 16), q, k, v, segments, ct)
     assert ours[0].dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in ours[1])
     fp32 = [x.astype(jnp.float32) for x in (q, k, v)]
-    fwd, grads = _max_errors(ours, _out_and_grads(reference_attention, *fp32, segments, ct))
+    fwd, grads = max_errors(ours, out_and_grads(reference_attention, *fp32, segments, ct))
     assert fwd <= 2e-2 and max(grads) <= 5e-2, (fwd, grads)
 
 
 def test_matches_jax_pallas_gpu_attention_kernel():
     """JAX's ``mha`` in interpret mode with its own Pallas backward ("triton"; "xla" would just
     differentiate a jnp reference). It needs seq a multiple of its blocks and has no GQA."""
-    q, _, _, segments, ct = _inputs(48, 4, 4, packed=True)
-    _, k, v, _, _ = _inputs(48, 4, 4, packed=False, seed=1)
+    q, _, _, segments, ct = inputs(48, 4, 4, packed=True)
+    _, k, v, _, _ = inputs(48, 4, 4, packed=False, seed=1)
     blocks = jax_pallas_attention.BlockSizes(
         block_q=16, block_k=16, block_q_dkv=16, block_kv_dkv=16, block_q_dq=16, block_kv_dq=16
     )
@@ -86,21 +63,21 @@ def test_matches_jax_pallas_gpu_attention_kernel():
         jax_pallas_attention.mha, sm_scale=16**-0.5, causal=True, block_sizes=blocks,
         backward_pass_impl="triton", interpret=True,
     )  # fmt: skip
-    ours = _out_and_grads(_pallas(16, 16), q, k, v, segments, ct)
-    fwd, grads = _max_errors(ours, _out_and_grads(theirs, q, k, v, segments, ct))
+    ours = out_and_grads(_pallas(16, 16), q, k, v, segments, ct)
+    fwd, grads = max_errors(ours, out_and_grads(theirs, q, k, v, segments, ct))
     assert fwd <= FWD_ATOL and max(grads) <= GRAD_ATOL, (fwd, grads)
 
 
 def test_causal_loop_bounds_never_read_blocks_above_the_diagonal():
     """A NaN spreads through any tile that reads it, even a fully masked one (0 * NaN = NaN), so NaNs
     placed where only skipped tiles would look stay out of every row that must not read them."""
-    q, k, v, _, ct = _inputs(64, 2, 1, packed=False)  # 4 query blocks x 4 key blocks of 16
+    q, k, v, _, ct = inputs(64, 2, 1, packed=False)  # 4 query blocks x 4 key blocks of 16
     run = functools.partial(_out_and_grads, _pallas(16, 16), q, k)
     # V's last key block: only query block 3 may read it, in the forward and in the dQ kernel.
     out, (dq, _, _) = run(v.at[:, 48:].set(jnp.nan), None, ct)
     assert np.isfinite(out[:, :48]).all() and np.isfinite(dq[:, :48]).all()
     assert np.isnan(out[:, 48:]).all()  # the diagonal tile is read: the probe does detect reads
-    ref_out, _ = _out_and_grads(reference_attention, q, k, v, None, ct)
+    ref_out, _ = out_and_grads(reference_attention, q, k, v, None, ct)
     np.testing.assert_allclose(out[:, :48], ref_out[:, :48], atol=FWD_ATOL, rtol=0)
     # The cotangent of query block 0: only key block 0 may read it in the dK/dV kernel.
     _, (_, dk, dv) = run(v, None, ct.at[:, :16].set(jnp.nan))
@@ -115,7 +92,7 @@ def test_config_validation_names_field_and_value(field, value):
 
 
 def test_inputs_the_kernel_cannot_serve_are_a_clear_error():
-    q, k, v, _, _ = _inputs(24, 4, 2, packed=False, head_dim=24)
+    q, k, v, _, _ = inputs(24, 4, 2, packed=False, head_dim=24)
     with pytest.raises(ValueError, match="pallas attention cannot serve these inputs: dtype int32"):
         attention(q.astype(jnp.int32), k.astype(jnp.int32), v.astype(jnp.int32), None, backend="pallas")
     with pytest.raises(ValueError, match=r"head_dim 24 is not a power of two in \[16, 256\] \(Triton on GPU\)"):

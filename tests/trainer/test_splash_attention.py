@@ -36,30 +36,7 @@ from marin.trainer.attention.splash import unsupported_reason
 from marin.trainer.axes import BATCH, HEAD_DIM, HEADS, KV_HEADS, SEQ, ShardingContext, use_sharding
 from marin.trainer.mesh import SHARDING_PRESETS, MeshConfig
 
-FWD_ATOL, GRAD_ATOL = 1e-5, 1e-4  # issue 7's fp32 bar
-
-
-def _inputs(batch, seq, heads, kv_heads, *, packed, head_dim=16, seed=0):
-    """q, k, v, segment ids (documents of mean length ~3, some of length 1) and an output cotangent."""
-    rng = np.random.default_rng(seed)
-    q, ct = (jnp.asarray(rng.normal(size=(batch, seq, heads, head_dim)), jnp.float32) for _ in range(2))
-    k, v = (jnp.asarray(rng.normal(size=(batch, seq, kv_heads, head_dim)), jnp.float32) for _ in range(2))
-    segments = jnp.asarray(np.cumsum(rng.random((batch, seq)) < 0.3, axis=1), jnp.int32) if packed else None
-    return q, k, v, segments, ct
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _out_and_grads(attn, q, k, v, segments, ct):
-    """One compile for the forward and the backward: the output and (dq, dk, dv) for cotangent ``ct``."""
-    out, vjp = jax.vjp(lambda q, k, v: attn(q, k, v, segments), q, k, v)
-    return out, vjp(ct.astype(out.dtype))
-
-
-def _max_errors(ours, theirs):
-    """Max abs error of the output and of each of dq, dk, dv."""
-    (out, grads), (ref_out, ref_grads) = ours, theirs
-    err = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))  # noqa: E731
-    return err(out, ref_out), [err(g, r) for g, r in zip(grads, ref_grads)]
+from tests.trainer.attention_cases import FWD_ATOL, GRAD_ATOL, inputs, max_errors, out_and_grads
 
 
 def _splash(block_q, block_kv):
@@ -72,10 +49,10 @@ def _splash(block_q, block_kv):
     (150, 8, 1, 256, 128, True),   # GQA 8; block_q > block_kv
 ])  # fmt: skip
 def test_matches_reference_values_and_gradients_fp32(seq, heads, kv_heads, block_q, block_kv, packed):
-    q, k, v, segments, ct = _inputs(2, seq, heads, kv_heads, packed=packed)
-    ours = _out_and_grads(_splash(block_q, block_kv), q, k, v, segments, ct)
+    q, k, v, segments, ct = inputs(seq, heads, kv_heads, packed=packed)
+    ours = out_and_grads(_splash(block_q, block_kv), q, k, v, segments, ct)
     assert ours[0].shape == q.shape and ours[0].dtype == jnp.float32
-    fwd, grads = _max_errors(ours, _out_and_grads(reference_attention, q, k, v, segments, ct))
+    fwd, grads = max_errors(ours, out_and_grads(reference_attention, q, k, v, segments, ct))
     assert fwd <= FWD_ATOL and max(grads) <= GRAD_ATOL, (fwd, grads)
 
 
@@ -84,12 +61,12 @@ def test_bf16_within_bf16_rounding_of_fp32_reference():
     allow 2e-2 forward and 5e-2 gradients against fp32 on the same (bf16-rounded) inputs, as for
     ``pallas``. q is scaled in bf16 before the kernel (splash does not scale); head_dim 16 makes that
     scale 0.25, exact."""
-    q, k, v, segments, ct = _inputs(2, 45, 8, 2, packed=True)
+    q, k, v, segments, ct = inputs(45, 8, 2, packed=True)
     q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
-    ours = _out_and_grads(_splash(128, 128), q, k, v, segments, ct)
+    ours = out_and_grads(_splash(128, 128), q, k, v, segments, ct)
     assert ours[0].dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in ours[1])
     fp32 = [x.astype(jnp.float32) for x in (q, k, v)]
-    fwd, grads = _max_errors(ours, _out_and_grads(reference_attention, *fp32, segments, ct))
+    fwd, grads = max_errors(ours, out_and_grads(reference_attention, *fp32, segments, ct))
     assert fwd <= 2e-2 and max(grads) <= 5e-2, (fwd, grads)
 
 
@@ -108,7 +85,7 @@ def _one_device_context(preset="fsdp_tp") -> ShardingContext:
 
 
 def test_under_a_sharding_context_runs_through_shard_map_and_matches_reference():
-    q, k, v, segments, ct = _inputs(2, 60, 4, 2, packed=True)
+    q, k, v, segments, ct = inputs(60, 4, 2, packed=True)
 
     def sharded(q, k, v, segments):
         with use_sharding(_one_device_context()):  # entered while tracing, as the train step does
@@ -116,8 +93,8 @@ def test_under_a_sharding_context_runs_through_shard_map_and_matches_reference()
 
     assert "shard_map" in str(jax.make_jaxpr(sharded)(q, k, v, segments))
     assert "shard_map" not in str(jax.make_jaxpr(splash_attention)(q, k, v, segments))  # no context: plain call
-    fwd, grads = _max_errors(
-        _out_and_grads(sharded, q, k, v, segments, ct), _out_and_grads(reference_attention, q, k, v, segments, ct)
+    fwd, grads = max_errors(
+        out_and_grads(sharded, q, k, v, segments, ct), out_and_grads(reference_attention, q, k, v, segments, ct)
     )
     assert fwd <= FWD_ATOL and max(grads) <= GRAD_ATOL, (fwd, grads)
 
@@ -125,7 +102,8 @@ def test_under_a_sharding_context_runs_through_shard_map_and_matches_reference()
 def test_on_four_devices_batch_and_heads_are_sharded_and_match_reference():
     """data=2 x tensor=2 with the ``tp`` preset: each device holds 1 of 2 examples and 2 of 4 query heads
     with their 1 kv head (this file's ``__main__``, in a subprocess with 4 host devices)."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=root)  # the script imports tests.trainer
     env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -136,15 +114,15 @@ def test_on_four_devices_batch_and_heads_are_sharded_and_match_reference():
 
 
 def _four_device_report() -> dict:
-    q, k, v, segments, ct = _inputs(2, 60, 4, 2, packed=True)
+    q, k, v, segments, ct = inputs(60, 4, 2, packed=True)
     context = ShardingContext(MeshConfig(data=2, fsdp=1, tensor=2).build(), SHARDING_PRESETS["tp"])
 
     def sharded(q, k, v, segments):
         with use_sharding(context):
             return attention(q, k, v, segments, backend="splash")
 
-    ours = _out_and_grads(sharded, q, k, v, segments, ct)
-    fwd, grads = _max_errors(ours, _out_and_grads(reference_attention, q, k, v, segments, ct))
+    ours = out_and_grads(sharded, q, k, v, segments, ct)
+    fwd, grads = max_errors(ours, out_and_grads(reference_attention, q, k, v, segments, ct))
     return {
         "devices": len(jax.devices()),
         "shard_map": "shard_map" in str(jax.make_jaxpr(sharded)(q, k, v, segments)),
@@ -197,7 +175,7 @@ def dummy_backend(monkeypatch):
 
 
 def test_explicit_backend_that_cannot_serve_raises_naming_backend_and_reason(dummy_backend):
-    q, k, v, segments, _ = _inputs(1, 8, 2, 1, packed=True)
+    q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
     with pytest.raises(ValueError, match=r"dummy attention cannot serve these inputs: forced for \(1, 8, 2, 16\)"):
         attention(q, k, v, segments, backend="dummy")
     assert dummy_backend == []
@@ -205,7 +183,7 @@ def test_explicit_backend_that_cannot_serve_raises_naming_backend_and_reason(dum
 
 def test_default_backend_that_cannot_serve_falls_back_to_xla_with_a_warning(dummy_backend, monkeypatch, caplog):
     monkeypatch.setitem(backends._PLATFORM_DEFAULTS, jax.default_backend(), "dummy")
-    q, k, v, segments, _ = _inputs(1, 8, 2, 1, packed=True)
+    q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
     with caplog.at_level(logging.WARNING, logger=backends.__name__):
         out = attention(q, k, v, segments)  # backend="default"
     assert dummy_backend == []
@@ -216,7 +194,7 @@ def test_default_backend_that_cannot_serve_falls_back_to_xla_with_a_warning(dumm
 
 def test_splash_refusals_raise_when_explicit_and_fall_back_by_default(monkeypatch, caplog):
     """The real checks: float16 (not a splash dtype) and rules that shard seq, on a 1-device mesh."""
-    q, k, v, segments, _ = _inputs(1, 8, 2, 1, packed=True)
+    q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
     half = [x.astype(jnp.float16) for x in (q, k, v)]
     with pytest.raises(ValueError, match="splash attention cannot serve these inputs: dtype float16 is not one of"):
         attention(*half, segments, backend="splash")
