@@ -314,3 +314,17 @@ def test_configs_accept_executor_placeholders_and_validate_values():
         TokenizeConfig(train_paths=["x"], validation_paths=[], tokenizer="t", output_path="o", num_workers=versioned(0))
     with pytest.raises(ValueError, match=r"TrainTokenizerConfig.vocab_size must be >= 258"):
         TrainTokenizerConfig(input_paths=["x"], output_path="o", vocab_size=100)
+
+
+def test_tokenizer_loads_from_a_file_a_directory_and_an_object_store_url(tokenizer_path, tmp_path, gcs_prefix):
+    from marin.storage import filesystem
+    from marin.tokenize.tokenizer import fingerprint
+
+    expected = fingerprint(load_tokenizer(tokenizer_path))
+    file = os.path.join(tokenizer_path, "tokenizer.json")
+    fs, root = filesystem(gcs_prefix)
+    fs.put(file, f"{root}/tok/tokenizer.json")
+    for where in (file, f"{gcs_prefix}/tok/tokenizer.json", f"{gcs_prefix}/tok"):
+        assert fingerprint(load_tokenizer(where)) == expected, where
+    with pytest.raises(FileNotFoundError, match="no tokenizer.json there"):
+        load_tokenizer(str(tmp_path / "nothing"))
