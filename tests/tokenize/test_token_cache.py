@@ -154,30 +154,23 @@ def _digest_of_reads(cache, ranges):
     return hashlib.sha256(b"".join(cache.read(s, n).tobytes() for s, n in ranges)).hexdigest()
 
 
-def _digest_in_forked_child(cache, ranges, timeout_s=120) -> str:
-    """``_digest_of_reads`` in a child made by a bare ``os.fork`` (the case the reader's pid check is for).
-
-    A bare fork rather than a fork-based ``multiprocessing.Pool``: the test process runs Ray and JAX
-    threads, and a pool's own threads can deadlock in a child forked from such a process."""
-    import select
-
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: read through the parent's reader object, report, leave without cleanup
-        try:
-            os.write(write_end, _digest_of_reads(cache, ranges).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], timeout_s)
-        assert ready, f"forked reader did not answer within {timeout_s} s"
-        return os.read(read_end, 128).decode()
-    finally:
-        os.close(read_end)
-        if os.waitpid(pid, os.WNOHANG) == (0, 0):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+FORK_PROBE = """
+import hashlib, os, sys
+from marin.tokenize import TokenCache
+cache = TokenCache.open(sys.argv[1])
+ranges = [(int(start), 256) for start in sys.argv[2].split(",")]
+digest = lambda: hashlib.sha256(b"".join(cache.read(s, n).tobytes() for s, n in ranges)).hexdigest()
+parent = digest()  # maps the shards in this process before the fork
+read_end, write_end = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write_end, digest().encode())
+    os._exit(0)
+os.close(write_end)
+child = os.read(read_end, 128).decode()
+os.waitpid(pid, 0)
+print(parent, child)
+"""
 
 
 def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path):
@@ -191,7 +184,11 @@ def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path):
     rng = np.random.default_rng(1)
     ranges = [[(int(s), 256) for s in rng.integers(0, cache.num_tokens - 256, 32)] for _ in range(4)]
     expected = [_digest_of_reads(cache, r) for r in ranges]  # maps shards in the parent first
-    assert _digest_in_forked_child(cache, ranges[0]) == expected[0]
+    # A fork in a fresh process (this one runs Ray and JAX threads, which a fork may deadlock on).
+    probe = subprocess.run([sys.executable, "-c", FORK_PROBE, str(tmp_path / "c"), ",".join(str(s) for s, _ in ranges[0])],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.split() == [expected[0], expected[0]]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         assert pool.starmap(_digest_of_reads, [(cache, r) for r in ranges]) == expected
 
