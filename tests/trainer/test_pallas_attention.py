@@ -72,7 +72,7 @@ def test_causal_loop_bounds_never_read_blocks_above_the_diagonal():
     """A NaN spreads through any tile that reads it, even a fully masked one (0 * NaN = NaN), so NaNs
     placed where only skipped tiles would look stay out of every row that must not read them."""
     q, k, v, _, ct = inputs(64, 2, 1, packed=False)  # 4 query blocks x 4 key blocks of 16
-    run = functools.partial(_out_and_grads, _pallas(16, 16), q, k)
+    run = functools.partial(out_and_grads, _pallas(16, 16), q, k)
     # V's last key block: only query block 3 may read it, in the forward and in the dQ kernel.
     out, (dq, _, _) = run(v.at[:, 48:].set(jnp.nan), None, ct)
     assert np.isfinite(out[:, :48]).all() and np.isfinite(dq[:, :48]).all()
