@@ -44,7 +44,7 @@ def test_unreachable_endpoint_names_url_and_endpoint(store, bind):
 @pytest.mark.parametrize("write", [True, False], ids=["run", "dry-run"])
 def test_missing_bucket_is_named(store, write, object_stores):
     if (object_stores.gcs_url if store == "gcs" else object_stores.s3_url) is None:
-        pytest.skip("server not available")
+        pytest.skip(object_stores.gcs_missing if store == "gcs" else object_stores.s3_missing)
     bucket = f"marin-missing-{uuid.uuid4().hex[:8]}"
     prefix = f"{SCHEMES[store]}://{bucket}/lab"
     with pytest.raises(StoreUnavailable) as err:
