@@ -3,7 +3,8 @@
     export_hf(cfg, params, "gs://b/export/tiny", tokenizer="local_store/tokenizers/x")
     cfg, params = import_hf("path/to/Llama-3.2-1B")
 
-Only numpy and ``safetensors`` are needed (no torch). Our weights are stored ``[in, out]`` with heads as
+Only numpy and ``safetensors`` are needed (no torch); bfloat16 checkpoints (most released Llamas) are read
+through ``ml_dtypes``, which numpy alone cannot represent, and converted to float32. Our weights are stored ``[in, out]`` with heads as
 their own axes; HF stores ``nn.Linear`` weights ``[out, in]`` with heads flattened, hence the transposes
 and reshapes below. Both use the same rotary layout (rotate halves, not interleaved pairs), so q/k need no
 permutation. ``config.json`` carries both the transformers v5 ``rope_parameters`` and the v4
@@ -13,8 +14,10 @@ permutation. ``config.json`` carries both the transformers v5 ``rope_parameters`
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from marin.storage import exists, join, read_bytes, read_text, write_atomic
@@ -153,8 +156,6 @@ def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tok
 
 def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     """Load a HF Llama directory (single ``model.safetensors`` or sharded with an index) into our format."""
-    from safetensors.numpy import load
-
     doc = json.loads(read_text(join(path, "config.json")))
     if doc.get("model_type") != "llama":
         raise ValueError(f"{path}/config.json: model_type {doc.get('model_type')!r}, expected 'llama'")
@@ -163,8 +164,31 @@ def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
     files = sorted(set(json.loads(read_text(index_url))["weight_map"].values())) if exists(index_url) else [WEIGHTS_FILE]
     tensors: dict[str, np.ndarray] = {}
     for name in files:
-        tensors.update(load(read_bytes(join(path, name))))
+        tensors.update(load_safetensors(read_bytes(join(path, name))))
     return cfg, from_hf_tensors(cfg, tensors)
+
+
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+                       "BOOL": np.bool_}
+
+
+def load_safetensors(data: bytes) -> dict[str, np.ndarray]:
+    """Tensors of a ``.safetensors`` file. ``safetensors.numpy.load`` rejects bfloat16 (numpy has no such
+    dtype), so the format is read directly: an 8-byte little-endian header length, a JSON header of
+    ``{name: {dtype, shape, data_offsets}}``, then the raw little-endian bytes."""
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + header_len])
+    header.pop("__metadata__", None)
+    body = memoryview(data)[8 + header_len :]
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"tensor {name}: unsupported safetensors dtype {info['dtype']}")
+        start, end = info["data_offsets"]
+        dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]]).newbyteorder("<")
+        tensors[name] = np.frombuffer(body[start:end], dtype=dtype).reshape(info["shape"])
+    return tensors
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
