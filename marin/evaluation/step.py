@@ -44,7 +44,8 @@ class EvalConfig:
     validation: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Name -> a token cache directory (holding cache.json) or record files/directories/globs."""
     tasks: Sequence[str] = ()
-    """Multiple-choice task files: YAML task definitions or JSONL item files."""
+    """Multiple-choice task files: YAML task definitions (JSONL items or a Hugging Face data set, see
+    ``marin.evaluation.tasks``) or JSONL item files."""
     num_fewshot: int = 0
     """For tasks given as JSONL (YAML tasks carry their own)."""
     max_documents: int | None = 1000
@@ -144,7 +145,7 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
                     max_len=config.max_len or cfg.seq_len, pad_id=eos)
     results: dict[str, Any] = {"checkpoint": config.checkpoint_path, "checkpoint_step": step,
                                "model": dataclasses.asdict(cfg), "tokenizer": config.tokenizer,
-                               "validation": {}, "tasks": {}}
+                               "config": config_record(config, scorer.max_len), "validation": {}, "tasks": {}}
     for name, spec in config.validation.items():
         texts = list(itertools.islice(_texts(spec, tokenizer), config.max_documents))
         results["validation"][name] = evaluate_documents(scorer, texts, encode, eos)
@@ -154,10 +155,20 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
         logger.info("validation %s: %s", name, results["validation"][name])
     for spec in config.tasks:
         task = _task(spec, config.num_fewshot, config.task_limit)
-        results["tasks"][task.name] = score_task(task, scorer, encode, eos)
+        # the task as scored: its source, k-shot, few-shot seed, delimiters, limit and field mapping
+        results["tasks"][task.name] = {**score_task(task, scorer, encode, eos), "config": dataclasses.asdict(task)}
     write_atomic(join(config.output_path, "results.json"), json.dumps(results, indent=2))
     logger.info("evaluation of %s (step %s)\n%s", config.checkpoint_path, step, format_table(results))
     return results
+
+
+def config_record(config: EvalConfig, max_len: int) -> dict[str, Any]:
+    """The eval's own settings for ``results.json`` (the model's are under ``model``), so a number can be
+    traced to what produced it without the executor's records."""
+    record = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "model"}
+    record.update(max_len=max_len, validation=dict(config.validation), tasks=list(config.tasks),
+                  unigram_baseline=dict(config.unigram_baseline))
+    return json.loads(json.dumps(record, default=str))  # executor paths and the like as plain strings
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -166,9 +177,10 @@ def format_table(results: dict[str, Any]) -> str:
         unigram = f"{r['unigram_bits_per_byte']:.4f}" if "unigram_bits_per_byte" in r else "-"
         lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | {unigram} |")
     if results["tasks"]:
-        lines += ["", "| task | items | acc | acc 95% CI | acc_norm | chance |", "|---|---|---|---|---|---|"]
+        lines += ["", "| task | k-shot | items | acc | acc 95% CI | acc_norm | chance |",
+                  "|---|---|---|---|---|---|---|"]
         for name, r in results["tasks"].items():
             lo, hi = r["acc"]["ci95"]
-            lines.append(f"| {name} | {r['items']} | {r['acc']['value']:.3f} | [{lo:.3f}, {hi:.3f}] | "
-                         f"{r['acc_norm']['value']:.3f} | {r['chance']:.3f} |")
+            lines.append(f"| {name} | {r['num_fewshot']} | {r['items']} | {r['acc']['value']:.3f} | "
+                         f"[{lo:.3f}, {hi:.3f}] | {r['acc_norm']['value']:.3f} | {r['chance']:.3f} |")
     return "\n".join(lines)
