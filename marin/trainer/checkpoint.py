@@ -24,6 +24,12 @@ waits for the previous one.
 Files hold whole (unsharded) arrays, so a checkpoint is independent of the mesh that wrote it: a run
 saved under FSDP on 8 devices restores under tensor parallelism, or on one device. ``restore`` reads each
 array on the host and places it with the sharding the template asks for.
+
+Multi-host (``distributed.py``): every process takes part in the host copy (arrays other processes hold
+parts of are gathered, a collective), the time-based decision to save is process 0's, broadcast so all
+processes save at the same step, and only process 0 writes files. The gather holds the whole state in
+each host's memory once per save: fine to a few billion parameters on TPU/GPU hosts (hundreds of GB of
+RAM); beyond that, per-process writes of each shard (zarr chunks aligned with the shards) are the next step.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import tensorstore as ts
 
 from marin.storage import delete, exists, is_local, join, list_dir, open_url, read_bytes, write_atomic
 from marin.storage.paths import local_path
+from marin.trainer import distributed
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +170,10 @@ class Checkpointer:
         if self.config.keep_every and step % self.config.keep_every == 0:
             return "permanent"
         interval = self.config.save_interval_minutes
-        if interval is not None and time.monotonic() - self._last_save >= interval * 60:
+        if interval is None:
+            return None
+        # Clocks differ between hosts: process 0 decides for all (one tiny broadcast per step).
+        if distributed.agree(int(time.monotonic() - self._last_save >= interval * 60)):
             return "temporary"
         return None
 
@@ -171,9 +181,11 @@ class Checkpointer:
         """Copy ``state`` to host now; write it (in the background if ``async_save``)."""
         self.wait()
         names = leaf_names(state)
-        # np.array(copy=True): the caller's next step donates these buffers.
-        arrays = [np.array(leaf, copy=True) for leaf in jax.tree.leaves(state)]
+        # A copy (np.array(copy=True) or a gather): the caller's next step donates these buffers.
+        arrays = [distributed.to_host(leaf) for leaf in jax.tree.leaves(state)]
         self._last_save = time.monotonic()
+        if not distributed.is_primary():
+            return
         if self.config.async_save:
             self._pending = self._pool.submit(self._write, step, kind, names, arrays)
         else:

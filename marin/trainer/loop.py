@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin.storage import join
+from marin.trainer import distributed
 from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, restore_params
 from marin.trainer.cpu import keep_large_buffers_mapped
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
@@ -226,14 +227,16 @@ def _check_batches_fit(trainer: TrainerConfig, shards: int, evaluates: bool) -> 
         )
 
 
-def evaluate(config: TrainLmConfig, eval_step, params, validation: dict) -> dict[str, float]:
-    """Loss, perplexity and bits-per-byte (if the source knows its bytes) of every validation set."""
+def evaluate(config: TrainLmConfig, eval_step, params, validation: dict, place: Callable[[dict], Any] = lambda b: b
+             ) -> dict[str, float]:  # fmt: skip
+    """Loss, perplexity and bits-per-byte (if the source knows its bytes) of every validation set; ``place``
+    puts a host batch where ``eval_step`` expects it (on the mesh, when there is one)."""
     trainer, out = config.trainer, {}
     for name, source in validation.items():
         loss_sum = weight = 0.0
         for batch in eval_batches(source, seq_len=config.model.seq_len, batch_size=trainer.eval_batch_size or trainer.batch_size,
                                   max_sequences=trainer.max_eval_sequences):  # fmt: skip
-            s, w = jax.device_get(eval_step(params, batch))
+            s, w = jax.device_get(eval_step(params, place(batch)))
             loss_sum, weight = loss_sum + float(s), weight + float(w)
         loss = loss_sum / max(weight, 1.0)
         out[f"eval/{name}/loss"] = loss
@@ -246,6 +249,7 @@ def evaluate(config: TrainLmConfig, eval_step, params, validation: dict) -> dict
 
 def train(config: TrainLmConfig) -> TrainResult:
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
+    distributed.initialize()  # a no-op unless the executor started this step on several hosts
     if jax.default_backend() == "cpu":
         keep_large_buffers_mapped()
     sources = {name: src.build() for name, src in config.data.train.items()}
@@ -255,14 +259,17 @@ def train(config: TrainLmConfig) -> TrainResult:
     step_cfg = StepConfig(num_microbatches=trainer.num_microbatches, precision=trainer.precision,
                           z_loss=trainer.z_loss, ema_decay=config.optimizer.ema_decay)  # fmt: skip
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
-    shardings, make_batch = None, batches.batch
+    shardings, make_batch, place = None, batches.batch, lambda batch: batch
     if context is not None:
         _check_batches_fit(trainer, batch_shards(context), evaluates=bool(validation))
         shardings = state_shardings(context, model, optimizer, ema=config.optimizer.ema_decay is not None,
                                     policy=trainer.precision)  # fmt: skip
 
         def make_batch(step: int) -> dict:  # runs on the prefetch thread: the transfer overlaps the step
-            return shard_batch(context, batches.batch(step))
+            return shard_batch(context, lambda rows: batches.batch(step, rows), trainer.batch_size)
+
+        def place(batch: dict) -> dict:
+            return shard_batch(context, lambda rows: {k: v[rows] for k, v in batch.items()}, len(batch["input_ids"]))
 
     train_step = make_train_step(model, optimizer, config.optimizer.lr_schedule(total), step_cfg,
                                  context=context, shardings=shardings)  # fmt: skip
@@ -272,7 +279,8 @@ def train(config: TrainLmConfig) -> TrainResult:
     state = load_or_init(config, optimizer, checkpointer, shardings)
     start = int(state.step)
 
-    tracker = Tracker(trainer.tracker, config.output_path, _as_dict(config), resume_step=start, total_steps=total)
+    tracker = Tracker(trainer.tracker, config.output_path, _as_dict(config), resume_step=start, total_steps=total,
+                      enabled=distributed.is_primary())  # fmt: skip
     peak = trainer.tracker.peak_flops_per_device or peak_flops_per_device()
     num_devices = context.mesh.size if context else 1
     buffer = _MetricsBuffer(tracker, trainer.batch_size * model.seq_len, model.flops_per_token(),
@@ -281,13 +289,13 @@ def train(config: TrainLmConfig) -> TrainResult:
 
     def run_eval(step: int) -> None:
         buffer.flush()
-        eval_metrics.update(evaluate(config, eval_step, state.params, validation))
+        eval_metrics.update(evaluate(config, eval_step, state.params, validation, place))
         tracker.log(step, eval_metrics)
         logger.info("step %d: %s", step, {k: round(v, 4) for k, v in eval_metrics.items()})
         buffer.pause()
 
     def save_checkpoint(step: int) -> None:
-        kind = "permanent" if step == total else checkpointer.due(step)
+        kind = "permanent" if step == total else checkpointer.due(step)  # the same on every process
         if kind:
             buffer.flush()  # raises on a non-finite loss before the bad state is saved
             checkpointer.save(state, step, kind)

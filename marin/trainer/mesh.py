@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
@@ -229,8 +229,23 @@ def optimizer_state_shardings(
                                  transform_non_params=lambda _: replicated)  # fmt: skip
 
 
-def shard_batch(context: ShardingContext, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-    """Place a host batch (leaves [batch, seq]) on the mesh, split over its batch axis."""
-    sharding = context.sharding((BATCH, SEQ))
-    return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+def shard_batch(context: ShardingContext, rows: Callable[[slice], Mapping[str, np.ndarray]], num_rows: int
+                ) -> dict[str, jax.Array]:  # fmt: skip
+    """A global batch (leaves [num_rows, seq]) on the mesh, split over its batch axis, built from
+    ``rows(slice)``, which returns those rows of the batch as host arrays.
 
+    Only the row ranges held by this process's devices are built: on one host that is the whole batch,
+    on N hosts each reads 1/N of it (replicas of a range, e.g. across the tensor axis, share one read)."""
+    sharding = context.sharding((BATCH, SEQ))
+    built: dict[tuple[int, int], Mapping[str, np.ndarray]] = {}
+
+    def part(index: tuple[slice, ...]) -> Mapping[str, np.ndarray]:
+        start, stop, _ = index[0].indices(num_rows)
+        if (start, stop) not in built:
+            built[(start, stop)] = rows(slice(start, stop))
+        return built[(start, stop)]
+
+    # Any part tells the leaves' names and sequence lengths (the sequence dimension is never padded).
+    sample = part(next(iter(sharding.addressable_devices_indices_map((num_rows, 1)).values())))
+    return {key: jax.make_array_from_callback((num_rows, leaf.shape[1]), sharding, lambda i, k=key: part(i)[k][:, i[1]])
+            for key, leaf in sample.items()}  # fmt: skip

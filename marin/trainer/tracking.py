@@ -96,19 +96,28 @@ class JsonlLog:
 
 
 class Tracker:
-    def __init__(self, config: TrackerConfig, output_path: str, run_config: dict, resume_step: int, total_steps: int):
+    """Metrics to ``metrics.jsonl``, W&B and a progress bar; a disabled tracker (every process of a
+    multi-host job but the primary) does nothing, so N processes never write one log."""
+
+    def __init__(self, config: TrackerConfig, output_path: str, run_config: dict, resume_step: int, total_steps: int,
+                 enabled: bool = True):  # fmt: skip
+        self.enabled = enabled
+        self.wandb_run = self.bar = None
+        if not enabled:
+            return
         self.jsonl = JsonlLog(join(output_path, "metrics.jsonl"), resume_step)
         self.wandb_run = _start_wandb(config, output_path, run_config) if config.wandb else None
         if self.wandb_run is not None:  # the experiment report links the run from here
             url = self.wandb_run.get_url() if hasattr(self.wandb_run, "get_url") else None
             write_atomic(join(output_path, "tracker.json"), json.dumps({"wandb_url": url, "wandb_id": self.wandb_run.id}))
-        self.bar = None
         if config.progress_bar:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total_steps, initial=resume_step, desc="train", unit="step", dynamic_ncols=True)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         self.jsonl.write(record)
         if self.wandb_run is not None:
@@ -120,6 +129,8 @@ class Tracker:
             self.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}", refresh=True)
 
     def finish(self) -> None:
+        if not self.enabled:
+            return
         self.jsonl.close()
         if self.bar is not None:
             self.bar.close()

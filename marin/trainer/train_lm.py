@@ -15,18 +15,22 @@ import logging
 import jax
 
 from marin.storage import join, write_atomic
+from marin.trainer import distributed
 from marin.trainer.loop import TrainLmConfig, train
 
 logger = logging.getLogger(__name__)
 
 
 def train_lm(config: TrainLmConfig) -> None:
+    distributed.initialize()  # before anything asks JAX for devices
     devices = jax.devices()
     logger.info(
-        "training %s (%.1fM params) on %d x %s for %d steps into %s",
+        "training %s (%.1fM params) on %d x %s (%d processes) for %d steps into %s",
         type(config.model).__name__, config.model.param_count / 1e6, len(devices), devices[0].device_kind,
-        config.trainer.num_train_steps, config.output_path,
+        jax.process_count(), config.trainer.num_train_steps, config.output_path,
     )  # fmt: skip
     result = train(config)
+    if not distributed.is_primary():
+        return
     summary = {"step": result.step, "train_loss": result.train_loss, **result.eval_metrics}
     write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))

@@ -31,24 +31,14 @@ from pathlib import Path  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from marin.trainer import (  # noqa: E402
-    CheckpointConfig,
-    DataConfig,
-    OptimizerConfig,
-    PrecisionPolicy,
-    SyntheticSourceConfig,
-    TrackerConfig,
-    TrainerConfig,
-    TrainLmConfig,
-    train,
-)
+from marin.trainer import TrainLmConfig, train  # noqa: E402
 from marin.trainer.checkpoint import Checkpointer, leaf_names  # noqa: E402
 from marin.trainer.loop import load_or_init  # noqa: E402
 from marin.trainer.mesh import MeshConfig, sharding_context  # noqa: E402
-from marin.trainer.model import LlamaConfig, param_axes  # noqa: E402
+from marin.trainer.model import param_axes  # noqa: E402
 from marin.trainer.step import state_shardings  # noqa: E402
+from tests.trainer.tiny_run import STEPS, tiny_config  # noqa: E402
 
-STEPS = 5
 RUNS = {
     "single": (MeshConfig(data=1, fsdp=1, tensor=1), "dp"),
     "dp": (MeshConfig(data=-1, fsdp=1), "dp"),
@@ -59,27 +49,7 @@ RUNS = {
 
 
 def config(output_path: Path, run: str, evaluate: bool = False) -> TrainLmConfig:
-    mesh, sharding = RUNS[run]
-    validation = {"held": SyntheticSourceConfig(vocab_size=256, num_tokens=5_000, seed=7)} if evaluate else {}
-    model = LlamaConfig(vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                        seq_len=32)  # fmt: skip
-    return TrainLmConfig(
-        output_path=str(output_path),
-        model=model,
-        data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=256, num_tokens=50_000)}, validation=validation),
-        # Adam's update g / (sqrt(v) + eps) amplifies the summation-order rounding of an entry whose
-        # gradient is near eps: with eps 1e-8 and lr 1e-2 one w_gate entry (gradient ~1e-9) moved 7e-5
-        # between the 1-device and 8-device runs (measured). eps 1e-6 and lr 1e-3 keep every entry away
-        # from that regime, so the 1e-5 comparison measures the sharding, not Adam's conditioning.
-        optimizer=OptimizerConfig(learning_rate=1e-3, epsilon=1e-6, schedule="cosine", warmup=1, ema_decay=0.9),
-        trainer=TrainerConfig(
-            num_train_steps=STEPS, batch_size=16, num_microbatches=2, log_every=1, max_eval_sequences=40,
-            precision=PrecisionPolicy(compute_dtype="float32"),
-            checkpoint=CheckpointConfig(save_interval_minutes=None),
-            tracker=TrackerConfig(wandb=False, progress_bar=False),
-            mesh=mesh, sharding=sharding,
-        ),  # fmt: skip
-    )
+    return tiny_config(output_path, *RUNS[run], evaluate=evaluate)
 
 
 def spec_of(array: jax.Array) -> list:
