@@ -1,8 +1,11 @@
 """python -m marin.generate --checkpoint PATH --prompt "Once upon a time" [--max_new_tokens 64]
    [--temperature 0.8] [--top_p 0.9] [--top_k 50] [--seed 0] [--tokenizer TOK] [--num_samples 1]
+   [--stop "." --stop " The"] [--stop_token_id 42]
 
 PATH is a Hugging Face export directory (its tokenizer is used) or a training run's output directory
-(then pass --tokenizer). Generation stops at the end-of-document token or after --max_new_tokens.
+(then pass --tokenizer). Generation stops at the end-of-document token, at a ``--stop_token_id``, at a
+``--stop`` string (both repeatable) or after --max_new_tokens. Stops are not printed: the text ends right
+before the first stop token or stop string (searched in the generated text only, not the prompt).
 """
 
 import argparse
@@ -15,27 +18,30 @@ def main(argv=None) -> None:
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--tokenizer", default=None)
     parser.add_argument("--max_new_tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     parser.add_argument("--top_k", type=int, default=None)
     parser.add_argument("--top_p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num_samples", type=int, default=1)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable), not printed")
+    parser.add_argument("--stop_token_id", type=int, action="append", default=[],
+                        help="stop token id (repeatable; the end-of-document token always stops), not printed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
     from marin.evaluation.step import load_model
-    from marin.export.generate import GenerationConfig, generate
+    from marin.export.generate import GenerationConfig, decode_until, generate
     from marin.tokenize import eos_id, load_tokenizer
 
     cfg, params, _ = load_model(args.checkpoint, None)
     tokenizer = load_tokenizer(args.tokenizer or args.checkpoint)
     eos = eos_id(tokenizer)
     prompt = [eos, *tokenizer.encode(args.prompt, add_special_tokens=False).ids]
+    stop_tokens = (eos, *args.stop_token_id)
     gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, seed=args.seed, stop_tokens=(eos,))
+                           top_p=args.top_p, seed=args.seed, stop_tokens=stop_tokens)
     for tokens in generate(cfg, params, [prompt] * args.num_samples, gen):
-        text = tokenizer.decode([t for t in tokens if t != eos])
-        print(args.prompt + text)
+        print(args.prompt + decode_until(tokenizer.decode, tokens, stop_tokens, args.stop))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ class MarinLM(LM):
         return out
 
     def generate_until(self, requests) -> list[str]:
-        from marin.export.generate import GenerationConfig, generate
+        from marin.export.generate import GenerationConfig, decode_until, generate
 
         out = []
         for request in requests:
@@ -73,11 +73,8 @@ class MarinLM(LM):
                                    temperature=float(kwargs.get("temperature", 0.0)), stop_tokens=(self.eos,),
                                    seed=int(kwargs.get("seed", 0)))
             prompt = [self.eos, *self._encode(context)][-(self.cfg.seq_len - gen.max_new_tokens):]
-            tokens = [t for t in generate(self.cfg, self.params, [prompt], gen)[0] if t != self.eos]
-            text = self.tokenizer.decode(tokens)
-            for stop in until:
-                if stop and stop in text:
-                    text = text[: text.index(stop)]
+            tokens = generate(self.cfg, self.params, [prompt], gen)[0]
+            text = decode_until(self.tokenizer.decode, tokens, (self.eos,), until)
             out.append(text)
         return out
 
