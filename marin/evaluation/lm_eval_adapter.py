@@ -1,4 +1,4 @@
-"""lm-evaluation-harness on our JAX models: ``lm_eval --model marin --model_args checkpoint=DIR,...``.
+"""lm-evaluation-harness on our JAX models: ``--model marin --model_args checkpoint=DIR,...``.
 
 The harness's own Hugging Face model class needs torch; this ``LM`` subclass answers its three request
 types with the lab's jitted scorer and KV-cache generator instead, so the harness's task library runs on
@@ -9,11 +9,15 @@ any checkpoint the lab can load (a training run's output directory or an HF expo
 - ``loglikelihood_rolling``: whole documents, scored in windows by ``document_windows``;
 - ``generate_until``: greedy (or sampled) continuations cut at the first stop string.
 
-Install with the ``eval`` extra (lm-eval itself installs without torch).
+Install with the ``eval`` extra (lm-eval itself installs without torch). Importing this module registers
+the model in-process (``lm_eval.simple_evaluate(model="marin", ...)``); lm-eval's own ``lm_eval`` command
+cannot see it, so the command line is ``python -m marin.evaluation.lm_eval_cli`` (same arguments).
 """
 
 from __future__ import annotations
 
+import lm_eval.models  # noqa: F401  lm-eval fills its model registry lazily only while it is empty: fill it
+# first, or registering "marin" would hide "hf", "dummy", ... from get_model in this process
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
@@ -36,7 +40,9 @@ class MarinLM(LM):
         self.eos = eos_id(self.tokenizer)
         self.max_gen_toks = int(max_gen_toks)
         cfg, params = self.cfg, self.params
-        self.scorer = Scorer(lambda tokens: forward(cfg, params, tokens), batch_size=int(batch_size),
+        # lm-eval's "auto" batch sizing probes torch device memory: use our default instead
+        batch_size = int(batch_size) if str(batch_size).isdigit() else 16
+        self.scorer = Scorer(lambda tokens: forward(cfg, params, tokens), batch_size=batch_size,
                              max_len=int(max_len or cfg.seq_len), pad_id=self.eos)
 
     def _encode(self, text: str) -> list[int]:

@@ -32,4 +32,4 @@ def make_tiny_export(path: str):
     params = jax.tree.map(lambda s: (rng.normal(size=s.shape) * 3 * CFG.initializer_range if len(s.shape) > 1
                                      else np.ones(s.shape)).astype(np.float32), shapes)
     export_hf(CFG, params, path, tokenizer=tok_path)
-    return CFG, params
+    return CFG, jax.tree.map(jax.numpy.asarray, params)
