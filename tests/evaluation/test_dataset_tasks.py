@@ -14,8 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marin.evaluation import MultipleChoiceTask, Scorer, load_task_yaml, score_task
-from marin.evaluation.tasks import load_items
+from marin.evaluation import MultipleChoiceTask, Scorer, load_items, load_task_yaml, score_task
 from tests.evaluation.test_scoring import EOS, _successor_model, encode, planted_task
 
 ARC_STYLE_YAML = """\
