@@ -6,6 +6,12 @@ with it, the executor connects to that cluster.
 
 Scheduling is event-driven: the executor blocks in ``ray.wait`` until some task finishes, instead of
 sleeping and polling.
+
+A multi-host step (``ResourceConfig.hosts > 1``) is one *gang* task that reserves a placement group (for
+TPUs, whole slices through ``ray.util.tpu``), asks host 0 for a coordinator address, and starts one task
+per host with the ``jax.distributed`` coordinates in its environment (``marin.trainer.distributed``).
+The executor sees only the gang's task: it succeeds when every host did; a host whose function raised
+fails it at once (the other hosts are cancelled); a host that died (preemption) restarts the whole gang.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
+import socket
 from typing import Any
 
 from marin.execution.step import ResourceConfig
@@ -24,10 +31,131 @@ class InfeasibleResources(RuntimeError):
     """No node of the cluster can ever satisfy a step's resource request."""
 
 
-def _call_step_fn(fn, config) -> None:
+AUTOSCALING_ENV = "MARIN_AUTOSCALING"
+"""Set (to 1) on clusters whose autoscaler adds nodes on demand: a request no current node can hold is then
+left to the autoscaler (with a warning) instead of failing fast. infra/cluster-*.yaml set it on the head."""
+
+
+def _call_step_fn(fn, config, env: dict[str, str] | None = None) -> None:
     """The Ray task body. Returns nothing: steps communicate through files under the prefix."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.update(env or {})
     fn(config)
+
+
+def _coordinator_address() -> str:
+    """``ip:port`` for ``jax.distributed``'s coordinator, run on host 0 (a port free on it right now)."""
+    import ray
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return f"{ray.util.get_node_ip_address()}:{port}"
+
+
+_ELSEWHERE = (f"Run it on a cluster that provides these resources (set RAY_ADDRESS; see docs/cluster.md), or set "
+              f"{AUTOSCALING_ENV}=1 if this cluster's autoscaler adds such nodes on demand.")
+
+
+class _HostLost(Exception):
+    """A host of a gang died (its worker or node), as opposed to its function raising."""
+
+
+def _run_gang(step_name: str, fn, config, resources: ResourceConfig) -> None:
+    """The body of a multi-host step's task: run ``fn(config)`` on ``resources.hosts`` hosts together,
+    restarting all of them when one is lost, at most ``resources.max_retries`` times."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for attempt in range(resources.max_retries + 1):
+        try:
+            return _run_gang_once(step_name, fn, config, resources)
+        except _HostLost as e:
+            logger.warning("%s: attempt %d of %d lost a host (%s)", step_name, attempt + 1, resources.max_retries + 1, e)
+            last = e
+    raise RuntimeError(f"{step_name}: a host was lost in each of {resources.max_retries + 1} attempts; last: {last}")
+
+
+def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig) -> None:
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundles, release = _reserve_hosts(resources)
+    try:
+        def on(i: int) -> PlacementGroupSchedulingStrategy:
+            pg, index = bundles[i]
+            return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
+
+        coordinator = ray.get(ray.remote(_coordinator_address).options(num_cpus=0, scheduling_strategy=on(0)).remote())
+        envs = _host_envs(coordinator, resources)
+        # One process per task (max_calls=1): jax.distributed cannot be re-initialised in a reused worker.
+        host, options = ray.remote(max_calls=1)(_call_step_fn), {**_host_options(resources), "max_retries": 0}
+        refs = {host.options(**options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i)).remote(fn, config, envs[i]): i
+                for i in range(resources.hosts)}  # fmt: skip
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except ray.exceptions.RayTaskError as e:
+                _cancel(pending)
+                cause = e.cause if getattr(e, "cause", None) is not None else e
+                raise RuntimeError(f"host {refs[done[0]]} of {resources.hosts}: {type(cause).__name__}: {cause}") from None
+            except ray.exceptions.RayError as e:
+                _cancel(pending)
+                raise _HostLost(f"host {refs[done[0]]}: {type(e).__name__}: {e}") from None
+    finally:
+        release()
+
+
+def _reserve_hosts(resources: ResourceConfig):
+    """[(placement group, bundle index)] per host, and a function that releases the reservation."""
+    import ray
+
+    if resources.tpu is not None:
+        from ray.util.tpu import SlicePlacementGroup
+
+        tpu = resources.tpu
+        handle = SlicePlacementGroup(topology=tpu.topology, accelerator_version=tpu.version, num_slices=tpu.slices,
+                                     pg_per_slice=True)  # fmt: skip
+        groups = handle.slice_placement_groups
+        ray.get([pg.ready() for pg in groups])
+        handle.release_head_pgs()
+        per_slice = handle.num_bundles // tpu.slices
+        if per_slice * tpu.slices != resources.hosts:
+            handle.shutdown()
+            raise ValueError(f"TPU {tpu.version} {tpu.topology} x{tpu.slices} has {handle.num_bundles} hosts, "
+                             f"the step asks for hosts={resources.hosts}")  # fmt: skip
+        return [(pg, i) for pg in groups for i in range(per_slice)], handle.shutdown
+    bundle = resources.demands()
+    pg = ray.util.placement_group([bundle] * resources.hosts, strategy="SPREAD")
+    ray.get(pg.ready())
+    return [(pg, i) for i in range(resources.hosts)], lambda: ray.util.remove_placement_group(pg)
+
+
+def _host_options(resources: ResourceConfig) -> dict[str, Any]:
+    if resources.tpu is not None:  # a TPU slice bundle holds the host's chips only
+        return {"num_cpus": 0, "resources": {"TPU": resources.resources.get("TPU", 4)}}
+    return resources.as_ray_options()
+
+
+def _host_envs(coordinator: str, resources: ResourceConfig) -> list[dict[str, str]]:
+    from marin.trainer import distributed
+
+    envs = [{distributed.ENV_COORDINATOR: coordinator, distributed.ENV_NUM_PROCESSES: str(resources.hosts),
+             distributed.ENV_PROCESS_ID: str(i)} for i in range(resources.hosts)]  # fmt: skip
+    if resources.tpu is not None and resources.tpu.slices > 1:  # multislice: slices meet over the DCN
+        from ray.util.tpu import get_tpu_coordinator_env_vars
+
+        per_slice = resources.hosts // resources.tpu.slices
+        for i, env in enumerate(envs):
+            env.update(get_tpu_coordinator_env_vars(coordinator.rsplit(":", 1)[0], resources.tpu.slices, i // per_slice))
+    return envs
+
+
+def _cancel(refs: list) -> None:
+    import ray
+
+    for ref in refs:
+        ray.cancel(ref, force=True)
 
 
 class RayRunner:
@@ -50,13 +178,24 @@ class RayRunner:
                 logger.info("starting a local Ray instance (set RAY_ADDRESS to use a cluster)")
                 ray.init(include_dashboard=False, num_cpus=self._num_cpus, log_to_driver=True)
         self._remote = ray.remote(_call_step_fn)
+        self._gang = ray.remote(_run_gang)
 
     def check_feasible(self, step_name: str, resources: ResourceConfig) -> None:
         """Fail fast when no node can host the task (Ray would otherwise leave it pending forever)."""
         demands = resources.demands()
         nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
-        if any(all(node.get(k, 0) >= v for k, v in demands.items()) for node in nodes):
+        fits = sum(_copies_that_fit(demands, node) for node in nodes)
+        if fits >= resources.hosts:
             return
+        if os.environ.get(AUTOSCALING_ENV, "") not in ("", "0"):
+            logger.warning("step %r asks for %d x %s, more than the cluster's nodes hold now; waiting for the "
+                           "autoscaler (%s is set)", step_name, resources.hosts, demands, AUTOSCALING_ENV)  # fmt: skip
+            return
+        if fits:
+            raise InfeasibleResources(
+                f"step {step_name!r} needs {resources.hosts} hosts of {demands}; this Ray cluster holds only {fits}. "
+                f"{_ELSEWHERE}"
+            )
         missing = sorted({k for k, v in demands.items() if not any(node.get(k, 0) >= v for node in nodes)})
         largest = {k: max((node.get(k, 0) for node in nodes), default=0) for k in demands}
         detail = ", ".join(f"{k}: needs {_amount(k, demands[k])}, largest node has {_amount(k, largest[k])}"
@@ -65,14 +204,20 @@ class RayRunner:
         )
         raise InfeasibleResources(
             f"step {step_name!r} can never be scheduled on this Ray cluster ({detail}). "
-            "Run it on a cluster that provides these resources (set RAY_ADDRESS; see docs/cluster.md)."
+            f"{_ELSEWHERE}"
         )
 
     def submit(self, step_name: str, fn, config, resources: ResourceConfig, pip_extras: tuple[str, ...]):
+        runtime_env = {"pip": extra_requirements(pip_extras)} if pip_extras else None
+        if resources.hosts > 1:  # the gang task holds nothing itself; its hosts hold the resources
+            options = {"num_cpus": 0, "name": step_name, "max_retries": resources.max_retries, "retry_exceptions": False}
+            if runtime_env:
+                options["runtime_env"] = runtime_env  # inherited by the host tasks it starts
+            return self._gang.options(**options).remote(step_name, fn, config, resources)
         options: dict[str, Any] = resources.as_ray_options()
         options.update(name=step_name, max_retries=resources.max_retries, retry_exceptions=False)
-        if pip_extras:
-            options["runtime_env"] = {"pip": extra_requirements(pip_extras)}
+        if runtime_env:
+            options["runtime_env"] = runtime_env
         return self._remote.options(**options).remote(fn, config)
 
     def wait(self, refs: list, timeout: float | None) -> list:
@@ -91,6 +236,11 @@ class RayRunner:
             return f"{type(cause).__name__}: {cause}"
         except self._ray.exceptions.RayError as e:
             return f"{type(e).__name__} (the worker or its node died): {e}"
+
+
+def _copies_that_fit(demands: dict[str, float], node: dict[str, float]) -> int:
+    """How many hosts' worth of ``demands`` one node's total resources hold."""
+    return int(min((node.get(k, 0) // v for k, v in demands.items()), default=1_000_000))
 
 
 def _amount(resource: str, value: float) -> str:

@@ -85,13 +85,42 @@ def output_path_of(step: ExecutorStep | str, name: str | None = None) -> InputNa
     return InputName(step=step, name=name)
 
 
+# TPU pod types the experiments name: Ray's (accelerator version, topology), hosts per slice, chips per host.
+TPU_POD_TYPES: dict[str, tuple[str, str, int, int]] = {
+    "v4-8": ("v4", "2x2x1", 1, 4),
+    "v4-32": ("v4", "2x2x4", 4, 4),
+    "v4-2048": ("v4", "8x8x16", 256, 4),
+    "v5e-8": ("v5litepod", "2x4", 1, 8),
+    "v5e-256": ("v5litepod", "16x16", 64, 4),
+    "v5p-8": ("v5p", "2x2x1", 1, 4),
+    "v6e-256": ("v6e", "16x16", 64, 4),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuSlices:
+    """Whole TPU slices for one step, reserved together (Ray's ``ray.util.tpu.SlicePlacementGroup``)."""
+
+    version: str
+    """Ray's accelerator version: ``v4``, ``v5litepod``, ``v5p``, ``v6e``."""
+    topology: str
+    """Chips per slice as Ray spells it, e.g. ``16x16`` or ``8x8x16``."""
+    slices: int = 1
+    """More than one: a multislice job (slices talk over the data-centre network, ``MEGASCALE_*``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ResourceConfig:
     """What one step's Ray task asks the cluster for.
 
-    ``resources`` carries custom resources, e.g. ``{"TPU-v5e-256-head": 1}`` for a TPU slice.
+    ``resources`` carries custom resources, e.g. ``{"TPU-v4-8-head": 1}`` for a one-host TPU.
     ``max_retries`` is how often Ray reruns the task after its worker or node died (preemption);
     an exception raised by the step's function is never retried.
+
+    ``hosts > 1`` runs the step as that many tasks, one per host, each with the resources above, as one
+    ``jax.distributed`` job (``marin.trainer.distributed``): they start together, and if a host dies
+    all of them are restarted (up to ``max_retries`` times). ``tpu`` reserves whole TPU slices for them;
+    ``ResourceConfig.tpu_pod("v5e-256", slices=2)`` fills in hosts, chips and topology.
     """
 
     num_cpus: float = 1
@@ -100,6 +129,8 @@ class ResourceConfig:
     """Bytes of memory Ray reserves for the task (None: no reservation)."""
     resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
     max_retries: int = 0
+    hosts: int = 1
+    tpu: TpuSlices | None = None
 
     def __post_init__(self):
         for field in ("num_cpus", "num_gpus"):
@@ -107,8 +138,23 @@ class ResourceConfig:
                 raise ValueError(f"ResourceConfig.{field} must be >= 0, got {getattr(self, field)}")
         if self.memory is not None and self.memory <= 0:
             raise ValueError(f"ResourceConfig.memory must be a positive number of bytes, got {self.memory}")
+        if not isinstance(self.hosts, int) or self.hosts < 1:
+            raise ValueError(f"ResourceConfig.hosts must be an int >= 1, got {self.hosts!r}")
+        if self.tpu is not None and self.hosts % self.tpu.slices:
+            raise ValueError(f"ResourceConfig.hosts ({self.hosts}) must be a multiple of tpu.slices ({self.tpu.slices})")
+
+    @staticmethod
+    def tpu_pod(pod_type: str, slices: int = 1, *, num_cpus: float = 0, max_retries: int = 0) -> ResourceConfig:
+        """Every host of ``slices`` TPU slices of ``pod_type`` (a key of ``TPU_POD_TYPES``)."""
+        if pod_type not in TPU_POD_TYPES:
+            raise ValueError(f"unknown TPU pod type {pod_type!r}; known: {sorted(TPU_POD_TYPES)} "
+                             "(or build ResourceConfig(hosts=..., tpu=TpuSlices(...)) yourself)")  # fmt: skip
+        version, topology, hosts, chips = TPU_POD_TYPES[pod_type]
+        return ResourceConfig(num_cpus=num_cpus, resources={"TPU": chips}, hosts=hosts * slices,
+                              tpu=TpuSlices(version, topology, slices), max_retries=max_retries)  # fmt: skip
 
     def as_ray_options(self) -> dict[str, Any]:
+        """Options of one host's task."""
         options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
         if self.memory:
             options["memory"] = self.memory
@@ -117,7 +163,7 @@ class ResourceConfig:
         return options
 
     def demands(self) -> dict[str, float]:
-        """The request in Ray's resource vocabulary (``CPU``, ``GPU``, ``memory``, custom names)."""
+        """One host's request in Ray's resource vocabulary (``CPU``, ``GPU``, ``memory``, custom names)."""
         out = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus)}
         if self.memory:
             out["memory"] = float(self.memory)

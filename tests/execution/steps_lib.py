@@ -56,3 +56,28 @@ def probe_environment(config: ProbeConfig) -> None:
 
     doc = {"python": sys.executable, "version": importlib.metadata.version(config.distribution)}
     write_atomic(join(config.output_path, "probe.json"), json.dumps(doc))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostConfig:
+    output_path: str
+    fail_process: int | None = None
+
+
+def host_step(config: HostConfig) -> None:
+    """One host of a multi-host step: join the jax.distributed job the runner described, all-gather every
+    process's index through a real collective, and write what this host saw to ``host-<index>.json``."""
+    from marin.trainer import distributed
+
+    coordinates = distributed.coordinates()
+    if coordinates is not None and coordinates[2] == config.fail_process:
+        raise RuntimeError(f"process {coordinates[2]} was told to fail")
+    distributed.initialize()
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.int32(jax.process_index() + 1))
+    doc = {"process_index": jax.process_index(), "process_count": jax.process_count(), "pid": os.getpid(),
+           "coordinates": list(coordinates or ()), "gathered": np.asarray(gathered).tolist()}  # fmt: skip
+    write_atomic(join(config.output_path, f"host-{jax.process_index()}.json"), json.dumps(doc))
