@@ -1,8 +1,11 @@
 """Which paths the browser may show: only those under a configured root, after every normalization.
 
 A requested path is accepted only if, once decoded (repeatedly, so ``%252e%252e`` cannot sneak a
-``..`` past one decoding) and resolved (symlinks followed, for local roots), it lies under a root of
-the same scheme. Everything else is refused with ``Forbidden`` (HTTP 403).
+``..`` past one decoding), it has no ``..`` component and, resolved (symlinks followed, for local
+roots), it lies under a root of the same scheme. Everything else is refused with ``Forbidden`` (HTTP
+403). ``..`` is refused even when it would land back inside a root (``<root>/a/../b``): the browser
+never builds such paths itself, so one in a request is a probe, and refusing it keeps the rule simple
+to state and to check for every scheme alike.
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ def resolve(path: str, roots: list[str]) -> str:
     path = _fully_unquoted(path)
     if "\x00" in path:
         raise Forbidden("NUL byte in path")
+    if any(part == ".." for part in path.replace("\\", "/").split("/")):
+        raise Forbidden(f"{path}: '..' is not allowed")
     if "://" in path and not path.startswith("file://"):
         scheme, rest = path.split("://", 1)
-        if any(part == ".." for part in rest.split("/")):
-            raise Forbidden(f"{path}: '..' is not allowed")
         candidate = f"{scheme}://{rest.strip('/')}"
         for root in roots:
             if "://" in root and (candidate == root or candidate.startswith(root + "/")):

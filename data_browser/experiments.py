@@ -2,8 +2,11 @@
 
 - ``<prefix>/experiments/<script>-<hash>.json``: the experiment record (steps, versions, git commit);
 - ``<step>/.executor_status`` / ``.executor_info``: each step's state history and resolved config;
-- ``<step>/metrics.jsonl``: one JSON object per line with a ``step`` and metric values (training curves);
-- ``<step>/results.json``: evaluation results; ``<step>/tracker.json``: ``{"wandb_url": ...}`` if tracked.
+- ``<step>/tracker.json``: ``{"wandb_url": ...}`` if tracked (training curves and results: ``training.py``).
+
+Every file is read bounded, and a damaged one is shown as such: a record that is not JSON or lacks the
+fields the pages use is a ``ReadFailure`` naming the file (an error page), a damaged ``.executor_info``
+or ``.executor_status`` marks only its own step.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import dataclasses
 import html
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
-from marin.execution.status import INFO_FILE, state_summary
-from marin.storage import exists, glob, join, read_text
+from data_browser.readers import ReadFailure, read_bounded
+from marin.execution.status import INFO_FILE, STATUS_FILE, state_summary
+from marin.storage import exists, glob, join
 
 STATE_COLORS = {
     "SUCCESS": "#2e7d32",
@@ -25,6 +30,7 @@ STATE_COLORS = {
     "DEP_FAILED": "#ef6c00",
     None: "#bdbdbd",
 }
+REQUIRED_STEP_KEYS = ("name", "identity", "output_path")
 
 
 @dataclasses.dataclass
@@ -53,26 +59,68 @@ def list_experiments(root: str) -> list[str]:
     return glob(join(root, "experiments", "*.json"))
 
 
-def load_record(url: str) -> dict[str, Any]:
-    return json.loads(read_text(url))
+def read_json(url: str, max_bytes: int) -> Any:
+    """A JSON file read whole but bounded; any failure is a ``ReadFailure`` naming the file."""
+    data = read_bounded(url, max_bytes)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is a ValueError too
+        raise ReadFailure(f"{url}: not valid JSON ({type(e).__name__}: {e})") from None
 
 
-step_state = state_summary
+def load_record(url: str, max_bytes: int) -> dict[str, Any]:
+    """An experiment record, checked against the shape the pages rely on (else ``ReadFailure``)."""
+    record = read_json(url, max_bytes)
+    problem = _record_problem(record)
+    if problem:
+        raise ReadFailure(f"{url}: not an experiment record: {problem}")
+    return record
 
 
-def step_views(record: dict[str, Any]) -> list[StepView]:
+def _record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    for key in ("script", "description", "caller_file", "git_commit", "git_remote", "user"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key!r} must be a string, got {record[key]!r}"
+    if not isinstance(record.get("steps"), list):
+        return "'steps' must be a list"
+    for i, step in enumerate(record["steps"]):
+        if not isinstance(step, dict) or not all(isinstance(step.get(k), str) for k in REQUIRED_STEP_KEYS):
+            return f"steps[{i}] must be an object with string {', '.join(map(repr, REQUIRED_STEP_KEYS))}"
+        deps = step.get("dependencies", [])
+        if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+            return f"steps[{i}].dependencies must be a list of step identities"
+    return None
+
+
+def step_state(output_path: str) -> tuple[str | None, str | None, float | None, float | None]:
+    """``state_summary``, with a damaged status file shown as ``UNREADABLE`` whatever its fault."""
+    try:
+        return state_summary(output_path)
+    except (KeyError, TypeError, ValueError) as e:  # e.g. an event without a "time"
+        return "UNREADABLE", f"{join(output_path, STATUS_FILE)}: {type(e).__name__}: {e}", None, None
+
+
+def step_views(record: dict[str, Any], allowed: Callable[[str], bool], max_bytes: int) -> list[StepView]:
+    """One view per step of a checked record. Files are read only where ``allowed`` (under the browser's
+    roots): a record may name outputs anywhere, e.g. a run under gs:// browsed from a local copy."""
     views = []
-    for s in record.get("steps", []):
-        state, message, started, finished = step_state(s["output_path"])
-        info_url = join(s["output_path"], INFO_FILE)
+    for s in record["steps"]:
+        out = s["output_path"]
+        browsable = allowed(out)
+        state, message, started, finished = (step_state(out) if browsable and allowed(join(out, STATUS_FILE))
+                                             else (None, None, None, None))
+        info_url = join(out, INFO_FILE)
         config = None
-        if exists(info_url):
+        if browsable and allowed(info_url) and exists(info_url):
             try:
-                config = json.loads(read_text(info_url)).get("config")
-            except ValueError:
-                config = "(unreadable .executor_info)"
-        views.append(StepView(s["name"], s["identity"], s["output_path"], s.get("dependencies", []), state, message,
-                              started, finished, config, s.get("fn")))
+                info = read_json(info_url, max_bytes)
+                config = info.get("config") if isinstance(info, dict) else f"(unreadable {info_url}: not an object)"
+            except (ReadFailure, OSError) as e:
+                config = f"(unreadable {INFO_FILE}: {e})"
+        views.append(StepView(s["name"], s["identity"], out, s.get("dependencies", []), state, message,
+                              started, finished, config, s.get("fn"), browsable))
     return views
 
 
@@ -95,44 +143,16 @@ def _https_remote(remote: str | None) -> str | None:
     return None
 
 
-def wandb_url(output_path: str) -> str | None:
+def wandb_url(output_path: str, allowed: Callable[[str], bool], max_bytes: int) -> str | None:
     url = join(output_path, "tracker.json")
-    if not exists(url):
+    if not allowed(url) or not exists(url):
         return None
     try:
-        return json.loads(read_text(url)).get("wandb_url")
-    except ValueError:
+        link = read_json(url, max_bytes)
+    except (ReadFailure, OSError):
         return None
-
-
-def load_metrics(output_path: str, max_points: int = 20000) -> dict[str, list]:
-    """Columns from ``metrics.jsonl``: {"step": [...], "loss": [...], ...}; missing values are None."""
-    url = join(output_path, "metrics.jsonl")
-    if not exists(url):
-        return {}
-    rows = []
-    for line in read_text(url).splitlines()[-max_points:]:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
-            rows.append(row)
-    keys = sorted({k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and k != "step"})
-    columns = {"step": [r["step"] for r in rows]}
-    for key in keys:
-        columns[key] = [r.get(key) if isinstance(r.get(key), (int, float)) else None for r in rows]
-    return columns
-
-
-def load_results(output_path: str) -> dict[str, Any] | None:
-    url = join(output_path, "results.json")
-    if not exists(url):
-        return None
-    try:
-        return json.loads(read_text(url))
-    except ValueError:
-        return None
+    link = link.get("wandb_url") if isinstance(link, dict) else None
+    return link if isinstance(link, str) and link.startswith(("https://", "http://")) else None
 
 
 def dag_svg(steps: list[StepView], link_prefix: str = "#step-") -> str:

@@ -122,15 +122,59 @@ def search(path: str, query: str, limit: int, max_scan: int, max_line_bytes: int
     return hits, scanned, False
 
 
-def find_by_ids(path: str, ids: set[str], max_scan: int, max_line_bytes: int) -> dict[str, Record]:
-    """Records of ``path`` whose ``id`` is in ``ids`` (stops when all are found or after ``max_scan``)."""
+def find_by_ids(path: str, ids: set[str], max_scan: int, max_line_bytes: int) -> tuple[dict[str, Record], bool]:
+    """Records of ``path`` whose ``id`` is in ``ids``, and whether the scan was cut short by ``max_scan``
+    (then a missing id may lie further on). Stops as soon as every id is found."""
     found: dict[str, Record] = {}
     for record in iter_records(path, max_line_bytes):
-        if record.index >= max_scan or len(found) == len(ids):
+        if len(found) == len(ids):
             break
+        if record.index >= max_scan:
+            return found, True
         if isinstance(record.data, dict) and str(record.data.get("id")) in ids:
             found[str(record.data["id"])] = record
-    return found
+    return found, False
+
+
+def first_record(path: str, max_line_bytes: int) -> Record | None:
+    return next(iter(iter_records(path, max_line_bytes)), None)
+
+
+def read_bounded(path: str, max_bytes: int) -> bytes:
+    """The whole file, or ``ReadFailure`` if it is larger than ``max_bytes`` (never reads more)."""
+    fs, p = filesystem(path)
+    with fs.open(p, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ReadFailure(f"{path}: larger than the browser's limit of {max_bytes:,} bytes (max_json_bytes)")
+    return data
+
+
+def sample_lines(path: str, max_bytes: int, windows: int = 64) -> tuple[list[bytes], int]:
+    """Complete lines of ``path`` and its size in bytes, reading at most about ``max_bytes``.
+
+    A file up to ``max_bytes`` is read whole. A larger one is read in ``windows`` evenly spaced slices
+    (the first at the start, the last at the end), keeping only lines wholly inside a slice: a training
+    log of any length still shows its whole curve, at lower resolution.
+    """
+    fs, p = filesystem(path)
+    size = fs.size(p)
+    with fs.open(p, "rb") as f:
+        if size <= max_bytes:
+            return f.read().splitlines(), size
+        width = max(max_bytes // windows, 1)
+        lines: list[bytes] = []
+        for i in range(windows):
+            start = i * (size - width) // (windows - 1)
+            f.seek(start)
+            chunk = f.read(width)
+            parts = chunk.split(b"\n")
+            if start > 0:
+                parts = parts[1:]  # begins mid-line (or exactly at a line start: then the slice is safe to drop)
+            if start + len(chunk) < size:
+                parts = parts[:-1]  # ends mid-line
+            lines.extend(parts)
+        return lines, size
 
 
 def preview_text(path: str, max_bytes: int) -> tuple[str, bool]:

@@ -15,6 +15,19 @@ def docs(n, prefix="doc"):
             for i in range(n)]
 
 
+# What marin.evaluation.step.evaluate_model writes (validation: perplexity.evaluate_documents; tasks:
+# tasks.score_task with accuracy_stats), written out here so these tests need not import jax.
+RESULTS = {
+    "checkpoint": "/lab/checkpoints/tiny", "checkpoint_step": 200, "tokenizer": "/lab/tokenizer.json",
+    "model": {"num_layers": 2, "hidden_dim": 64, "vocab_size": 512},
+    "validation": {"stories": {"documents": 50, "tokens": 4000, "bytes": 16000, "loss": 2.25,
+                               "perplexity": 9.4877, "bits_per_byte": 0.8115, "unigram_bits_per_byte": 2.5}},
+    "tasks": {"arith_mc": {"items": 100, "num_fewshot": 0, "chance": 0.25,
+                           "acc": {"value": 0.81, "stderr": 0.0394, "ci95": [0.7222, 0.8749]},
+                           "acc_norm": {"value": 0.77, "stderr": 0.0423, "ci95": [0.6782, 0.8421]}}},
+}
+
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory, ray_address):
     root = tmp_path_factory.mktemp("lab")
@@ -43,8 +56,13 @@ def lab(tmp_path_factory, ray_address):
         for step in range(1, 21):
             f.write(json.dumps({"step": step, "loss": 5.0 / step, "lr": 1e-3, "tokens_per_s": 4000 + step}) + "\n")
         f.write(json.dumps({"step": 20, "eval/stories/bpb": 1.7}) + "\n")
+        f.write(json.dumps({"step": 21, "loss": float("nan"), "grad_norm": float("inf")}) + "\n")  # a diverged step
+        f.write("not json\n")
     with open(f"{train_dir}/results.json", "w") as f:
-        json.dump({"tasks": {"arith_mc": {"acc": 0.81}}}, f)
+        json.dump(RESULTS, f)
+    write_records(f"{raw_dir}/texts.jsonl", [{"text": f"no id {i}"} for i in range(5)])
+    write_records(f"{raw_dir}/special_floats.jsonl", [{"id": "s0", "score": float("nan")},
+                                                      {"id": "s1", "score": float("-inf")}])
     with open(f"{train_dir}/tracker.json", "w") as f:
         json.dump({"wandb_url": "https://wandb.ai/lab/tiny/runs/abc"}, f)
     secret = root / "secret.txt"

@@ -95,6 +95,27 @@ def test_records_page_forward_and_search(page, server, lab):
     assert "1 match(es)" in page.locator("#summary").inner_text()
 
 
+def test_side_by_side_from_the_records_page_by_id_then_by_index(page, server, lab):
+    from urllib.parse import quote
+
+    page.goto(f"{server}/records?path={quote(lab['raw'] + '/docs.jsonl', safe='')}")
+    page.click("a.compare-with:text('deduped.jsonl')")
+    assert "aligned by id" in page.locator("#heading").inner_text()
+    assert page.locator("p.missing").count() == 34  # doc-0, doc-3, ... were removed by the dedupe
+    assert "doc-1" in page.locator("div.record.right").first.inner_text()
+    shot(page, "compare")
+    page.click("#realign")
+    assert "aligned by record index" in page.locator("#heading").inner_text()
+    assert page.locator("p.missing").count() == 0
+    assert "doc-1" in page.locator("div.record.right").first.inner_text()  # #0 of deduped beside doc-0
+    page.goto(f"{server}/records?path={quote(lab['raw'] + '/docs.jsonl', safe='')}")  # its form takes any path
+    page.fill("#compare-right", lab["raw"] + "/texts.jsonl")
+    page.press("#compare-right", "Enter")
+    page.wait_for_selector("#heading")
+    assert "aligned by record index" in page.locator("#heading").inner_text()  # texts.jsonl has no ids
+    assert page.locator("div.record.right").count() == 5
+
+
 def test_training_page_draws_charts(page, server, lab):
     from urllib.parse import quote
 
@@ -103,6 +124,8 @@ def test_training_page_draws_charts(page, server, lab):
     metrics = {page.locator("div.chart").nth(i).get_attribute("data-metric")
                for i in range(page.locator("div.chart").count())}
     assert {"loss", "lr", "tokens_per_s", "eval/stories/bpb"} <= metrics
+    acc = page.locator("#results tr[data-name='arith_mc'][data-metric='acc'] td.value")
+    assert acc.inner_text() == "0.8100"
     shot(page, "training")
 
 
