@@ -72,5 +72,6 @@ class SimpleTrainConfig:
 
 
 CPU_TRAIN = ResourceConfig(num_cpus=1)
-TPU_V5E_256 = ResourceConfig(num_cpus=8, resources={"TPU-v5e-256-head": 1}, max_retries=100)
-TPU_V4_2048 = ResourceConfig(num_cpus=8, resources={"TPU-v4-2048-head": 1}, max_retries=100)
+# Whole slices, one training process per host (ResourceConfig.tpu_pod; marin.trainer.distributed).
+TPU_V5E_256 = ResourceConfig.tpu_pod("v5e-256", max_retries=100)
+TPU_V4_2048 = ResourceConfig.tpu_pod("v4-2048", max_retries=100)

@@ -70,8 +70,10 @@ PALOMA = ("hf://datasets/allenai/paloma", "65cd6fc",
            "m2d2_wikipedia_unsplit/val/val*.jsonl.gz"))
 
 CPU_BIG = ResourceConfig(num_cpus=16, memory=64 << 30)
-TPU_V5E_256_X2 = ResourceConfig(num_cpus=8, resources={"TPU-v5e-256-head": 2}, max_retries=1000)
-TPU_V4_2048_PREEMPTIBLE = dataclasses.replace(TPU_V4_2048, max_retries=1000)
+# Training runs on every host of its slices (one jax.distributed process per host); preemptible slices
+# restart the whole job from its newest checkpoint, up to 1000 times.
+TPU_V5E_256_X2 = ResourceConfig.tpu_pod("v5e-256", slices=2, max_retries=1000)  # 128 hosts x 4 chips
+TPU_V4_2048_PREEMPTIBLE = dataclasses.replace(TPU_V4_2048, max_retries=1000)  # 256 hosts x 4 chips
 
 PHASE1_STEPS = 660_000  # 1024 x 4096 tokens per step: ~2.77T tokens
 PHASE2_STEPS = 110_000  # 3072 x 4096: ~1.38T tokens
@@ -153,7 +155,9 @@ def describe() -> str:
     lines = [f"Tootsie 8B: {model.param_count / 1e9:.2f}B parameters, seq {SEQ_LEN}"]
     for name, (step, batch) in PHASES.items():
         steps = step.config.trainer.value.num_train_steps
-        lines.append(f"  {name:8s} {steps:>8,} steps x {batch} x {SEQ_LEN} = {steps * batch * SEQ_LEN / 1e12:.2f}T tokens")
+        tpu, hosts = step.resource_config.tpu, step.resource_config.hosts
+        lines.append(f"  {name:8s} {steps:>8,} steps x {batch} x {SEQ_LEN} = {steps * batch * SEQ_LEN / 1e12:.2f}T tokens"
+                     f" on {tpu.slices} x {tpu.version} {tpu.topology} ({hosts} hosts)")
     return "\n".join(lines)
 
 

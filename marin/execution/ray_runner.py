@@ -114,8 +114,9 @@ def _reserve_hosts(resources: ResourceConfig):
         from ray.util.tpu import SlicePlacementGroup
 
         tpu = resources.tpu
+        # No head-reservation timeout: on an autoscaling cluster the slices may take minutes to boot.
         handle = SlicePlacementGroup(topology=tpu.topology, accelerator_version=tpu.version, num_slices=tpu.slices,
-                                     pg_per_slice=True)  # fmt: skip
+                                     pg_per_slice=True, head_reservation_timeout_s=None)  # fmt: skip
         groups = handle.slice_placement_groups
         ray.get([pg.ready() for pg in groups])
         handle.release_head_pgs()

@@ -35,7 +35,7 @@ def test_dag_structure_and_phase_chaining():
     assert phase2.version["config"]["optimizer"]["ema_decay"] is not None
     downloads = [s for s in p.steps if s.name.startswith("raw/")]
     assert downloads and all(s.version["config"]["revision"] for s in downloads)
-    assert phase1.step.resource_config.resources == {"TPU-v5e-256-head": 2}
+    assert (phase1.step.resource_config.hosts, phase1.step.resource_config.tpu.slices) == (128, 2)
 
 
 def test_versions_are_stable_across_processes():
@@ -53,7 +53,7 @@ def test_dry_run_on_a_laptop_prints_plan_params_and_tokens(tmp_path):
                           str(tmp_path / "lab")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "8.03B parameters" in out.stdout
-    assert "phase1" in out.stdout and "T tokens" in out.stdout
+    assert "phase1" in out.stdout and "T tokens" in out.stdout and "2 x v5litepod 16x16 (128 hosts)" in out.stdout
     assert out.stdout.count("\nrun ") >= 20 and "checkpoints/tootsie-8b-cooldown-" in out.stdout
     assert not (tmp_path / "lab").exists()
 
@@ -64,4 +64,5 @@ def test_running_without_tpus_fails_fast_saying_what_is_missing(tmp_path):
                           "--run_only", "checkpoints/tootsie-8b-phase1"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=180)
     assert out.returncode == 1
-    assert "TPU-v5e-256-head" in out.stderr and "RAY_ADDRESS" in out.stderr
+    assert "'checkpoints/tootsie-8b-phase1" in out.stderr and "TPU: needs 4, largest node has 0" in out.stderr
+    assert "RAY_ADDRESS" in out.stderr and "MARIN_AUTOSCALING" in out.stderr

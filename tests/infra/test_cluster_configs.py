@@ -19,7 +19,8 @@ import pytest
 import ray.autoscaler
 import yaml
 
-from marin.execution import Executor
+from marin.execution import Executor, ResourceConfig, TpuSlices
+from marin.execution.step import TPU_POD_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -28,13 +29,6 @@ TPU_CLUSTERS = [p for p in CLUSTERS if "tpu" in p.name]
 sys.path.insert(0, str(ROOT))
 
 from experiments import tootsie_8b  # noqa: E402
-
-# Known gap, reported with this test: phase 1 asks for two v5e-256 slices as ONE Ray task
-# ({"TPU-v5e-256-head": 2}), but a slice has one head host, so no node can ever hold that task.
-# Multislice needs one task per slice (Ray's ray.util.tpu slice placement groups, or Levanter's
-# run_on_pod_multislice). strict=True: once the experiment or the executor handles it, this test says so.
-MULTISLICE_AS_ONE_TASK = {"CPU": 8.0, "TPU-v5e-256-head": 2.0}
-
 
 def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
@@ -98,53 +92,89 @@ def test_tpu_node_types_declare_the_head_name_ray_derives(path):
             assert resources["TPU"] == 4 and sum(1 for k in resources if k.endswith("-head")) >= 1
 
 
-def tootsie_demands() -> dict[str, dict[str, float]]:
+def tootsie_resources() -> dict[str, ResourceConfig]:
     plan = Executor(prefix="gs://x").plan([*tootsie_8b.evals, *tootsie_8b.exports])
-    return {p.name: p.step.resource_config.demands() for p in plan.steps}
-
-
-def test_every_resource_name_tootsie_requests_is_offered_by_a_tpu_worker_type():
-    names = {k for d in tootsie_demands().values() for k in d}
-    assert {"CPU", "memory", "TPU-v5e-256-head", "TPU-v4-2048-head"} <= names
-    workers = {k for p in TPU_CLUSTERS for t, r in offered(load(p)).items() if t != "head" for k in r}
-    assert names - workers == set()
+    return {p.name: p.step.resource_config for p in plan.steps}
 
 
 def _fits(demand: dict[str, float], resources: dict[str, float]) -> bool:
     return all(resources.get(k, 0.0) >= v for k, v in demand.items())
 
 
-def _distinct_demands():
-    by_demand: dict[str, tuple[dict, list[str]]] = {}
-    for step, demand in tootsie_demands().items():
-        key = json.dumps(demand, sort_keys=True)
-        by_demand.setdefault(key, (demand, []))[1].append(step)
-    params = []
-    for key, (demand, steps) in sorted(by_demand.items()):
-        marks = [pytest.mark.xfail(strict=True, reason="multislice as one Ray task (see module)")] \
-            if demand == MULTISLICE_AS_ONE_TASK else []
-        params.append(pytest.param(demand, steps, id=re.sub(r"[\s\"{}]", "", key), marks=marks))
-    return params
+def _slice_head(tpu: TpuSlices) -> str:
+    """The resource Ray's slice placement group reserves on a slice's first host (its own derivation)."""
+    from ray._private.accelerators.tpu import infer_tpu_pod_type_from_topology
+    from ray.util.tpu import get_tpu_version_from_type
+
+    pod_type = infer_tpu_pod_type_from_topology(tpu.topology, "TPU-" + get_tpu_version_from_type(tpu.version).upper())
+    return f"TPU-{pod_type}-head"
 
 
-@pytest.mark.parametrize("demand, steps", _distinct_demands())
-def test_each_tootsie_request_fits_one_worker_type_of_a_tpu_cluster(demand, steps):
-    """A Ray task is placed on one node: some single worker type must hold the whole request."""
-    hosts = [f"{p.name}:{t}" for p in TPU_CLUSTERS for t, r in offered(load(p)).items()
-             if t != "head" and _fits(demand, r)]
-    assert hosts, f"no worker type can hold {demand} (steps {steps[:3]}...)"
+def _slice_worker_types(tpu: TpuSlices) -> list[tuple[Path, str, dict]]:
+    """(cluster, node type, its YAML) of every TPU worker type that boots slices of this kind."""
+    head = _slice_head(tpu)
+    return [(p, t, load(p)["available_node_types"][t]) for p in TPU_CLUSTERS for t, r in offered(load(p)).items()
+            if head in r]  # fmt: skip
+
+
+def test_tootsie_trains_on_every_host_of_whole_slices():
+    resources = tootsie_resources()
+    phase1, phase2, cooldown = (resources[f"checkpoints/tootsie-8b-{n}"] for n in ("phase1", "phase2", "cooldown"))
+    assert (phase1.tpu, phase1.hosts) == (TpuSlices("v5litepod", "16x16", 2), 128)  # 2 x v5e-256, multislice
+    assert (phase2.tpu, phase2.hosts) == (TpuSlices("v4", "8x8x16", 1), 256) and cooldown == phase2  # a v4-2048
+    assert all(r.max_retries >= 100 for r in (phase1, phase2))
+
+
+@pytest.mark.parametrize("pod_type", sorted(TPU_POD_TYPES))
+def test_tpu_pod_table_agrees_with_rays_own_topology_math(pod_type):
+    from ray.util.tpu import get_tpu_version_from_type, get_tpu_worker_resources
+
+    version, topology, hosts, chips = TPU_POD_TYPES[pod_type]
+    ray_hosts, bundle = get_tpu_worker_resources(topology=topology, accelerator_type=get_tpu_version_from_type(version))
+    assert (ray_hosts, bundle["TPU"]) == (hosts, chips)
+
+
+def test_each_tootsie_slice_request_is_offered_by_a_tpu_cluster():
+    """A multi-host step reserves whole slices through Ray's slice placement group: the slice's head
+    resource (as Ray derives it) must be a worker type's, booting that accelerator type, with room for all
+    the slices, and each host's task must fit one of its hosts."""
+    for name, request in tootsie_resources().items():
+        if request.tpu is None:
+            continue
+        found = _slice_worker_types(request.tpu)
+        assert found, f"{name}: no TPU worker type offers {_slice_head(request.tpu)}"
+        for path, node_type, spec in found:
+            assert spec["node_config"]["acceleratorType"] == _slice_head(request.tpu)[4:-5], (path.name, node_type)
+            assert spec["max_workers"] >= request.tpu.slices, (name, path.name, node_type)
+            assert _fits(request.demands(), offered(load(path))[node_type]), (name, request.demands())
+
+
+def test_each_single_host_tootsie_request_fits_one_worker_type_of_a_tpu_cluster():
+    """A one-host Ray task is placed on one node: some single worker type must hold the whole request."""
+    for name, request in tootsie_resources().items():
+        if request.hosts > 1:
+            continue
+        types = [f"{p.name}:{t}" for p in TPU_CLUSTERS for t, r in offered(load(p)).items()
+                 if t != "head" and _fits(request.demands(), r)]  # fmt: skip
+        assert types, f"no worker type can hold {request.demands()} ({name})"
 
 
 def test_a_tpu_cluster_can_run_each_training_phase_with_its_data_steps():
     """Phases run where their slices are (--run_only per cluster, one gs:// prefix): each TPU cluster that
-    offers a phase's slice also offers the data steps' 16 CPUs / 64 GiB."""
-    demands = tootsie_demands()
-    data = demands["documents/dclm_baseline"]
+    offers a phase's slices also offers the data steps' 16 CPUs / 64 GiB."""
+    resources = tootsie_resources()
+    data = resources["documents/dclm_baseline"].demands()
     for phase in ("phase1", "phase2", "cooldown"):
-        slice_name = next(k for k in demands[f"checkpoints/tootsie-8b-{phase}"] if k.endswith("-head"))
-        clusters = [p for p in TPU_CLUSTERS if any(slice_name in r for r in offered(load(p)).values())]
-        assert len(clusters) == 1, (phase, slice_name, clusters)
-        assert any(_fits(data, r) for t, r in offered(load(clusters[0])).items() if t != "head"), phase
+        clusters = {p for p, _, _ in _slice_worker_types(resources[f"checkpoints/tootsie-8b-{phase}"].tpu)}
+        assert len(clusters) == 1, (phase, clusters)
+        assert any(_fits(data, r) for t, r in offered(load(clusters.pop())).items() if t != "head"), phase
+
+
+def test_clusters_let_requests_wait_for_the_autoscaler():
+    """Slices boot on demand (min_workers 0): the head sets MARIN_AUTOSCALING so the executor leaves a
+    request no live node holds yet to the autoscaler instead of refusing it (marin.execution.ray_runner)."""
+    for path in CLUSTERS:
+        assert "export MARIN_AUTOSCALING=1;" in " ".join(load(path)["head_start_ray_commands"]), path.name
 
 
 def _tpu_head_resources():
