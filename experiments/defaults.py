@@ -8,8 +8,9 @@
 
 Names follow the paths users browse: ``raw/…``, ``documents/…``, ``tokenizers/…``, ``tokenized/…``,
 ``checkpoints/…``, ``evaluation/…``, ``exports/…``. Every field that defines a step's result is wrapped
-in ``versioned`` here; knobs that only change speed (workers, batch sizes of I/O) are not, so turning them
-reuses existing outputs.
+in ``versioned`` here (inputs given as plain strings too: a hub tokenizer name or a bucket path is part
+of what a step computed from); knobs that only change speed or placement (workers, batch sizes of I/O,
+resources, the device mesh) are not, so turning them reuses existing outputs.
 """
 
 from __future__ import annotations
@@ -42,16 +43,29 @@ Input = ExecutorStep | InputName | str
 CPU_DATA = ResourceConfig(num_cpus=1)
 
 
+def _input(value):
+    """A step input: another step's output counts for identity by that step's hash; a literal path or hub
+    name counts by its value."""
+    return versioned(value) if isinstance(value, str) else value
+
+
+def _inputs(values: Sequence[Input]) -> tuple:
+    return tuple(_input(v) for v in values)
+
+
+def _named_inputs(values: Mapping[str, Input] | None) -> dict:
+    return {name: _input(v) for name, v in (values or {}).items()}
+
+
 def default_download(name: str, source: Input, *, revision: str | None = None, patterns: Sequence[str] = (),
                      files: Sequence[str] = ()) -> ExecutorStep:
     """``raw/<name>``: a hub data set pinned to ``revision``, or any URL (or another step's output)."""
-    source = versioned(source) if isinstance(source, str) else source
     return ExecutorStep(
         name=f"raw/{name}",
         fn=download_dataset,
-        config=DownloadConfig(source=source, revision=versioned(revision), patterns=versioned(tuple(patterns)),
+        config=DownloadConfig(source=_input(source), revision=versioned(revision), patterns=versioned(tuple(patterns)),
                               files=versioned(tuple(files)), output_path=this_output_path()),
-        description=f"download {source if not isinstance(source, str) else source}",
+        description=f"download {source}",
         resources=CPU_DATA,
     )
 
@@ -61,13 +75,13 @@ def default_dedupe(name: str, documents: Input, *, eval_sets: Sequence[Input] = 
     """``documents/<name>``: exact + MinHash dedupe, optionally paragraph dedupe and decontamination."""
     decontaminate = None
     if eval_sets:
-        decontaminate = DecontaminationConfig(eval_paths=tuple(eval_sets), ngram=versioned(13),
+        decontaminate = DecontaminationConfig(eval_paths=_inputs(eval_sets), ngram=versioned(13),
                                               min_matches=versioned(1))
     return ExecutorStep(
         name=f"documents/{name}",
         fn=dedupe_documents,
         config=DedupeConfig(
-            input_path=documents,
+            input_path=_input(documents),
             output_path=this_output_path(),
             exact=versioned(ExactDedupeConfig()),
             fuzzy=versioned(MinHashConfig(threshold=fuzzy_threshold)),
@@ -85,7 +99,7 @@ def default_train_tokenizer(name: str, documents: Sequence[Input], *, vocab_size
     return ExecutorStep(
         name=f"tokenizers/{name}",
         fn=train_tokenizer,
-        config=TrainTokenizerConfig(input_paths=tuple(documents), output_path=this_output_path(),
+        config=TrainTokenizerConfig(input_paths=_inputs(documents), output_path=this_output_path(),
                                     vocab_size=versioned(vocab_size), max_documents=versioned(max_documents)),
         resources=CPU_DATA,
     )
@@ -94,11 +108,10 @@ def default_train_tokenizer(name: str, documents: Sequence[Input], *, vocab_size
 def default_tokenize(name: str, *, train: Sequence[Input], validation: Sequence[Input] = (),
                      tokenizer: Input, num_workers: int = 1) -> ExecutorStep:
     """``tokenized/<name>``: token caches ``train/`` and ``validation/``."""
-    tokenizer = versioned(tokenizer) if isinstance(tokenizer, str) else tokenizer
     return ExecutorStep(
         name=f"tokenized/{name}",
         fn=tokenize_corpus,
-        config=TokenizeConfig(train_paths=tuple(train), validation_paths=tuple(validation), tokenizer=tokenizer,
+        config=TokenizeConfig(train_paths=_inputs(train), validation_paths=_inputs(validation), tokenizer=_input(tokenizer),
                               output_path=this_output_path(), num_workers=num_workers),
         resources=CPU_DATA,
     )
@@ -123,7 +136,7 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
     validation = validation if validation is not None else {k: s / "validation" for k, s in tokenized.items()}
     data = DataConfig(
         train={k: TokenCacheSourceConfig(path=s / "train") for k, s in tokenized.items()},
-        validation={k: TokenCacheSourceConfig(path=p) for k, p in validation.items()},
+        validation={k: TokenCacheSourceConfig(path=_input(p)) for k, p in validation.items()},
         stages=versioned(mixture_stages(weights, weight_changes)),
         seed=versioned(train.seed),
     )
@@ -157,26 +170,31 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
 
 def default_eval(name: str, checkpoint: ExecutorStep, *, tokenizer: Input, validation: Mapping[str, Input],
                  tasks: Sequence[Input] = (), num_fewshot: int = 0, model: LlamaConfig | None = None,
-                 max_documents: int | None = 1000, unigram_baseline: Mapping[str, Input] | None = None) -> ExecutorStep:
-    """``evaluation/<name>``: bits-per-byte per validation set and multiple-choice accuracy."""
+                 max_documents: int | None = 1000, unigram_baseline: Mapping[str, Input] | None = None,
+                 task_limit: int | None = None, resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
+    """``evaluation/<name>``: bits-per-byte per validation set and multiple-choice accuracy.
+
+    ``tasks`` are task files (YAML or JSONL; a YAML task may name a Hugging Face data set). ``resources``
+    is where the model runs: one CPU is right for the quickstart, an 8B model wants an accelerator host."""
     return ExecutorStep(
         name=f"evaluation/{name}",
         fn=evaluate_model,
-        config=EvalConfig(checkpoint_path=checkpoint, tokenizer=tokenizer, output_path=this_output_path(),
-                          model=versioned(model), validation=dict(validation), tasks=tuple(tasks),
+        config=EvalConfig(checkpoint_path=checkpoint, tokenizer=_input(tokenizer), output_path=this_output_path(),
+                          model=versioned(model), validation=_named_inputs(validation), tasks=_inputs(tasks),
                           num_fewshot=versioned(num_fewshot), max_documents=versioned(max_documents),
-                          unigram_baseline=dict(unigram_baseline or {})),
-        resources=CPU_DATA,
+                          unigram_baseline=_named_inputs(unigram_baseline), task_limit=versioned(task_limit)),
+        resources=resources,
     )
 
 
 def default_export(name: str, checkpoint: ExecutorStep, *, tokenizer: Input | None = None,
-                   model: LlamaConfig | None = None) -> ExecutorStep:
-    """``exports/<name>``: the newest checkpoint as a Hugging Face ``LlamaForCausalLM`` directory."""
+                   model: LlamaConfig | None = None, resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
+    """``exports/<name>``: the newest checkpoint as a Hugging Face ``LlamaForCausalLM`` directory
+    (converted in host memory: ``resources`` must hold the parameters, 32 GB in fp32 for an 8B model)."""
     return ExecutorStep(
         name=f"exports/{name}",
         fn=export_checkpoint,
-        config=ExportConfig(checkpoint_path=checkpoint, tokenizer=tokenizer, output_path=this_output_path(),
-                            model=versioned(model)),
-        resources=CPU_DATA,
+        config=ExportConfig(checkpoint_path=checkpoint, tokenizer=_input(tokenizer) if tokenizer else None,
+                            output_path=this_output_path(), model=versioned(model)),
+        resources=resources,
     )
