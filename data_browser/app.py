@@ -4,7 +4,8 @@ FastAPI was chosen over Flask for its typed query parameters (offsets and limits
 any handler runs), its test client, and uvicorn; pages are plain Jinja2 templates, the only script is the
 vendored uPlot for training curves, so it works with no network and no build step.
 
-Every handler is a GET; every path parameter goes through ``access.resolve`` before any I/O.
+Every handler is a GET; every path parameter goes through ``access.resolve`` before any I/O, and so does
+every file a page opens on its own (a step's ``metrics.jsonl``, the outputs an experiment record names).
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def create_app(config: BrowserConfig) -> FastAPI:
         if wants_json(request):
             return JSONResponse({"error": str(e)}, status_code=422)
         return render("error.html", 422, title="Cannot read this file", message=str(e))
+
+    @app.exception_handler(OSError)
+    async def io_error(request: Request, e: OSError):  # a directory where a file belongs, no permission, ...
+        message = f"{type(e).__name__}: {e}"
+        if wants_json(request):
+            return JSONResponse({"error": message}, status_code=422)
+        return render("error.html", 422, title="Cannot read this file", message=message)
 
     @app.exception_handler(FileNotFoundError)
     async def missing(request: Request, e: FileNotFoundError):

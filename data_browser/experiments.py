@@ -61,7 +61,10 @@ def list_experiments(root: str) -> list[str]:
 
 def read_json(url: str, max_bytes: int) -> Any:
     """A JSON file read whole but bounded; any failure is a ``ReadFailure`` naming the file."""
-    data = read_bounded(url, max_bytes)
+    try:
+        data = read_bounded(url, max_bytes)
+    except IsADirectoryError:
+        raise ReadFailure(f"{url}: a directory, not a JSON file") from None
     try:
         return json.loads(data.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError is a ValueError too

@@ -58,7 +58,10 @@ def _number(value: Any) -> float | int | None:
 def load_metrics(url: str, max_bytes: int, max_points: int) -> Metrics:
     if not exists(url):
         return Metrics({}, [])
-    lines, size = sample_lines(url, max_bytes)
+    try:
+        lines, size = sample_lines(url, max_bytes)
+    except OSError as e:  # e.g. a directory by that name
+        return Metrics({}, [f"{url}: cannot be read ({type(e).__name__}: {e})"])
     notes = []
     if size > max_bytes:
         notes.append(f"{METRICS_FILE} is {size / 1e6:.1f} MB, more than the {max_bytes / 1e6:.1f} MB the browser "

@@ -57,7 +57,6 @@ def lab(tmp_path_factory, ray_address):
             f.write(json.dumps({"step": step, "loss": 5.0 / step, "lr": 1e-3, "tokens_per_s": 4000 + step}) + "\n")
         f.write(json.dumps({"step": 20, "eval/stories/bpb": 1.7}) + "\n")
         f.write(json.dumps({"step": 21, "loss": float("nan"), "grad_norm": float("inf")}) + "\n")  # a diverged step
-        f.write("not json\n")
     with open(f"{train_dir}/results.json", "w") as f:
         json.dump(RESULTS, f)
     write_records(f"{raw_dir}/texts.jsonl", [{"text": f"no id {i}"} for i in range(5)])

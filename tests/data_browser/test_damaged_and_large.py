@@ -116,6 +116,7 @@ def test_metrics_larger_than_the_limit_are_sampled_and_thinned_and_the_page_says
             f.write(json.dumps({"step": s, "train/loss": 10 / s, "lr": 0.001}) + "\n")  # ~50 bytes a line
             if s % 500 == 0:
                 f.write(json.dumps({"step": s, "eval/bpb": 1 + 1 / s}) + "\n")
+        f.write('{"step": "last", "loss": 1}\n[1, 2]\nnot json\n')  # a non-numeric step, not an object, not JSON
     size = (step / "metrics.jsonl").stat().st_size
     sampled = get(client_for(root, max_metrics_bytes=20_000), "/api/metrics", path=step).json()
     steps = sampled["metrics"]["step"]
@@ -129,9 +130,11 @@ def test_metrics_larger_than_the_limit_are_sampled_and_thinned_and_the_page_says
     loss = [v for v in data["metrics"]["train/loss"] if v is not None]
     assert 90 <= len(loss) <= 101 and data["metrics"]["step"][0] == 1
     assert len([v for v in data["metrics"]["eval/bpb"] if v is not None]) == 10  # sparse metrics keep every point
-    assert data["metrics_notes"] == ["Metrics with more than 100 points are thinned to about that many "
+    assert data["metrics_notes"] == ["3 line(s) without a JSON object holding a numeric step were skipped.",
+                                     "Metrics with more than 100 points are thinned to about that many "
                                      "(max_metric_points): lr, train/loss."]
-    assert "thinned to about that many" in get(thin, "/training", path=step).text
+    html = get(thin, "/training", path=step).text
+    assert 'class="warn note">3 line(s)' in html and "thinned to about that many" in html
 
 
 def test_metrics_symlinked_outside_the_root_are_refused(root, tmp_path):
@@ -141,3 +144,16 @@ def test_metrics_symlinked_outside_the_root_are_refused(root, tmp_path):
     (step / "metrics.jsonl").symlink_to(tmp_path / "private.jsonl")
     r = get(client_for(root), "/api/metrics", path=step)
     assert r.status_code == 403 and "secret_metric" not in r.text
+
+
+def test_directories_named_like_the_files_a_page_reads_are_messages(root):
+    (root / "experiments" / "dir.json").mkdir()
+    step = root / "checkpoints" / "odd-1"
+    (step / "metrics.jsonl").mkdir(parents=True)
+    (step / "results.json").mkdir()
+    client = client_for(root)
+    r = get(client, "/experiment", path=root / "experiments" / "dir.json")
+    assert r.status_code == 422 and "dir.json: a directory, not a JSON file" in r.text
+    data = get(client, "/api/metrics", path=step).json()
+    assert "metrics.jsonl: cannot be read (IsADirectoryError" in data["metrics_notes"][0]
+    assert "results.json: a directory" in data["results_error"]

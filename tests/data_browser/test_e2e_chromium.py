@@ -126,6 +126,8 @@ def test_training_page_draws_charts(page, server, lab):
     assert {"loss", "lr", "tokens_per_s", "eval/stories/bpb"} <= metrics
     acc = page.locator("#results tr[data-name='arith_mc'][data-metric='acc'] td.value")
     assert acc.inner_text() == "0.8100"
+    acc.scroll_into_view_if_needed()
+    shot(page, "results")
     shot(page, "training")
 
 
