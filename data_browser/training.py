@@ -17,10 +17,12 @@ The eval step (``marin.evaluation.step``) writes ``results.json``:
      "tasks": {"arith_mc": {"items": 50, "chance": 0.25,
                             "acc": {"value": 0.8, "stderr": 0.05, "ci95": [0.67, 0.89]}, "acc_norm": {...}}}}
 
+plus ``"config"``, the eval's own settings, at the top and in each task (what it was scored with).
 ``results_table`` flattens it to rows ``(section, set or task, metric, value, stderr, ci95)`` plus the
-scalar fields (checkpoint, step, tokenizer) and nested configs (``model``) shown beside the table. Any
-other top-level object of objects (e.g. lm-eval-harness's ``{"results": {task: {metric: value}}}``)
-becomes a section of its own, so results of another shape still read as a table.
+scalar fields (checkpoint, step, tokenizer) and nested configs (``model``, ``config``) shown beside the
+table; a task's own ``config`` stays a row, folded. Any other top-level object of objects (e.g.
+lm-eval-harness's ``{"results": {task: {metric: value}}}``) becomes a section of its own, so results of
+another shape still read as a table.
 """
 
 from __future__ import annotations
@@ -169,9 +171,7 @@ def _metric_rows(section: str, name: str, metrics: dict[str, Any]) -> list[Resul
             ci = v.get("ci95")
             rows.append(ResultRow(section, name, metric, v["value"], _number(v.get("stderr")),
                                   ci if isinstance(ci, list) and len(ci) == 2 else None))
-        elif isinstance(v, (dict, list)):
-            rows.append(ResultRow(section, name, metric, json.dumps(v)))
-        else:
+        else:  # a number, or the settings the task was scored with (``config``): shown folded
             rows.append(ResultRow(section, name, metric, v))
     return rows
 

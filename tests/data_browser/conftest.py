@@ -20,11 +20,15 @@ def docs(n, prefix="doc"):
 RESULTS = {
     "checkpoint": "/lab/checkpoints/tiny", "checkpoint_step": 200, "tokenizer": "/lab/tokenizer.json",
     "model": {"num_layers": 2, "hidden_dim": 64, "vocab_size": 512},
+    "config": {"checkpoint_path": "/lab/checkpoints/tiny", "tokenizer": "/lab/tokenizer.json", "max_len": 128,
+               "validation": {"stories": "/lab/tokenized/stories"}, "tasks": ["/lab/eval/arith_mc.jsonl"]},
     "validation": {"stories": {"documents": 50, "tokens": 4000, "bytes": 16000, "loss": 2.25,
                                "perplexity": 9.4877, "bits_per_byte": 0.8115, "unigram_bits_per_byte": 2.5}},
     "tasks": {"arith_mc": {"items": 100, "num_fewshot": 0, "chance": 0.25,
                            "acc": {"value": 0.81, "stderr": 0.0394, "ci95": [0.7222, 0.8749]},
-                           "acc_norm": {"value": 0.77, "stderr": 0.0423, "ci95": [0.6782, 0.8421]}}},
+                           "acc_norm": {"value": 0.77, "stderr": 0.0423, "ci95": [0.6782, 0.8421]},
+                           "config": {"name": "arith_mc", "path": "/lab/eval/arith_mc.jsonl", "num_fewshot": 0,
+                                      "fewshot_seed": 1234}}},
 }
 
 

@@ -198,7 +198,9 @@ def test_eval_results_are_a_table(client, lab):
     assert "<b>stories</b><br><small>validation</small>" in table and table.count("<b>arith_mc</b>") == 1
     info = html.split('id="results-info">')[1].split("</p>")[0]
     assert "checkpoint_step: <code>200</code>" in info and "tokenizer: <code>/lab/tokenizer.json</code>" in info
-    assert '<summary>model</summary>' in html  # the model config, collapsed
+    assert "<summary>model</summary>" in html and "<summary>config</summary>" in html  # configs, collapsed
+    task_config = cells("arith_mc", "config")[-3]
+    assert task_config.startswith("<details><summary>4 fields</summary>") and "fewshot_seed" in task_config
 
 
 def test_nan_and_infinity_in_records_are_served_as_strings(client, lab):
