@@ -104,7 +104,8 @@ def load_task_yaml(url: str) -> MultipleChoiceTask:
     base = url.rsplit("/", 1)[0]
     if spec.get("path"):
         spec["path"] = _relative_to(base, spec["path"])
-    if str(spec.get("dataset", "")).startswith(("./", "../")):  # hub ids look like relative paths: say so
+    # only ./ and ../ make a data set path relative to the YAML: a bare "owner/name" is a hub repo id
+    if str(spec.get("dataset", "")).startswith(("./", "../")):
         spec["dataset"] = join(base, spec["dataset"].removeprefix("./"))
     files = spec.get("data_files")
     if isinstance(files, str):
@@ -224,7 +225,8 @@ def accuracy_stats(correct: list[bool]) -> dict[str, float]:
 def score_task(task: MultipleChoiceTask, scorer, encode, bos: int) -> dict[str, Any]:
     """acc / acc_norm (with stderr and CI) of ``task``; ``bos`` is prepended to every context."""
     items = load_items(task)[: task.limit]
-    shots = load_items(task, task.fewshot_split) if task.fewshot_split and task.num_fewshot else None
+    other_split = task.fewshot_split not in (None, task.split)  # the scored split: shots exclude the item
+    shots = load_items(task, task.fewshot_split) if other_split and task.num_fewshot else None
     prompts = build_prompts(task, items, shots)
     requests, owners = [], []
     for index, (item, prompt) in enumerate(zip(items, prompts)):
