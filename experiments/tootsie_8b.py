@@ -145,9 +145,16 @@ cooldown = default_train(
 )
 
 PHASES = {"phase1": (phase1, 1024), "phase2": (phase2, 3072), "cooldown": (cooldown, 3072)}
+# Multiple-choice tasks as lm-eval scores them, read from the hub by datasets.load_dataset (relative paths:
+# a Ray job's working directory is the submitted checkout, and the path is part of the eval's identity).
+TASKS = [f"experiments/tasks/{name}.yaml" for name in ("arc_easy", "arc_challenge", "hellaswag")]
+# One v4-8 host (4 chips, 128 GB HBM): the 8B parameters are sharded over its chips for scoring. The
+# export converts on the host, in CPU memory (32 GB of fp32 parameters, plus the safetensors buffer).
+EVAL_HOST = ResourceConfig.tpu_pod("v4-8", num_cpus=8, max_retries=10)
+EXPORT_HOST = ResourceConfig(num_cpus=16, memory=96 << 30, max_retries=10)
 evals = [default_eval(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, validation=validation,
-                      model=model) for name, (step, _) in PHASES.items()]
-exports = [default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, model=model)
+                      tasks=TASKS, model=model, resources=EVAL_HOST) for name, (step, _) in PHASES.items()]
+exports = [default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, model=model, resources=EXPORT_HOST)
            for name, (step, _) in PHASES.items()]
 
 

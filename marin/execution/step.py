@@ -150,7 +150,10 @@ class ResourceConfig:
             raise ValueError(f"unknown TPU pod type {pod_type!r}; known: {sorted(TPU_POD_TYPES)} "
                              "(or build ResourceConfig(hosts=..., tpu=TpuSlices(...)) yourself)")  # fmt: skip
         version, topology, hosts, chips = TPU_POD_TYPES[pod_type]
-        return ResourceConfig(num_cpus=num_cpus, resources={"TPU": chips}, hosts=hosts * slices,
+        resources = {"TPU": chips}
+        if hosts * slices == 1:  # one task: the pod's head resource keeps it off hosts of bigger slices
+            resources[f"TPU-{version}-{pod_type.split('-')[1]}-head"] = 1
+        return ResourceConfig(num_cpus=num_cpus, resources=resources, hosts=hosts * slices,
                               tpu=TpuSlices(version, topology, slices), max_retries=max_retries)  # fmt: skip
 
     def as_ray_options(self) -> dict[str, Any]:

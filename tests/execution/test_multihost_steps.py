@@ -54,6 +54,7 @@ def test_tpu_pods_expand_to_hosts_and_multislice_coordinates():
     assert {e["MARIN_NUM_PROCESSES"] for e in envs} == {"128"}
     assert [envs[i]["MEGASCALE_SLICE_ID"] for i in (0, 63, 64, 127)] == ["0", "0", "1", "1"]
     assert envs[5]["MEGASCALE_COORDINATOR_ADDRESS"] == "10.0.0.2" and envs[5]["MEGASCALE_NUM_SLICES"] == "2"
+    assert ResourceConfig.tpu_pod("v5e-8").resources == {"TPU": 8, "TPU-v5litepod-8-head": 1}  # one host: its own pod
     with pytest.raises(ValueError, match="unknown TPU pod type 'v9-1'"):
         ResourceConfig.tpu_pod("v9-1")
     with pytest.raises(ValueError, match="hosts must be an int >= 1"):

@@ -66,3 +66,37 @@ def test_running_without_tpus_fails_fast_saying_what_is_missing(tmp_path):
     assert out.returncode == 1
     assert "'checkpoints/tootsie-8b-phase1" in out.stderr and "TPU: needs 4, largest node has 0" in out.stderr
     assert "RAY_ADDRESS" in out.stderr and "MARIN_AUTOSCALING" in out.stderr
+
+
+def test_tootsie_evaluates_multiple_choice_tasks_whose_yaml_maps_their_data_sets_rows(tmp_path):
+    """The hub is not reachable here: each task YAML is loaded as written, then pointed at a Parquet file
+    holding rows in its data set's published schema, through the same datasets.load_dataset path."""
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin.evaluation.tasks import load_items, load_task_yaml
+
+    evals = {s.name: s for s in tootsie_8b.evals}
+    for step in evals.values():
+        assert list(step.config.tasks) and all(t.value in tootsie_8b.TASKS for t in step.config.tasks)
+    arc_row = {"id": "Mercury_1", "question": "Which gas do plants take in?",
+               "choices": {"text": ["oxygen", "carbon dioxide", "helium", "neon"], "label": ["A", "B", "C", "D"]},
+               "answerKey": "B"}  # fmt: skip
+    hellaswag_row = {"ind": 4, "activity_label": "Baking cookies", "ctx_a": "A woman mixes dough.",
+                     "ctx_b": "she", "ctx": "A woman mixes dough. she", "endings": ["sings.", "bakes it.", "runs.", "flies."],
+                     "source_id": "x", "split": "val", "split_type": "indomain", "label": "1"}  # fmt: skip
+    expected = {"arc_easy": (arc_row, "Question: Which gas do plants take in?\nAnswer:", 1),
+                "arc_challenge": (arc_row, "Question: Which gas do plants take in?\nAnswer:", 1),
+                "hellaswag": (hellaswag_row, "Baking cookies: A woman mixes dough. she", 1)}  # fmt: skip
+    for path in tootsie_8b.TASKS:
+        task = load_task_yaml(str(ROOT / path))
+        assert task.dataset and task.revision and task.split
+        row, context, gold = expected[task.name]
+        data = tmp_path / f"{task.name}.parquet"
+        pq.write_table(pa.Table.from_pylist([row]), data)
+        local = dataclasses.replace(task, dataset="parquet", subset=None, revision=None,
+                                    data_files={task.split: str(data)})  # fmt: skip
+        [item] = load_items(local)
+        assert (item["context"], item["gold"], len(item["choices"])) == (context, gold, 4)
