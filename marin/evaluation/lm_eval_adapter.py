@@ -16,6 +16,8 @@ cannot see it, so the command line is ``python -m marin.evaluation.lm_eval_cli``
 
 from __future__ import annotations
 
+import functools
+
 import lm_eval.models  # noqa: F401  lm-eval fills its model registry lazily only while it is empty: fill it
 # first, or registering "marin" would hide "hf", "dummy", ... from get_model in this process
 from lm_eval.api.model import LM
@@ -31,7 +33,7 @@ class MarinLM(LM):
     def __init__(self, checkpoint: str, tokenizer: str | None = None, batch_size: int | str = 16,
                  max_len: int | None = None, max_gen_toks: int = 128, **_ignored):
         super().__init__()
-        from marin.evaluation.step import load_model
+        from marin.evaluation.step import load_model, shard_over_devices
         from marin.tokenize import eos_id, load_tokenizer
         from marin.trainer.model.llama import forward
 
@@ -42,8 +44,8 @@ class MarinLM(LM):
         cfg, params = self.cfg, self.params
         # lm-eval's "auto" batch sizing probes torch device memory: use our default instead
         batch_size = int(batch_size) if str(batch_size).isdigit() else 16
-        self.scorer = Scorer(lambda tokens: forward(cfg, params, tokens), batch_size=batch_size,
-                             max_len=int(max_len or cfg.seq_len), pad_id=self.eos)
+        self.scorer = Scorer(functools.partial(forward, cfg), params=shard_over_devices(cfg, params),
+                             batch_size=batch_size, max_len=int(max_len or cfg.seq_len), pad_id=self.eos)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

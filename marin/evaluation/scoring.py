@@ -1,11 +1,14 @@
 """Batched, jitted log-likelihood of token sequences under a model: the kernel of every eval here.
 
-    scorer = Scorer(forward_fn, batch_size=16, max_len=512)
+    scorer = Scorer(forward_fn, batch_size=16, max_len=512)        # forward_fn(tokens) -> logits
+    scorer = Scorer(forward_fn, params=params, ...)                 # forward_fn(params, tokens) -> logits
     scorer.loglikelihood([(context_ids, continuation_ids), ...])   # [(sum log p(continuation), is_greedy)]
     scorer.token_nll(sequences)                                     # per sequence: nats of every next token
 
-``forward_fn(tokens[batch, seq]) -> logits[batch, seq, vocab]`` is any jittable function (our Llama with
-its params bound). Requests are sorted by length and padded to a few bucket lengths, so a whole task
+``forward_fn(tokens[batch, seq]) -> logits[batch, seq, vocab]`` is any jittable function; a model's weights
+go in ``params`` (then ``forward_fn(params, tokens)``), so they are arguments of the jitted program in
+whatever sharding they have, not constants baked into it (a closed-over array becomes an HLO literal:
+the whole model copied into the executable, on one device). Requests are sorted by length and padded to a few bucket lengths, so a whole task
 compiles a handful of times, not once per request; padding is masked out exactly.
 
 Semantics follow lm-eval-harness: the model sees ``context + continuation[:-1]`` and the score is the sum
@@ -16,6 +19,7 @@ token is the argmax. Over-long inputs keep their rightmost ``max_len + 1`` token
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,16 +37,20 @@ def _bucket(n: int, max_len: int) -> int:
 
 
 class Scorer:
-    def __init__(self, forward_fn: ForwardFn, *, batch_size: int = 16, max_len: int = 512, pad_id: int = 0):
+    def __init__(self, forward_fn: Callable, *, params: Any = None, batch_size: int = 16, max_len: int = 512,
+                 pad_id: int = 0):  # fmt: skip
         if batch_size < 1 or max_len < 2:
             raise ValueError(f"Scorer needs batch_size >= 1 and max_len >= 2, got {batch_size}, {max_len}")
         self.batch_size = batch_size
         self.max_len = max_len
         self.pad_id = pad_id
 
+        self.params = params
+        call = (lambda p, tokens: forward_fn(tokens)) if params is None else forward_fn
+
         @jax.jit
-        def target_logprobs(inputs, targets):
-            logits = forward_fn(inputs).astype(jnp.float32)  # [batch, seq, vocab]
+        def target_logprobs(params, inputs, targets):
+            logits = call(params, inputs).astype(jnp.float32)  # [batch, seq, vocab]
             logp = jax.nn.log_softmax(logits, axis=-1)
             chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]  # [batch, seq]
             greedy = jnp.argmax(logits, axis=-1) == targets
@@ -63,7 +71,7 @@ class Scorer:
                 row = rows[i]
                 inputs[j, : len(row) - 1] = row[:-1]
                 targets[j, : len(row) - 1] = row[1:]
-            logp, greedy = jax.device_get(self._target_logprobs(inputs, targets))
+            logp, greedy = jax.device_get(self._target_logprobs(self.params, inputs, targets))
             for j, i in enumerate(chunk):
                 n = len(rows[i]) - 1
                 out[i] = (logp[j, :n], greedy[j, :n])

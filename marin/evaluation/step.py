@@ -12,6 +12,7 @@ and 95% interval, next to chance.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -79,6 +80,19 @@ def load_model(path: str, model: LlamaConfig | None, step: int | None = None) ->
     return model, jax.tree.map(jax.numpy.asarray, params), found
 
 
+def shard_over_devices(cfg: LlamaConfig, params: Any) -> Any:
+    """On a host with several devices (a TPU host's 4 chips), the parameters FSDP-sharded over all of them,
+    so a model larger than one device's memory (8B in fp32: 32 GB) can be scored; on one device, as given.
+    Inputs stay replicated: every device computes the whole batch (evaluation needs memory, not speed)."""
+    if jax.device_count() == 1:
+        return params
+    from marin.trainer.mesh import MeshConfig, sharding_context, tree_shardings
+    from marin.trainer.model import param_axes
+
+    context = sharding_context(MeshConfig(), "fsdp")
+    return jax.tree.map(jax.device_put, params, tree_shardings(context, param_axes(cfg), params))
+
+
 def model_from_run(path: str) -> LlamaConfig:
     """The model config a training step ran with, from its ``.executor_info`` (the executor's record)."""
     from marin.execution.status import INFO_FILE
@@ -141,8 +155,8 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
-    scorer = Scorer(lambda tokens: forward(cfg, params, tokens), batch_size=config.batch_size,
-                    max_len=config.max_len or cfg.seq_len, pad_id=eos)
+    scorer = Scorer(functools.partial(forward, cfg), params=shard_over_devices(cfg, params),
+                    batch_size=config.batch_size, max_len=config.max_len or cfg.seq_len, pad_id=eos)
     results: dict[str, Any] = {"checkpoint": config.checkpoint_path, "checkpoint_step": step,
                                "model": dataclasses.asdict(cfg), "tokenizer": config.tokenizer,
                                "config": config_record(config, scorer.max_len), "validation": {}, "tasks": {}}

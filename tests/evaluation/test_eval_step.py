@@ -70,3 +70,56 @@ def test_results_json_names_the_training_checkpoint_step(export_dir, eval_inputs
         results = json.loads((out / "results.json").read_text())
         assert results["checkpoint_step"] == found and results["config"]["checkpoint_step"] == requested
         assert results["config"]["checkpoint_path"] == str(run) and results["model"]["vocab_size"] == cfg.vocab_size
+
+
+def test_parameters_are_arguments_of_the_scoring_program_not_constants(export_dir):
+    """A closed-over array is baked into the executable as a literal (the whole model, on one device)."""
+    import functools
+    import re
+
+    import numpy as np
+
+    from marin.evaluation.scoring import Scorer
+    from marin.trainer.model.llama import forward
+
+    _, cfg, params = export_dir
+    scorer = Scorer(functools.partial(forward, cfg), params=params, batch_size=2, max_len=16)
+    tokens = np.zeros((2, 16), np.int32)
+    closure = Scorer(lambda t: forward(cfg, params, t), batch_size=2, max_len=16)
+    embed_hex_digits = 2 * params["embed"].nbytes  # how an [vocab, embed] f32 literal would be spelled
+
+    def longest_literal(text: str) -> int:
+        return max((len(m) for m in re.findall(r'dense<"0x([0-9A-F]+)">', text)), default=0)
+
+    assert longest_literal(closure._target_logprobs.lower(None, tokens, tokens).as_text()) >= embed_hex_digits
+    text = scorer._target_logprobs.lower(params, tokens, tokens).as_text()
+    assert longest_literal(text) < embed_hex_digits // 10  # small tables only (rotary angles, masks)
+    signature = text.split("func.func public @main", 1)[1].split("\n", 1)[0]
+    assert f"tensor<{cfg.vocab_size}x{cfg.hidden_dim}xf32>" in signature  # the embedding is an argument
+    assert closure.loglikelihood([([1, 2], [3, 4])]) == scorer.loglikelihood([([1, 2], [3, 4])])
+
+
+def test_a_host_with_several_devices_shards_the_model_and_scores_the_same(export_dir, eval_inputs, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path, _, _ = export_dir
+    root = Path(__file__).resolve().parents[2]
+    script = Path(__file__).with_name("sharded_eval_script.py")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, str(script), path, eval_inputs["validation"]["held_out"],
+                          eval_inputs["tasks"][0], str(tmp_path / "sharded")], env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    sharded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sharded["devices"] == 4
+    assert sharded["specs"]["embed"] == ["None", "fsdp"]  # [vocab, embed]: embed over the 4 devices
+    single = evaluate_model(EvalConfig(checkpoint_path=path, tokenizer=path, output_path=str(tmp_path / "single"),
+                                       validation=eval_inputs["validation"], tasks=[eval_inputs["tasks"][0]],
+                                       batch_size=4))  # fmt: skip
+    for name in ("loss", "bits_per_byte"):
+        assert abs(sharded["results"]["validation"]["held_out"][name] - single["validation"]["held_out"][name]) < 1e-5
+    assert sharded["results"]["tasks"]["sounds"]["acc"] == single["tasks"]["sounds"]["acc"]
