@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from marin.progress import progress_bar
+
 logger = logging.getLogger(__name__)
 R = TypeVar("R")
 
@@ -41,21 +43,26 @@ def run_tasks(
     if not args:
         return []
     start = time.monotonic()
-    if not use_ray:
-        out = []
-        for i, a in enumerate(args):
-            try:
-                out.append(fn(*a))
-            except Exception as e:
-                raise TaskFailed(f"{label} task {i} of {len(args)} failed: {type(e).__name__}: {e}") from e
-        logger.info("%s: %d tasks in-process in %.1fs", label, len(args), time.monotonic() - start)
-        return out
-    out = _run_on_ray(fn, args, max_workers, num_cpus, memory, label)
+    bar = progress_bar(len(args), label, unit="task")
+    try:
+        if not use_ray:
+            out = []
+            for i, a in enumerate(args):
+                try:
+                    out.append(fn(*a))
+                except Exception as e:
+                    raise TaskFailed(f"{label} task {i} of {len(args)} failed: {type(e).__name__}: {e}") from e
+                bar.update()
+            logger.info("%s: %d tasks in-process in %.1fs", label, len(args), time.monotonic() - start)
+            return out
+        out = _run_on_ray(fn, args, max_workers, num_cpus, memory, label, bar)
+    finally:
+        bar.close()
     logger.info("%s: %d Ray tasks in %.1fs", label, len(args), time.monotonic() - start)
     return out
 
 
-def _run_on_ray(fn, args, max_workers, num_cpus, memory, label) -> list:
+def _run_on_ray(fn, args, max_workers, num_cpus, memory, label, bar) -> list:
     import ray
 
     if not ray.is_initialized():
@@ -81,6 +88,7 @@ def _run_on_ray(fn, args, max_workers, num_cpus, memory, label) -> list:
             index = pending.pop(ref)
             try:
                 results[index] = ray.get(ref)
+                bar.update()
             except ray.exceptions.RayTaskError as e:
                 for other in pending:
                     ray.cancel(other)

@@ -25,6 +25,7 @@ import numpy as np
 from marin.evaluation.perplexity import evaluate_documents, unigram_bits_per_byte
 from marin.evaluation.scoring import Scorer
 from marin.evaluation.tasks import MultipleChoiceTask, load_task_yaml, score_task
+from marin.progress import progress_bar
 from marin.storage import exists, join, write_atomic
 from marin.trainer.model.config import LlamaConfig
 from marin.validation import check
@@ -160,17 +161,23 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"checkpoint": config.checkpoint_path, "checkpoint_step": step,
                                "model": dataclasses.asdict(cfg), "tokenizer": config.tokenizer,
                                "config": config_record(config, scorer.max_len), "validation": {}, "tasks": {}}
+    bar = progress_bar(len(config.validation) + len(config.tasks), "evaluate", unit="set")
     for name, spec in config.validation.items():
+        bar.set_postfix_str(name)
         texts = list(itertools.islice(_texts(spec, tokenizer), config.max_documents))
         results["validation"][name] = evaluate_documents(scorer, texts, encode, eos)
         if name in config.unigram_baseline:
             counts = token_counts(config.unigram_baseline[name], cfg.vocab_size)
             results["validation"][name]["unigram_bits_per_byte"] = unigram_bits_per_byte(counts, texts, encode, eos)
         logger.info("validation %s: %s", name, results["validation"][name])
+        bar.update()
     for spec in config.tasks:
         task = _task(spec, config.num_fewshot, config.task_limit)
+        bar.set_postfix_str(task.name)
         # the task as scored: its source, k-shot, few-shot seed, delimiters, limit and field mapping
         results["tasks"][task.name] = {**score_task(task, scorer, encode, eos), "config": dataclasses.asdict(task)}
+        bar.update()
+    bar.close()
     write_atomic(join(config.output_path, "results.json"), json.dumps(results, indent=2))
     logger.info("evaluation of %s (step %s)\n%s", config.checkpoint_path, step, format_table(results))
     return results

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from marin.progress import progress_bar
 from marin.storage import filesystem, join, read_text, write_atomic
 from marin.storage.records import OnError, ReadStats
 from marin.tokenize.cache_format import (
@@ -179,8 +180,15 @@ def build_cache(
                                  long_document_tokens))
     if ledgers:
         logger.info("%s: %d of %d shards already complete", cache_url, len(ledgers), len(files))
+    name = "/".join(cache_url.rstrip("/").split("/")[-2:])  # e.g. stories-4312b900/train
+    bar = progress_bar(len(files), f"tokenize {name}", unit="shard", initial=len(ledgers))
+    tokens = 0
     for ledger in _run_jobs(jobs, num_workers):
         ledgers[int(ledger["name"])] = ledger
+        tokens += ledger["num_tokens"]
+        bar.set_postfix(tokens=f"{tokens:,}", refresh=False)
+        bar.update()
+    bar.close()
     shards = [ledgers[i] for i in range(len(files))]
     tokens_dtype = token_dtype(tokenizer.get_vocab_size())
     ledger = {
