@@ -170,9 +170,10 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
     def block(x, layer):
         return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype), None
 
+    scan = cfg.scan_layers if cfg.scan_layers is not None else jax.default_backend() != "cpu"
     if cfg.remat != "none":
-        block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
-    if cfg.scan_layers:
+        block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not scan)
+    if scan:
         return jax.lax.scan(block, x, layers)[0]
     for i in range(cfg.num_layers):
         x, _ = block(x, jax.tree.map(lambda p: p[i], layers))
