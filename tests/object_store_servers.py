@@ -17,10 +17,12 @@ google-cloud-storage) and ``AWS_ENDPOINT_URL`` + dummy keys (s3fs/botocore). The
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -72,8 +74,29 @@ def start_fake_gcs(log_path: str) -> tuple[str, subprocess.Popen]:
             time.sleep(0.05)
 
 
+def _serialize_moto_puts() -> None:
+    """moto checks ``If-None-Match``/``If-Match`` and then writes, with no lock between: two concurrent
+    conditional puts of one key can both succeed (seen: two winners of a create-only race), which S3 itself
+    never allows. One lock around moto's put_object restores S3's guarantee, the property lease tests test."""
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "serialized", False):
+        return
+    original, lock = S3Response.put_object, threading.Lock()
+
+    @functools.wraps(original)
+    def put_object(self):
+        with lock:
+            return original(self)
+
+    put_object.serialized = True
+    S3Response.put_object = put_object
+
+
 def start_moto():
     from moto.server import ThreadedMotoServer
+
+    _serialize_moto_puts()
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)

@@ -86,9 +86,13 @@ def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig) -> Non
 
         coordinator = ray.get(ray.remote(_coordinator_address).options(num_cpus=0, scheduling_strategy=on(0)).remote())
         envs = _host_envs(coordinator, resources)
-        # One process per task (max_calls=1): jax.distributed cannot be re-initialised in a reused worker.
+        # A fresh process per host: jax.distributed must be initialised before anything touches JAX's
+        # backend, and a pooled worker may have run JAX already. Distinct env_vars in the runtime env make
+        # Ray start a new worker for each host (Ray merges them into the step's own runtime env), and
+        # max_calls=1 retires it after the call.
         host, options = ray.remote(max_calls=1)(_call_step_fn), {**_host_options(resources), "max_retries": 0}
-        refs = {host.options(**options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i)).remote(fn, config, envs[i]): i
+        refs = {host.options(**options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i),
+                             runtime_env={"env_vars": envs[i]}).remote(fn, config, envs[i]): i
                 for i in range(resources.hosts)}  # fmt: skip
         pending = list(refs)
         while pending:

@@ -19,7 +19,18 @@ def gang(name: str, hosts: int = 2, **config) -> ExecutorStep:
                         resources=ResourceConfig(num_cpus=1, hosts=hosts))  # fmt: skip
 
 
+def _use_jax() -> int:
+    import jax
+
+    return jax.device_count()
+
+
 def test_a_two_host_step_runs_as_one_jax_job(tmp_path):
+    import ray
+
+    # Leave pooled workers with JAX's backend initialised, as earlier steps of a session do: the hosts
+    # must not land in one of them (jax.distributed.initialize would refuse).
+    ray.get([ray.remote(_use_jax).options(num_cpus=1).remote() for _ in range(8)])
     step = gang("train/two-hosts")
     result = Executor(prefix=str(tmp_path / "store"), poll_s=0.05).run([step])
     out = result.plan.steps[0].output_path

@@ -142,7 +142,7 @@ def test_switch_reaches_the_projections_but_not_the_lm_head():
     """Lowered (not compiled) programs: with float8 the 7 projections of a block multiply e4m3 operands
     forward and an e5m2 gradient backward; every dot touching the vocab (256) is the lm_head's and stays
     bf16; the default policy has no FP8 anywhere. Checked through the train and the eval step too."""
-    cfg = tiny_model(seq_len=64)
+    cfg = tiny_model(seq_len=64, scan_layers=True)  # one compiled block: each projection's dot appears once
     tokens = np.ones((2, 64), np.int32)  # 128 tokens
     batch = {"input_ids": tokens, "targets": tokens, "segment_ids": np.zeros_like(tokens),
              "loss_mask": np.ones((2, 64), np.float32)}  # fmt: skip
