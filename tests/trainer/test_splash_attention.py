@@ -211,5 +211,16 @@ def test_splash_refusals_raise_when_explicit_and_fall_back_by_default(monkeypatc
     assert caplog.text.count("default attention backend 'splash' cannot serve these inputs") == 2
 
 
+def test_cudnn_backend_refuses_off_gpu_and_names_why(monkeypatch):
+    """The cuDNN backend only ever runs on a GPU (not here): its checks, with the platform faked."""
+    q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
+    with pytest.raises(ValueError, match=r"cudnn attention cannot serve these inputs: cuDNN runs only on a GPU \(platform: cpu\)"):
+        attention(q, k, v, segments, backend="cudnn")
+    monkeypatch.setattr(backends.jax, "default_backend", lambda: "gpu")
+    assert backends.cannot_serve("cudnn", q, k, v, segments) == "dtype float32 is not bfloat16 or float16"
+    half = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    assert backends.cannot_serve("cudnn", *half, segments) is None
+
+
 if __name__ == "__main__":  # the 4-device half of test_on_four_devices_..., run in a subprocess
     print(json.dumps(_four_device_report()))
