@@ -53,7 +53,7 @@ def _coordinator_address() -> str:
     return f"{ray.util.get_node_ip_address()}:{port}"
 
 
-_ELSEWHERE = (f"Run it on a cluster that provides these resources (set RAY_ADDRESS; see docs/cluster.md), or set "
+_ELSEWHERE = ("Run it on a cluster that provides these resources (set RAY_ADDRESS; see docs/cluster.md), or set "
               f"{AUTOSCALING_ENV}=1 if this cluster's autoscaler adds such nodes on demand.")
 
 
