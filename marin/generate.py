@@ -29,11 +29,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    from marin.evaluation.step import load_model
+    from marin.evaluation.step import load_model, place_params
     from marin.export.generate import GenerationConfig, decode_until, generate
     from marin.tokenize import eos_id, load_tokenizer
 
     cfg, params, _ = load_model(args.checkpoint, None)
+    params = place_params(cfg, params)
     tokenizer = load_tokenizer(args.tokenizer or args.checkpoint)
     eos = eos_id(tokenizer)
     prompt = [eos, *tokenizer.encode(args.prompt, add_special_tokens=False).ids]

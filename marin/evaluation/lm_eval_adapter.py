@@ -33,18 +33,19 @@ class MarinLM(LM):
     def __init__(self, checkpoint: str, tokenizer: str | None = None, batch_size: int | str = 16,
                  max_len: int | None = None, max_gen_toks: int = 128, **_ignored):
         super().__init__()
-        from marin.evaluation.step import load_model, shard_over_devices
+        from marin.evaluation.step import load_model, place_params
         from marin.tokenize import eos_id, load_tokenizer
         from marin.trainer.model.llama import forward
 
-        self.cfg, self.params, _ = load_model(checkpoint, None)
+        self.cfg, host_params, _ = load_model(checkpoint, None)
+        self.params = place_params(self.cfg, host_params)  # scoring and generation share one placement
         self.tokenizer = load_tokenizer(tokenizer or checkpoint)
         self.eos = eos_id(self.tokenizer)
         self.max_gen_toks = int(max_gen_toks)
         cfg, params = self.cfg, self.params
         # lm-eval's "auto" batch sizing probes torch device memory: use our default instead
         batch_size = int(batch_size) if str(batch_size).isdigit() else 16
-        self.scorer = Scorer(functools.partial(forward, cfg), params=shard_over_devices(cfg, params),
+        self.scorer = Scorer(functools.partial(forward, cfg), params=params,
                              batch_size=batch_size, max_len=int(max_len or cfg.seq_len), pad_id=self.eos)
 
     def _encode(self, text: str) -> list[int]:

@@ -8,8 +8,9 @@
 ``forward_fn(tokens[batch, seq]) -> logits[batch, seq, vocab]`` is any jittable function; a model's weights
 go in ``params`` (then ``forward_fn(params, tokens)``), so they are arguments of the jitted program in
 whatever sharding they have, not constants baked into it (a closed-over array becomes an HLO literal:
-the whole model copied into the executable, on one device). Requests are sorted by length and padded to a few bucket lengths, so a whole task
-compiles a handful of times, not once per request; padding is masked out exactly.
+the whole model copied into the executable, on one device). Requests are sorted by length and padded to
+a few bucket lengths, so a whole task compiles a handful of times, not once per request; padding is
+masked out exactly.
 
 Semantics follow lm-eval-harness: the model sees ``context + continuation[:-1]`` and the score is the sum
 of ``log p(continuation[i] | context, continuation[:i])``; ``is_greedy`` says whether every continuation

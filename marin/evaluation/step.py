@@ -66,27 +66,29 @@ class EvalConfig:
 
 
 def load_model(path: str, model: LlamaConfig | None, step: int | None = None) -> tuple[LlamaConfig, Any, int | None]:
-    """(config, params, checkpoint step) from an HF export directory or a training run."""
+    """(config, params, checkpoint step) from an HF export directory or a training run. The parameters are
+    host (numpy) arrays: exporting needs nothing else, and ``place_params`` puts them on the devices."""
     if exists(join(path, "config.json")) and exists(join(path, "model.safetensors")):
         from marin.export.hf import import_hf
 
         cfg, params = import_hf(path)
-        return cfg, jax.tree.map(jax.numpy.asarray, params), None
+        return cfg, params, None
     model = model or model_from_run(path)
     from marin.trainer.checkpoint import restore_params
     from marin.trainer.model.llama import init_params
 
     template = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
     params, found = restore_params(join(path, "checkpoints"), template, step)
-    return model, jax.tree.map(jax.numpy.asarray, params), found
+    return model, params, found
 
 
-def shard_over_devices(cfg: LlamaConfig, params: Any) -> Any:
-    """On a host with several devices (a TPU host's 4 chips), the parameters FSDP-sharded over all of them,
-    so a model larger than one device's memory (8B in fp32: 32 GB) can be scored; on one device, as given.
-    Inputs stay replicated: every device computes the whole batch (evaluation needs memory, not speed)."""
+def place_params(cfg: LlamaConfig, params: Any) -> Any:
+    """Host parameters on the devices, once: on a host with several devices (a TPU host's 4 chips)
+    FSDP-sharded over all of them, straight from host memory, so a model larger than one device's memory
+    (8B in fp32: 32 GB) can be scored; otherwise on the one device. Inputs stay replicated: every device
+    computes the whole batch (evaluation needs memory, not speed)."""
     if jax.device_count() == 1:
-        return params
+        return jax.device_put(params)
     from marin.trainer.mesh import MeshConfig, sharding_context, tree_shardings
     from marin.trainer.model import param_axes
 
@@ -156,7 +158,7 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
-    scorer = Scorer(functools.partial(forward, cfg), params=shard_over_devices(cfg, params),
+    scorer = Scorer(functools.partial(forward, cfg), params=place_params(cfg, params),
                     batch_size=config.batch_size, max_len=config.max_len or cfg.seq_len, pad_id=eos)
     results: dict[str, Any] = {"checkpoint": config.checkpoint_path, "checkpoint_step": step,
                                "model": dataclasses.asdict(cfg), "tokenizer": config.tokenizer,

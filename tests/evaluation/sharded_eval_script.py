@@ -13,12 +13,12 @@ import json  # noqa: E402
 
 import jax  # noqa: E402
 
-from marin.evaluation.step import EvalConfig, evaluate_model, load_model, shard_over_devices  # noqa: E402
+from marin.evaluation.step import EvalConfig, evaluate_model, load_model, place_params  # noqa: E402
 
 if __name__ == "__main__":
     export, held_out, task, out = sys.argv[1:5]
     cfg, params, _ = load_model(export, None)
-    placed = shard_over_devices(cfg, params)
+    placed = place_params(cfg, params)
     specs = {"/".join(str(k.key) for k in path): [str(a) for a in leaf.sharding.spec]
              for path, leaf in jax.tree_util.tree_flatten_with_path(placed)[0]}  # fmt: skip
     results = evaluate_model(EvalConfig(checkpoint_path=export, tokenizer=export, output_path=out,
