@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 
+from marin.progress import progress_bar
 from marin.storage import exists, is_local, join, open_url, read_text, write_atomic
 from marin.storage.paths import local_path
 
@@ -111,9 +112,7 @@ class Tracker:
             url = self.wandb_run.get_url() if hasattr(self.wandb_run, "get_url") else None
             write_atomic(join(output_path, "tracker.json"), json.dumps({"wandb_url": url, "wandb_id": self.wandb_run.id}))
         if config.progress_bar:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total_steps, initial=resume_step, desc="train", unit="step", dynamic_ncols=True)
+            self.bar = progress_bar(total_steps, "train", unit="step", initial=resume_step)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
