@@ -18,12 +18,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from marin.chat import ChatDataConfig, SftTokenizeConfig, normalize_chat, tokenize_chat
 from marin.dedupe import DedupeConfig, dedupe_documents
 from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHashConfig, ParagraphDedupeConfig
 from marin.download import DownloadConfig, download_dataset
+from marin.evaluation.instruct import InstructEvalConfig, evaluate_instruct
 from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.execution import ExecutorStep, InputName, ResourceConfig, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
+from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
 from marin.tokenize import TokenCacheSourceConfig, TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
 from marin.trainer.checkpoint import CheckpointConfig
 from marin.trainer.data.loader import DataConfig
@@ -34,6 +37,7 @@ from marin.trainer.model.config import LlamaConfig
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy
 from marin.trainer.tracking import TrackerConfig
+from marin.trainer.sft import TrainSftConfig, train_sft
 from marin.trainer.train_lm import train_lm
 
 from experiments.models import SimpleTrainConfig
@@ -94,13 +98,19 @@ def default_dedupe(name: str, documents: Input, *, eval_sets: Sequence[Input] = 
 
 
 def default_train_tokenizer(name: str, documents: Sequence[Input], *, vocab_size: int = 8192,
-                            max_documents: int | None = 50_000) -> ExecutorStep:
-    """``tokenizers/<name>``: a byte-level BPE trained on ``documents``."""
+                            max_documents: int | None = 50_000,
+                            special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS) -> ExecutorStep:
+    """``tokenizers/<name>``: a byte-level BPE trained on ``documents``; ``special_tokens`` may reserve more
+    than end-of-document and padding (``(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS)`` for a later
+    instruct phase: the model then has their embeddings from the start)."""
+    # The default set is left out of the identity, so tokenizers declared before the field existed keep theirs.
+    specials = tuple(special_tokens)
     return ExecutorStep(
         name=f"tokenizers/{name}",
         fn=train_tokenizer,
         config=TrainTokenizerConfig(input_paths=_inputs(documents), output_path=this_output_path(),
-                                    vocab_size=versioned(vocab_size), max_documents=versioned(max_documents)),
+                                    vocab_size=versioned(vocab_size), max_documents=versioned(max_documents),
+                                    special_tokens=specials if specials == DEFAULT_SPECIAL_TOKENS else versioned(specials)),
         resources=CPU_DATA,
     )
 
@@ -196,5 +206,72 @@ def default_export(name: str, checkpoint: ExecutorStep, *, tokenizer: Input | No
         fn=export_checkpoint,
         config=ExportConfig(checkpoint_path=checkpoint, tokenizer=_input(tokenizer) if tokenizer else None,
                             output_path=this_output_path(), model=versioned(model)),
+        resources=resources,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The instruct path: chat data -> chat template + masked caches -> SFT from a pretraining checkpoint
+
+
+def default_chat_data(name: str, conversations: Sequence[Input], *, validation: Sequence[Input] = (),
+                      validation_fraction: float = 0.0, on_error: str = "raise") -> ExecutorStep:
+    """``chat/<name>``: conversation files of any common shape (messages, ShareGPT, Alpaca) normalized into
+    ``train/`` and ``validation/`` (explicit files, or a share held out by content hash)."""
+    return ExecutorStep(
+        name=f"chat/{name}",
+        fn=normalize_chat,
+        config=ChatDataConfig(input_paths=_inputs(conversations), validation_paths=_inputs(validation),
+                              validation_fraction=versioned(validation_fraction), on_error=versioned(on_error),
+                              output_path=this_output_path()),
+        description=f"normalize chat data {name}",
+        resources=CPU_DATA,
+    )
+
+
+def default_sft_tokenize(name: str, chat: ExecutorStep, *, tokenizer: Input, model_max_length: int | None = None,
+                         num_workers: int = 1) -> ExecutorStep:
+    """``tokenized/<name>``: the chat tokenizer (``tokenizer/``, template included) and masked caches
+    ``train/`` and ``validation/`` rendered from a ``default_chat_data`` step."""
+    return ExecutorStep(
+        name=f"tokenized/{name}",
+        fn=tokenize_chat,
+        config=SftTokenizeConfig(train_paths=(chat / "train",), validation_paths=(chat / "validation",),
+                                 tokenizer=_input(tokenizer), output_path=this_output_path(),
+                                 model_max_length=versioned(model_max_length), num_workers=num_workers),
+        description=f"render and tokenize {name} with the chat template",
+        resources=CPU_DATA,
+    )
+
+
+def default_sft(name: str, sft_sets: Mapping[str, ExecutorStep], model: LlamaConfig, train: SimpleTrainConfig, *,
+                initialize_from: ExecutorStep, weights: Mapping[str, float] | None = None,
+                num_epochs: float | None = None, validation: Mapping[str, Input] | None = None) -> ExecutorStep:
+    """``checkpoints/<name>``: supervised fine-tuning of ``initialize_from``'s newest parameters on a mixture of
+    ``default_sft_tokenize`` caches (loss on assistant tokens only), with the pretraining trainer.
+
+    ``num_epochs`` (if given) replaces ``train.num_train_steps`` once the caches' sizes are known;
+    ``validation`` defaults to each set's held-out conversations (loss on their assistant tokens)."""
+    base = default_train(name, sft_sets, model, train, weights=weights, validation=validation,
+                         initialize_from=initialize_from)
+    fields = {f.name: getattr(base.config, f.name) for f in dataclasses.fields(TrainLmConfig)}
+    config = TrainSftConfig(**fields, num_epochs=versioned(num_epochs))
+    length = f"{num_epochs:g} epochs" if num_epochs is not None else f"{train.num_train_steps} steps"
+    return dataclasses.replace(base, fn=train_sft, config=config,
+                               description=f"SFT {name}: {model.param_count / 1e6:.1f}M params, {length}")
+
+
+def default_instruct_eval(name: str, checkpoint: ExecutorStep, *, chat_tokenizer: Input, eval_sets: Mapping[str, Input],
+                          model: LlamaConfig | None = None, max_items: int | None = 400, max_new_tokens: int = 48,
+                          resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
+    """``evaluation/<name>-instruct``: exact match and log-likelihood accuracy per assistant turn of held-out
+    conversations, and the loss on their assistant tokens (``marin.evaluation.instruct``)."""
+    return ExecutorStep(
+        name=f"evaluation/{name}-instruct",
+        fn=evaluate_instruct,
+        config=InstructEvalConfig(checkpoint_path=checkpoint, chat_tokenizer=_input(chat_tokenizer),
+                                  output_path=this_output_path(), eval_sets=_named_inputs(eval_sets),
+                                  model=versioned(model), max_items=versioned(max_items),
+                                  max_new_tokens=versioned(max_new_tokens)),
         resources=resources,
     )

@@ -25,24 +25,31 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.defaults import (  # noqa: E402
+    default_chat_data,
     default_dedupe,
     default_download,
     default_eval,
     default_export,
+    default_instruct_eval,
+    default_sft,
+    default_sft_tokenize,
     default_tokenize,
     default_train,
     default_train_tokenizer,
 )
 from experiments.models import SimpleTrainConfig, llama_nano  # noqa: E402
+from marin.chat import CHAT_SPECIAL_TOKENS  # noqa: E402
 from marin.corpus import CorpusConfig, generate_corpus  # noqa: E402
+from marin.corpus.instruct import InstructionsConfig, generate_instructions  # noqa: E402
 from marin.corpus.tasks import TASKS  # noqa: E402
 from marin.execution import ExecutorStep, executor_main, this_output_path, versioned  # noqa: E402
+from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS  # noqa: E402
 
 DOMAINS = ("stories", "arithmetic")
 VOCAB = 2048
 
 
-def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str, ExecutorStep]:
+def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: int = 60) -> dict[str, ExecutorStep]:
     """The quickstart DAG; tests build it with fewer steps (a different training run, with its own hash)."""
     corpus = ExecutorStep(
         name="corpus/bundled",
@@ -53,7 +60,9 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str,
     raw = default_download("bundled", corpus)
     eval_tasks = [raw / f"eval/{task}.jsonl" for task in TASKS]
     documents = default_dedupe("bundled", raw / "train", eval_sets=eval_tasks)
-    tokenizer = default_train_tokenizer("bundled-bpe2k", [documents / "documents"], vocab_size=VOCAB)
+    # The chat turn tokens are reserved from the start, so the instruct phase needs no new embeddings.
+    tokenizer = default_train_tokenizer("bundled-bpe2k", [documents / "documents"], vocab_size=VOCAB,
+                                        special_tokens=(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS))
     tokenized = {
         domain: default_tokenize(domain, train=[documents / f"documents/{domain}"],
                                  validation=[raw / f"validation/{domain}"], tokenizer=tokenizer)
@@ -70,10 +79,11 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str,
         eval_every=100,
         log_every=10,
     )
+    model = llama_nano(vocab_size=VOCAB, seq_len=256)
     checkpoints = default_train(
         "quickstart-nano",
         tokenized,
-        llama_nano(vocab_size=VOCAB, seq_len=256),
+        model,
         train_config,
         weights={"stories": 0.7, "arithmetic": 0.3},
         weight_changes=[(stage_change_step, {"stories": 0.4, "arithmetic": 0.6})],
@@ -89,7 +99,61 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str,
     )
     export = default_export("quickstart-nano", checkpoints, tokenizer=tokenizer)
     return {"corpus": corpus, "raw": raw, "documents": documents, "tokenizer": tokenizer, **tokenized,
-            "checkpoints": checkpoints, "evaluation": evaluation, "export": export}
+            "checkpoints": checkpoints, "evaluation": evaluation, "export": export,
+            **instruct_phase(tokenizer, checkpoints, model, sft_steps=sft_steps)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The instruct phase (Marin-8B-Instruct in miniature): generated question -> answer conversations over the
+# corpus's facts, a chat template, SFT from the base checkpoint, and held-out instructions before and after.
+
+
+def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 60
+                   ) -> dict[str, ExecutorStep]:  # fmt: skip
+    """Steps of the instruct phase, keyed by role; ``base`` is the pretraining step it starts from."""
+    instructions = ExecutorStep(
+        name="corpus/instructions",
+        fn=generate_instructions,
+        config=InstructionsConfig(output_path=this_output_path(), seed=versioned(0)),
+        description="question -> answer conversations over the corpus's facts; held-out facts for eval",
+    )
+    chat = default_chat_data("bundled-instructions", [instructions / "train"], validation=[instructions / "validation"])
+    sft_data = default_sft_tokenize("bundled-instructions-sft", chat, tokenizer=tokenizer,
+                                    model_max_length=model.seq_len)
+    sft_config = SimpleTrainConfig(num_train_steps=sft_steps, batch_size=16, learning_rate=1e-3, schedule="cosine",
+                                   warmup=0.1, min_lr_ratio=0.1, weight_decay=0.0, eval_every=sft_steps, log_every=10)
+    sft = default_sft("quickstart-nano-instruct", {"instructions": sft_data}, model, sft_config, initialize_from=base)
+    held_out = {"instructions": instructions / "validation"}
+    chat_tokenizer = sft_data / "tokenizer"
+    return {
+        "instructions": instructions,
+        "chat": chat,
+        "sft_data": sft_data,
+        "sft": sft,
+        "instruct_eval_base": default_instruct_eval("quickstart-nano", base, chat_tokenizer=chat_tokenizer,
+                                                    eval_sets=held_out, max_items=200),
+        "instruct_eval_sft": default_instruct_eval("quickstart-nano-instruct", sft, chat_tokenizer=chat_tokenizer,
+                                                   eval_sets=held_out, max_items=200),
+        "export_instruct": default_export("quickstart-nano-instruct", sft, tokenizer=chat_tokenizer),
+    }
+
+
+def summarize_instruct(result) -> None:
+    """Held-out instructions before and after the instruct phase."""
+    paths = {p.name: p.output_path for p in result.plan.steps}
+    rows = []
+    for label, key in (("base", "instruct_eval_base"), ("instruct", "instruct_eval_sft")):
+        with open(os.path.join(paths[STEPS[key].name], "results.json")) as f:
+            rows.append((label, json.load(f)["instruct"]["instructions"]))
+    print("\nheld-out instructions (facts never asked about in SFT)   base -> instruct")
+    (_, before), (_, after) = rows
+    print(f"  exact match          {before['exact_match']['value']:.3f} -> {after['exact_match']['value']:.3f}")
+    print(f"  log-likelihood acc   {before['loglik_acc']['value']:.3f} -> {after['loglik_acc']['value']:.3f}"
+          f"   (chance {after['chance']:.2f})")
+    print(f"  assistant loss       {before['assistant_loss']:.3f} -> {after['assistant_loss']:.3f} nats/token")
+    sample = after["samples"][0]
+    print(f"  e.g. {sample['question']!r} -> {sample['reply']!r}")
+    print(f"  chat with it: python -m marin.inference.chat --checkpoint {paths[STEPS['sft'].name]}")
 
 
 STEPS = build()
@@ -110,7 +174,9 @@ def summarize(result) -> None:
 
 
 if __name__ == "__main__":
-    result = executor_main(steps=[STEPS["evaluation"], STEPS["export"]],
+    result = executor_main(steps=[STEPS["evaluation"], STEPS["export"], STEPS["instruct_eval_base"],
+                                  STEPS["instruct_eval_sft"], STEPS["export_instruct"]],
                            description="Tootsie in miniature on the bundled corpus")
     if result is not None:
         summarize(result)
+        summarize_instruct(result)

@@ -4,6 +4,8 @@
     <cache>/shards/00000.tokens   flat token ids, little-endian, dtype from the ledger (uint16 for vocab <= 65,536)
     <cache>/shards/00000.offsets  uint64 little-endian, num_documents + 1 entries: document j of the shard is
                                   tokens[offsets[j]:offsets[j+1]] and ends with EOS
+    <cache>/shards/00000.mask     SFT caches only (ledger "loss_mask": true): one uint8 per token, 1 where the token
+                                  is a training target (an assistant token of a chat template; see marin.chat)
     <cache>/shards/00000.json     the shard's own ledger, written after its two data files: a shard without it is
                                   unfinished and is rebuilt on rerun
 
@@ -36,4 +38,4 @@ def shard_name(index: int) -> str:
 
 def shard_paths(cache_url: str, name: str) -> dict[str, str]:
     base = join(cache_url, "shards", name)
-    return {"tokens": f"{base}.tokens", "offsets": f"{base}.offsets", "ledger": f"{base}.json"}
+    return {"tokens": f"{base}.tokens", "offsets": f"{base}.offsets", "ledger": f"{base}.json", "mask": f"{base}.mask"}

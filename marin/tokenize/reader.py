@@ -86,15 +86,30 @@ class TokenCache:
     # -- tokens ------------------------------------------------------------------------------------
     def read(self, start: int, length: int) -> np.ndarray:
         """Tokens ``[start, start + length)`` of the whole stream, as a new array of the cache's dtype."""
+        return self._read_range("tokens", self.dtype, start, length)
+
+    @property
+    def has_mask(self) -> bool:
+        """True for SFT caches (``marin.chat``): a per-token loss mask is stored beside the tokens."""
+        return bool(self.ledger.get("loss_mask"))
+
+    def read_mask(self, start: int, length: int) -> np.ndarray:
+        """The loss mask (uint8, 1 = trained target) of tokens ``[start, start + length)``; SFT caches only."""
+        if not self.has_mask:
+            raise CacheError(f"{self.url}: not an SFT cache (no loss mask in its ledger)")
+        return self._read_range("mask", np.dtype(np.uint8), start, length)
+
+    def _read_range(self, kind: str, dtype: np.dtype, start: int, length: int) -> np.ndarray:
+        """Per-token data ``[start, start + length)`` of the stream, across shards."""
         if start < 0 or length < 0 or start + length > self.num_tokens:
             raise IndexError(f"token range [{start}, {start + length}) outside cache of {self.num_tokens} tokens")
-        out = np.empty(length, dtype=self.dtype)
+        out = np.empty(length, dtype=dtype)
         filled = 0
         shard = int(np.searchsorted(self._token_starts, start, side="right")) - 1
         while filled < length:
             local = start + filled - int(self._token_starts[shard])
             take = min(length - filled, int(self._token_starts[shard + 1]) - int(self._token_starts[shard]) - local)
-            out[filled : filled + take] = self._read_shard(shard, "tokens", self.dtype, local, take)
+            out[filled : filled + take] = self._read_shard(shard, kind, dtype, local, take)
             filled += take
             shard += 1
         return out

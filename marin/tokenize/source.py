@@ -16,7 +16,8 @@ from marin.trainer.data.source import TokenSource, TokenSourceConfig
 
 
 class CacheTokenSource:
-    """``TokenSource`` over a token cache: int32 reads and document starts for packing."""
+    """``TokenSource`` over a token cache: int32 reads, document starts for packing and, for SFT caches,
+    the loss mask."""
 
     def __init__(self, cache: TokenCache):
         self.cache = cache
@@ -35,6 +36,10 @@ class CacheTokenSource:
 
     def doc_starts(self, start: int, stop: int) -> np.ndarray:
         return self.cache.document_starts(start, stop)
+
+    def read_mask(self, start: int, length: int) -> np.ndarray | None:
+        """SFT caches: the stored per-token loss mask; pretraining caches: None (every target counts)."""
+        return self.cache.read_mask(start, length) if self.cache.has_mask else None
 
 
 @TokenSourceConfig.register_subclass("cache")

@@ -60,7 +60,7 @@ def build_shard(job: ShardJob) -> dict:
     counts = {"empty": 0, "bytes": 0}
     tokens_hash = hashlib.sha256()
     texts = iter_texts([job.source], job.text_key, on_error=job.on_error, stats=stats)
-    with _AtomicFile(paths["tokens"]) as out:
+    with AtomicFile(paths["tokens"]) as out:
         for batch in _batches(texts, job.batch_size, counts):
             for enc in tokenizer.encode_batch(batch, add_special_tokens=False):
                 ids = np.asarray(enc.ids + [job.eos], dtype=dtype)
@@ -107,7 +107,7 @@ def _batches(texts, size: int, counts: dict):
         yield batch
 
 
-class _AtomicFile:
+class AtomicFile:
     """A file streamed to a temp name and moved into place on success (local rename or object copy)."""
 
     def __init__(self, url: str):

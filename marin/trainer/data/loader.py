@@ -9,6 +9,11 @@ segment id, and a target that is the first token of the next document is masked:
     targets  [ b EOS  c   d  e ]   loss_mask   [1 1 0 1 1]     (EOS -> c crosses documents)
 
 No document is cut or padded: the stream is dense, and attention never crosses a segment boundary.
+A source that stores a per-token loss mask (an SFT cache: 1 on assistant tokens) multiplies in its mask
+of the targets, so only assistant targets count, on both sides of a sequence boundary::
+
+    window   [ u  u  a  a  EOS | u ]       stored mask [0 0 1 1 0 0]
+    targets  [ u  a  a EOS  u ]            loss_mask   [0 1 1 0 0]
 ``TrainBatches.batch(step)`` picks each row's source and sequence through the ``Mixture`` and the
 source's epoch permutation; ``Prefetcher`` builds upcoming batches on a background thread.
 """
@@ -74,23 +79,32 @@ def num_sequences(source: TokenSource, seq_len: int) -> int:
     return max(0, (source.num_tokens - 1) // seq_len)
 
 
-def pack_window(source: TokenSource, index: int, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens and segment ids [seq_len + 1] of sequence ``index`` (segments count document starts)."""
+Window = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+"""Tokens, segment ids and the source's stored loss mask (None: every token counts), each [seq_len + 1]."""
+
+
+def pack_window(source: TokenSource, index: int, seq_len: int) -> Window:
+    """Tokens, segment ids and stored mask of sequence ``index`` (segments count document starts)."""
     start = index * seq_len
     tokens = source.read(start, seq_len + 1)
     starts = source.doc_starts(start + 1, start + seq_len + 1) - start  # relative, excluding position 0
     segments = np.searchsorted(starts, np.arange(seq_len + 1), side="right").astype(np.int32)
-    return tokens, segments
+    read_mask = getattr(source, "read_mask", None)  # optional part of the protocol: SFT sources
+    return tokens, segments, read_mask(start, seq_len + 1) if read_mask else None
 
 
-def assemble(windows: list[tuple[np.ndarray, np.ndarray]]) -> Batch:
+def assemble(windows: list[Window]) -> Batch:
     tokens = np.stack([w[0] for w in windows])  # [batch, seq_len + 1]
     segments = np.stack([w[1] for w in windows])
+    loss_mask = (segments[:, 1:] == segments[:, :-1]).astype(np.float32)
+    if any(w[2] is not None for w in windows):
+        stored = np.stack([np.ones(len(w[0]), np.float32) if w[2] is None else w[2] for w in windows])
+        loss_mask *= stored[:, 1:]  # a target counts if it is trained (assistant) and within its document
     return {
         "input_ids": tokens[:, :-1],
         "targets": tokens[:, 1:],
         "segment_ids": segments[:, :-1],
-        "loss_mask": (segments[:, 1:] == segments[:, :-1]).astype(np.float32),
+        "loss_mask": loss_mask,
     }
 
 

@@ -53,13 +53,21 @@ class TokenSource(Protocol):
         """Sorted int64 positions ``p`` with ``start <= p < stop`` at which a document begins."""
         ...
 
+    # Optional: ``read_mask(start, length) -> np.ndarray | None``, the stored loss mask of those tokens
+    # (1 = a trained target, e.g. an assistant token of an SFT cache). The loader multiplies it into its
+    # loss mask; a source without the method, or returning None, trains on every target.
+
 
 class ArrayTokenSource:
     """A token source over two arrays (in memory or memory-mapped): tokens and document start offsets."""
 
-    def __init__(self, tokens: np.ndarray, doc_starts: np.ndarray, num_bytes: int | None = None):
+    def __init__(self, tokens: np.ndarray, doc_starts: np.ndarray, num_bytes: int | None = None,
+                 mask: np.ndarray | None = None):  # fmt: skip
         if tokens.ndim != 1 or doc_starts.ndim != 1:
             raise ValueError(f"tokens and doc_starts must be 1-D, got {tokens.shape} and {doc_starts.shape}")
+        if mask is not None and mask.shape != tokens.shape:
+            raise ValueError(f"mask must have the tokens' shape {tokens.shape}, got {mask.shape}")
+        self._mask = mask
         if len(doc_starts) and (doc_starts[0] != 0 or np.any(np.diff(doc_starts) <= 0)):
             raise ValueError("doc_starts must begin at 0 and be strictly increasing")
         self._tokens = tokens
@@ -82,6 +90,13 @@ class ArrayTokenSource:
     def doc_starts(self, start: int, stop: int) -> np.ndarray:
         lo, hi = np.searchsorted(self._doc_starts, [start, stop], side="left")
         return self._doc_starts[lo:hi]
+
+    def read_mask(self, start: int, length: int) -> np.ndarray | None:
+        if self._mask is None:
+            return None
+        if start < 0 or length < 0 or start + length > self.num_tokens:
+            raise IndexError(f"read_mask({start}, {length}) outside a stream of {self.num_tokens} tokens")
+        return np.asarray(self._mask[start : start + length], dtype=np.float32)
 
 
 def documents_to_source(documents: list[np.ndarray] | list[list[int]], eos: int = EOS) -> ArrayTokenSource:

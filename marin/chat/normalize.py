@@ -1,0 +1,116 @@
+"""The chat data step: conversation files of any common shape in, one normalized schema out.
+
+    normalize_chat(ChatDataConfig(input_paths=["raw/alpaca-1a2b/data"], output_path="chat/alpaca-3c4d",
+                                  validation_fraction=0.01))
+    # chat/alpaca-3c4d/train/00000.jsonl.gz        {"id": "00000-17", "messages": [{"role", "content"}, ...]}
+    # chat/alpaca-3c4d/validation/00000.jsonl.gz   held-out conversations (by a hash of their content)
+    # chat/alpaca-3c4d/summary.json                conversations, skips by reason, per split
+
+Input is JSONL (plain, .gz, .zst) or Parquet over any fsspec URL, e.g. the output of a download step
+pinned to a hub revision. Output file ``k`` comes from input file ``k`` (sorted), so the result never
+depends on the number of workers. A malformed row stops the step with ``<file>:<line>: <field>: <what was
+expected>``; with ``on_error="skip"`` it is counted by reason in ``summary.json`` instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from marin.chat.schema import MalformedConversation, normalize_record
+from marin.parallel import run_tasks
+from marin.storage import join, write_atomic
+from marin.storage.records import OnError, ReadStats, RecordWriter, read_records
+from marin.tokenize.inputs import expand_record_paths
+from marin.validation import check
+
+logger = logging.getLogger(__name__)
+SPLITS = ("train", "validation")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChatDataConfig:
+    input_paths: Sequence[str]
+    """Record files, directories or globs of conversations (messages, ShareGPT or Alpaca rows)."""
+    output_path: str
+    validation_paths: Sequence[str] = ()
+    """Files of an explicit held-out split (all their conversations go to ``validation/``)."""
+    validation_fraction: float = 0.0
+    """Share of ``input_paths``' conversations held out, chosen by a hash of their content (stable)."""
+    on_error: OnError = "raise"
+    """'raise': a malformed row stops the step naming file, line and field; 'skip': count it and go on."""
+    num_workers: int = 1
+    """Files normalized at once (Ray tasks when > 1); the output does not depend on it."""
+
+    def __post_init__(self):
+        check("ChatDataConfig", "input_paths", self.input_paths, lambda v: len(v) > 0, "at least one path")
+        check("ChatDataConfig", "validation_fraction", self.validation_fraction, lambda v: 0 <= v < 1, "in [0, 1)")
+        check("ChatDataConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
+        check("ChatDataConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+
+
+def is_held_out(messages: list[dict], fraction: float) -> bool:
+    """Deterministic split: the conversation's content hash, read as a number in [0, 1), below ``fraction``."""
+    if fraction <= 0:
+        return False
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def normalize_file(index: int, source: str, output_path: str, split: str | None, fraction: float,
+                   on_error: OnError) -> dict:  # fmt: skip
+    """Normalize one input file into ``<split>/<index>.jsonl.gz`` (both splits when ``split`` is None)."""
+    stats, reasons = ReadStats(), collections.Counter()
+    parsed: list = []
+
+    def validate(record: dict) -> str | None:
+        try:
+            parsed.append(normalize_record(record))
+        except MalformedConversation as e:
+            reasons[re.sub(r"\[\d+\]", "[]", str(e).split(":")[0])] += 1  # by field, not index
+            return str(e)
+        return None
+
+    splits = (split,) if split else SPLITS
+    writers = {s: RecordWriter(join(output_path, s, f"{index:05d}.jsonl.gz")) for s in splits}
+    counts = collections.Counter()
+    try:
+        for ordinal, _ in enumerate(read_records(source, on_error=on_error, stats=stats, validate=validate)):
+            messages = parsed.pop()
+            target = split or ("validation" if is_held_out(messages, fraction) else "train")
+            writers[target].write({"id": f"{index:05d}-{ordinal}", "messages": messages})
+            counts[target] += 1
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    for writer in writers.values():
+        writer.close()
+    return {"source": source, "conversations": dict(counts), "skipped": stats.skipped, "skip_reasons": dict(reasons)}
+
+
+def normalize_chat(config: ChatDataConfig) -> None:
+    jobs = [(f, None) for f in expand_record_paths(list(config.input_paths))]
+    if config.validation_paths:
+        jobs += [(f, "validation") for f in expand_record_paths(list(config.validation_paths))]
+    args = [(i, f, config.output_path, split, config.validation_fraction, config.on_error)
+            for i, (f, split) in enumerate(jobs)]  # fmt: skip
+    files = run_tasks(normalize_file, args, use_ray=config.num_workers > 1, max_workers=config.num_workers,
+                      label="normalize chat")  # fmt: skip
+    reasons = collections.Counter()
+    for f in files:
+        reasons.update(f["skip_reasons"])
+    summary = {
+        "conversations": {s: sum(f["conversations"].get(s, 0) for f in files) for s in SPLITS},
+        "skipped": sum(f["skipped"] for f in files),
+        "skip_reasons": dict(sorted(reasons.items())),
+        "files": files,
+    }
+    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
+    logger.info("normalized %s conversations (%d skipped) into %s", summary["conversations"], summary["skipped"],
+                config.output_path)  # fmt: skip

@@ -1,0 +1,122 @@
+"""Bundled instruction data: question -> answer conversations over the corpus's own facts and arithmetic.
+
+    generate_instructions(InstructionsConfig(output_path="/tmp/instruct"))
+    # train/instructions.jsonl        {"id", "kind", "messages": [user question, assistant answer]}
+    # validation/instructions.jsonl   held-out facts, never asked in training, plus "choices"/"gold"
+
+=============  ========================================  =====================
+kind           user                                      assistant
+=============  ========================================  =====================
+animal_sound   What does the duck say?                   The duck says quack.
+opposite       What is the opposite of big?              The opposite of big is small.
+addition       What is 3 + 4?                            3 + 4 = 7
+counting       Count from four to seven.                 four, five, six, seven
+=============  ========================================  =====================
+
+A base model trained on the corpus knows the facts (animal sounds, opposite pairs, sums, counting) but
+has never seen a question or the chat template; fine-tuning teaches the format. The held-out items ask
+about facts that no training item asks about (some animals, opposite pairs, sums and counting starts are
+reserved for them), so they measure whether the format carries over to knowledge from pretraining: exact
+match of the generated reply, and log-likelihood accuracy among four candidate replies built like the
+gold one (``choices[gold]`` is the reference reply).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+from marin.corpus.domains import ANIMAL_SOUNDS, ANIMALS, NUMBER_WORDS, OPPOSITE_OF
+from marin.storage import join, write_atomic
+from marin.storage.records import write_records
+from marin.validation import check
+
+KINDS = ("animal_sound", "opposite", "addition", "counting")
+QUESTIONS = {
+    "animal_sound": ["What does the {x} say?", "What sound does a {x} make?", "Which sound does the {x} make?"],
+    "opposite": ["What is the opposite of {x}?", "Tell me the opposite of {x}.", "Give the opposite of the word {x}."],
+    "addition": ["What is {a} + {b}?", "Add {a} and {b}.", "Compute {a} + {b}."],
+    "counting": ["Count from {a} to {b}.", "Please count from {a} to {b}.", "Count up from {a} to {b}."],
+}
+
+
+# Facts only the held-out split asks about.
+HELD_OUT = {
+    "animal_sound": {"frog", "owl", "sheep"},
+    "opposite": {"wet", "dry", "soft", "hard"},
+    "addition": {(a, b) for a in range(10) for b in range(10) if (3 * a + b) % 5 == 0},
+    "counting": {2, 7, 11},
+}
+
+
+def _pool(kind: str, held_out: bool) -> list:
+    everything = {"animal_sound": ANIMALS, "opposite": sorted(OPPOSITE_OF),
+                  "addition": [(a, b) for a in range(10) for b in range(10)], "counting": list(range(13))}[kind]
+    return [x for x in everything if (x in HELD_OUT[kind]) == held_out]
+
+
+def _animal(rng: random.Random, animal: str) -> tuple[str, list[str]]:
+    sounds = sorted(set(ANIMAL_SOUNDS.values()) - {ANIMAL_SOUNDS[animal]})
+    wrong = rng.sample(sounds, 3)
+    return f"The {animal} says {ANIMAL_SOUNDS[animal]}.", [f"The {animal} says {w}." for w in wrong]
+
+
+def _opposite(rng: random.Random, word: str) -> tuple[str, list[str]]:
+    wrong = rng.sample(sorted(set(OPPOSITE_OF) - {word, OPPOSITE_OF[word]}), 3)
+    return f"The opposite of {word} is {OPPOSITE_OF[word]}.", [f"The opposite of {word} is {w}." for w in wrong]
+
+
+def make_item(rng: random.Random, kind: str, held_out: bool = False) -> dict:
+    """One conversation of ``kind`` with its reference reply and three wrong replies of the same form;
+    ``held_out`` picks among the facts reserved for the held-out split."""
+    template = rng.choice(QUESTIONS[kind])
+    fact = rng.choice(_pool(kind, held_out))
+    if kind == "animal_sound":
+        answer, wrong = _animal(rng, fact)
+        question = template.format(x=fact)
+    elif kind == "opposite":
+        answer, wrong = _opposite(rng, fact)
+        question = template.format(x=fact)
+    elif kind == "addition":
+        a, b = fact
+        question, answer = template.format(a=a, b=b), f"{a} + {b} = {a + b}"
+        wrong = [f"{a} + {b} = {v}" for v in rng.sample([v for v in range(19) if v != a + b], 3)]
+    else:
+        start = fact
+        stop = start + rng.randint(3, 6)
+        question = template.format(a=NUMBER_WORDS[start], b=NUMBER_WORDS[stop])
+        answer = ", ".join(NUMBER_WORDS[start : stop + 1])
+        wrong = [", ".join(NUMBER_WORDS[start + d : stop + 1 + d]) for d in (1, 2)] + \
+            [", ".join(NUMBER_WORDS[start : stop])]  # fmt: skip
+    choices = [*wrong, answer]
+    rng.shuffle(choices)
+    return {"kind": kind, "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}],
+            "choices": choices, "gold": choices.index(answer)}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InstructionsConfig:
+    output_path: str
+    seed: int = 0
+    train_items: int = 4000
+    validation_items: int = 200
+    """Held-out items (50 per kind by default) about the ``HELD_OUT`` facts, from a separate random stream."""
+
+    def __post_init__(self):
+        check("InstructionsConfig", "train_items", self.train_items, lambda v: v >= 1, ">= 1")
+        check("InstructionsConfig", "validation_items", self.validation_items, lambda v: v >= len(KINDS),
+              f">= {len(KINDS)} (one per kind)")
+
+
+def generate_instructions(config: InstructionsConfig) -> None:
+    train_rng, held_rng = random.Random(f"{config.seed}-train"), random.Random(f"{config.seed}-validation")
+    train = [make_item(train_rng, KINDS[i % len(KINDS)]) for i in range(config.train_items)]
+    held = [make_item(held_rng, KINDS[i % len(KINDS)], held_out=True) for i in range(config.validation_items)]
+    for split, items in (("train", train), ("validation", held)):
+        rows = [{"id": f"{split}-{i}", **item} for i, item in enumerate(items)]
+        if split == "train":
+            rows = [{k: v for k, v in row.items() if k not in ("choices", "gold")} for row in rows]
+        write_records(join(config.output_path, split, "instructions.jsonl"), rows)
+    write_atomic(join(config.output_path, "manifest.json"),
+                 json.dumps({"seed": config.seed, "train": len(train), "validation": len(held)}, indent=2))

@@ -1,0 +1,71 @@
+"""``train_sft``: supervised fine-tuning, i.e. ``train_lm`` on masked chat caches from a pretrained checkpoint.
+
+    step = ExecutorStep(name="checkpoints/nano-instruct", fn=train_sft, config=TrainSftConfig(
+        output_path=this_output_path(), model=..., initialize_from=pretraining_step,
+        data=DataConfig(train={"chat": TokenCacheSourceConfig(path=sft / "train")}, ...),
+        trainer=TrainerConfig(num_train_steps=1, batch_size=16), num_epochs=3.0))
+
+Nothing here is a second trainer: the sources of an SFT cache carry a loss mask (1 on assistant tokens),
+the loader multiplies it into the batch's ``loss_mask``, and the one jitted step sums the loss over masked
+targets and divides by their count. Checkpoints, bitwise resume, mixtures, schedules and tracking are
+those of pretraining. What this module adds: ``num_epochs`` (the number of steps is known only once the
+caches exist: ``ceil(num_epochs * sequences of all training sources / batch_size)``), a required
+``initialize_from`` and checks that the caches fit the model's vocabulary and carry masks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+from marin.trainer.data.loader import num_sequences
+from marin.trainer.loop import TrainLmConfig
+from marin.trainer.train_lm import train_lm
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainSftConfig(TrainLmConfig):
+    num_epochs: float | None = None
+    """If set, replaces ``trainer.num_train_steps`` by ``ceil(num_epochs * sequences / batch_size)``, counting
+    the sequences of all training sources together (the mixture weights decide how they share the steps)."""
+    require_masks: bool = True
+    """Refuse a training source without a stored loss mask (it would train on prompts as well)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.initialize_from:
+            raise ValueError("TrainSftConfig.initialize_from must name a pretraining run's output directory")
+        # An experiment may wrap num_epochs in a placeholder (versioned); it is checked once concrete.
+        if isinstance(self.num_epochs, (int, float)) and not self.num_epochs > 0:
+            raise ValueError(f"TrainSftConfig.num_epochs must be > 0, got {self.num_epochs}")
+
+
+def resolve_sft(config: TrainSftConfig) -> TrainLmConfig:
+    """The ``TrainLmConfig`` this SFT run is: sources checked, the step count derived from epochs."""
+    sources = {name: src.build() for name, src in config.data.train.items()}
+    for name, source in sources.items():
+        ledger = getattr(getattr(source, "cache", None), "ledger", {})
+        if ledger.get("vocab_size", 0) > config.model.vocab_size:
+            raise ValueError(f"training source {name!r}: its tokenizer has {ledger['vocab_size']} tokens but the model "
+                             f"only {config.model.vocab_size} embeddings (chat tokens added to a tokenizer need a "
+                             f"model whose vocab_size covers them)")  # fmt: skip
+        read_mask = getattr(source, "read_mask", None)
+        if config.require_masks and (read_mask is None or read_mask(0, min(1, source.num_tokens)) is None):
+            raise ValueError(f"training source {name!r} stores no loss mask (not an SFT cache from marin.chat); "
+                             "set require_masks=False to train on all of its tokens")  # fmt: skip
+    trainer = config.trainer
+    if config.num_epochs is not None:
+        total = sum(num_sequences(s, config.model.seq_len) for s in sources.values())
+        steps = max(1, math.ceil(config.num_epochs * total / trainer.batch_size))
+        logger.info("%g epochs of %d sequences at batch %d: %d steps", config.num_epochs, total, trainer.batch_size,
+                    steps)  # fmt: skip
+        trainer = dataclasses.replace(trainer, num_train_steps=steps)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(TrainLmConfig)}
+    return TrainLmConfig(**{**fields, "trainer": trainer})
+
+
+def train_sft(config: TrainSftConfig) -> None:
+    train_lm(resolve_sft(config))
