@@ -1,5 +1,8 @@
 """A tiny training run for the bitwise-resume test: ``python resume_script.py OUTPUT_PATH NUM_STEPS``.
 
+``python resume_script.py OUTPUT_PATH NUM_STEPS sft CACHE INIT`` is the SFT variant: ``train_sft`` on an SFT
+token cache (assistant masks) starting from the run in ``INIT``; ``... init`` writes such a run (vocab 512).
+
 Checkpoints every 4 steps (permanent) and every ~0.2 s (temporary), logs every step. Reading data
 sleeps a little per sequence so the parent can SIGKILL the run at a step of its choosing.
 """
@@ -23,7 +26,9 @@ from marin.trainer import (  # noqa: E402
     TrainLmConfig,
     train_lm,
 )
+from marin.tokenize import TokenCacheSourceConfig  # noqa: E402
 from marin.trainer.data import TokenSourceConfig  # noqa: E402
+from marin.trainer.sft import TrainSftConfig, train_sft  # noqa: E402
 from marin.trainer.model import LlamaConfig  # noqa: E402
 
 
@@ -44,17 +49,32 @@ class SlowSyntheticConfig(SyntheticSourceConfig):
         return source
 
 
-def config(output_path: str, num_steps: int) -> TrainLmConfig:
-    model = LlamaConfig(vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
+@TokenSourceConfig.register_subclass("slow_cache")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlowCacheConfig(TokenCacheSourceConfig):
+    delay_s: float = 0.01
+
+    def build(self):
+        source = super().build()
+        delay, read = self.delay_s, source.read
+
+        def slow_read(start, length):
+            time.sleep(delay)
+            return read(start, length)
+
+        source.read = slow_read
+        return source
+
+
+def config(output_path: str, num_steps: int, vocab_size: int = 256, train=None) -> TrainLmConfig:
+    model = LlamaConfig(vocab_size=vocab_size, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
                         seq_len=32)  # fmt: skip
+    train = train or {"a": SlowSyntheticConfig(vocab_size=vocab_size, num_tokens=30_000, seed=1),
+                      "b": SlowSyntheticConfig(vocab_size=vocab_size, num_tokens=20_000, seed=2)}  # fmt: skip
     return TrainLmConfig(
         output_path=output_path,
         model=model,
-        data=DataConfig(
-            train={"a": SlowSyntheticConfig(vocab_size=256, num_tokens=30_000, seed=1),
-                   "b": SlowSyntheticConfig(vocab_size=256, num_tokens=20_000, seed=2)},  # fmt: skip
-            mixture_block_size=16,
-        ),
+        data=DataConfig(train=train, mixture_block_size=16),
         optimizer=OptimizerConfig(learning_rate=3e-3, schedule="wsd", warmup=3, decay=0.25, ema_decay=0.9),
         trainer=TrainerConfig(
             num_train_steps=num_steps, batch_size=8, num_microbatches=2, z_loss=1e-4, log_every=1,
@@ -65,6 +85,16 @@ def config(output_path: str, num_steps: int) -> TrainLmConfig:
     )
 
 
+def sft_config(output_path: str, num_steps: int, cache: str, init: str) -> TrainSftConfig:
+    base = config(output_path, num_steps, vocab_size=512, train={"chat": SlowCacheConfig(path=cache)})
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(TrainLmConfig)}
+    return TrainSftConfig(**{**fields, "initialize_from": init})
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    train_lm(config(sys.argv[1], int(sys.argv[2])))
+    output, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "pretrain"
+    if mode == "sft":
+        train_sft(sft_config(output, steps, cache=sys.argv[4], init=sys.argv[5]))
+    else:
+        train_lm(config(output, steps, vocab_size=512 if mode == "init" else 256))

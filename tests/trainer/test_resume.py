@@ -21,9 +21,9 @@ STEPS = 24
 FIRST_CHECKPOINT = 4  # resume_script.py: permanent checkpoints every 4 steps (+ temporaries every 0.2 s)
 
 
-def _launch(output: Path) -> subprocess.Popen:
+def _launch(output: Path, *extra: str, steps: int = STEPS) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, str(SCRIPT), str(output), str(STEPS)], env=env,
+    return subprocess.Popen([sys.executable, str(SCRIPT), str(output), str(steps), *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
@@ -49,11 +49,36 @@ def _final_leaves(output: Path) -> dict[str, bytes]:
 @pytest.mark.slow  # three training processes: ~20 s on an idle 2-core machine, > 60 s on a busy one
 @pytest.mark.timeout(600)
 def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
+    _kill_and_resume(tmp_path)
+
+
+@pytest.mark.slow  # four training processes
+@pytest.mark.timeout(900)
+def test_killed_and_resumed_sft_run_is_bitwise_identical(tmp_path):
+    """The same for SFT: an SFT cache (assistant masks) and a run initialised from a pretraining run."""
+    from marin.chat import CHAT_SPECIAL_TOKENS, SftTokenizeConfig, tokenize_chat
+    from tests.chat.conftest import CONVERSATIONS, train_bpe
+
+    tokenizer = train_bpe(("<|endoftext|>", "<|pad|>", *CHAT_SPECIAL_TOKENS))
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS * 40))
+    tokenize_chat(SftTokenizeConfig(train_paths=[str(tmp_path / "chat.jsonl")], tokenizer=str(tmp_path / "tokenizer.json"),
+                                    output_path=str(tmp_path / "sft")))  # fmt: skip
+    init = _launch(tmp_path / "init", "init", steps=8)
+    init_log, _ = init.communicate()
+    assert init.returncode == 0, init_log[-3000:]
+    full_log = _kill_and_resume(tmp_path, "sft", str(tmp_path / "sft" / "train"), str(tmp_path / "init"))
+    assert f"initialising parameters from {tmp_path / 'init'} (step 8)" in full_log
+
+
+def _kill_and_resume(tmp_path: Path, *extra: str) -> str:
+    """Run to the end; run again, SIGKILL it past a checkpoint, resume it: both end bitwise equal. Returns the
+    uninterrupted run's log."""
     seed = int.from_bytes(os.urandom(4), "little")
     kill_at = random.Random(seed).randint(FIRST_CHECKPOINT + 1, STEPS - 2)
     note = f"(kill_at={kill_at}, seed={seed})"
 
-    full = _launch(tmp_path / "full")
+    full = _launch(tmp_path / "full", *extra)
     full_log, _ = full.communicate()
     assert full.returncode == 0, full_log[-3000:]
 
@@ -61,7 +86,7 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
         done = list_checkpoints(str(tmp_path / "killed" / "checkpoints"))
         return _logged_step(tmp_path / "killed") >= kill_at and bool(done) and done[-1][0] >= FIRST_CHECKPOINT
 
-    victim = _launch(tmp_path / "killed")
+    victim = _launch(tmp_path / "killed", *extra)
     while not killable():
         assert victim.poll() is None, f"run finished before the kill {note}:\n{victim.stdout.read()[-3000:]}"
         time.sleep(0.005)
@@ -73,7 +98,7 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
     assert victim.returncode == -signal.SIGKILL and killed_at < STEPS and STEPS not in checkpoints, note
     assert checkpoints and max(checkpoints) >= FIRST_CHECKPOINT, note
 
-    resumed = _launch(tmp_path / "killed")
+    resumed = _launch(tmp_path / "killed", *extra)
     resumed_log, _ = resumed.communicate()
     assert resumed.returncode == 0, resumed_log[-3000:]
     # The newest complete checkpoint (a temporary one being written at the kill has no manifest yet).
@@ -90,3 +115,4 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
                 if "train/loss" in m]  # fmt: skip
 
     assert losses(tmp_path / "full") == losses(tmp_path / "killed")
+    return full_log
