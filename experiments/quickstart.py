@@ -78,6 +78,8 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: i
         min_lr_ratio=0.05,
         eval_every=100,
         log_every=10,
+        compute_dtype="float32",  # a laptop CPU has no fast bf16 matmuls
+        wandb=False,
     )
     model = llama_nano(vocab_size=VOCAB, seq_len=256)
     checkpoints = default_train(
@@ -121,7 +123,8 @@ def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_st
     sft_data = default_sft_tokenize("bundled-instructions-sft", chat, tokenizer=tokenizer,
                                     model_max_length=model.seq_len)
     sft_config = SimpleTrainConfig(num_train_steps=sft_steps, batch_size=16, learning_rate=1e-3, schedule="cosine",
-                                   warmup=0.1, min_lr_ratio=0.1, weight_decay=0.0, eval_every=sft_steps, log_every=10)
+                                   warmup=0.1, min_lr_ratio=0.1, weight_decay=0.0, eval_every=sft_steps,
+                                   log_every=10, compute_dtype="float32", wandb=False)
     sft = default_sft("quickstart-nano-instruct", {"instructions": sft_data}, model, sft_config, initialize_from=base)
     held_out = {"instructions": instructions / "validation"}
     chat_tokenizer = sft_data / "tokenizer"

@@ -109,7 +109,7 @@ def _rate(flags: list[bool]) -> dict[str, float]:
 
 def generate_replies(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, turns: list[Turn], config) -> list[str]:
     """Greedy replies, in batches of prompts of similar length (few compilations)."""
-    from marin.export.generate import GenerationConfig, generate
+    from marin.inference import GenerationConfig, generate
 
     gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, stop_tokens=(chat.eot_id,))
     order = sorted(range(len(turns)), key=lambda i: len(turns[i].prompt))
@@ -164,7 +164,7 @@ def _reply_ids(chat: ChatTokenizer, turn: Turn, reply: str) -> list[int]:
 
 
 def evaluate_instruct(config: InstructEvalConfig) -> dict[str, Any]:
-    from marin.evaluation.step import load_model, place_params
+    from marin.inference import load_model, place_params
     from marin.trainer.model.llama import forward
 
     cfg, params, step = load_model(config.checkpoint_path, config.model)
