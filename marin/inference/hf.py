@@ -136,22 +136,36 @@ def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tok
 
     bos = eos = None
     if tokenizer is not None:
-        from marin.tokenize import eos_id, load_tokenizer
-
-        tok = load_tokenizer(tokenizer)
-        eos = eos_id(tok)
-        bos = eos  # our documents start after an EOS; HF generation then starts from the same token
-        write_atomic(join(output_path, "tokenizer.json"), tok.to_str())
-        eos_token = tok.id_to_token(eos)
-        write_atomic(join(output_path, "tokenizer_config.json"), json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eos_token, "eos_token": eos_token,
-             "model_max_length": cfg.seq_len}, indent=2))
-        write_atomic(join(output_path, "special_tokens_map.json"),
-                     json.dumps({"bos_token": eos_token, "eos_token": eos_token}, indent=2))
+        bos, eos = _write_tokenizer(tokenizer, output_path, cfg.seq_len)
     write_atomic(join(output_path, WEIGHTS_FILE), save(to_hf_tensors(cfg, params), metadata={"format": "pt"}))
     # config.json last: its presence marks a complete export.
     write_atomic(join(output_path, "config.json"),
                  json.dumps(hf_config(cfg, bos_token_id=bos, eos_token_id=eos), indent=2))
+
+
+def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[int, int]:
+    """The tokenizer files of an export; returns (bos, eos) ids. A chat tokenizer directory (marin.chat)
+    keeps its chat template, begin-of-text and end-of-turn tokens, so ``apply_chat_template`` and generation
+    stopping at the end of a turn work in ``transformers``; any other tokenizer's documents start after
+    its EOS, so HF generation starts from that same token."""
+    from marin.chat.template import ChatTokenizer
+    from marin.tokenize import eos_id, load_tokenizer
+
+    config_url = join(tokenizer, "tokenizer_config.json")
+    if exists(config_url) and json.loads(read_text(config_url)).get("chat_template"):
+        chat = ChatTokenizer.load(tokenizer)
+        chat.save(output_path, model_max_length=seq_len)
+        return chat.bos_id, chat.eot_id
+    tok = load_tokenizer(tokenizer)
+    eos = eos_id(tok)
+    write_atomic(join(output_path, "tokenizer.json"), tok.to_str())
+    eos_token = tok.id_to_token(eos)
+    write_atomic(join(output_path, "tokenizer_config.json"), json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eos_token, "eos_token": eos_token,
+         "model_max_length": seq_len}, indent=2))
+    write_atomic(join(output_path, "special_tokens_map.json"),
+                 json.dumps({"bos_token": eos_token, "eos_token": eos_token}, indent=2))
+    return eos, eos
 
 
 def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:

@@ -16,9 +16,12 @@ caches exist: ``ceil(num_epochs * sequences of all training sources / batch_size
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 
+from marin.storage import join, write_atomic
+from marin.trainer import distributed
 from marin.trainer.data.loader import num_sequences
 from marin.trainer.loop import TrainLmConfig
 from marin.trainer.train_lm import train_lm
@@ -67,5 +70,21 @@ def resolve_sft(config: TrainSftConfig) -> TrainLmConfig:
     return TrainLmConfig(**{**fields, "trainer": trainer})
 
 
+SFT_INFO = "sft.json"
+"""Beside the checkpoints: the chat tokenizer the SFT caches were rendered with (for the chat CLI and evals)."""
+
+
 def train_sft(config: TrainSftConfig) -> None:
-    train_lm(resolve_sft(config))
+    distributed.initialize()  # before is_primary (a no-op on one host)
+    resolved = resolve_sft(config)
+    tokenizers = set()
+    for src in config.data.train.values():
+        ledger = getattr(getattr(src.build(), "cache", None), "ledger", {})
+        if ledger.get("tokenizer"):
+            tokenizers.add(ledger["tokenizer"])
+    if distributed.is_primary():
+        info = {"chat_tokenizer": next(iter(tokenizers)) if len(tokenizers) == 1 else None,
+                "tokenizers": sorted(tokenizers), "num_train_steps": resolved.trainer.num_train_steps,
+                "initialize_from": config.initialize_from}  # fmt: skip
+        write_atomic(join(config.output_path, SFT_INFO), json.dumps(info, indent=2))
+    train_lm(resolved)

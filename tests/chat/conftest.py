@@ -1,9 +1,11 @@
 """Small chat tokenizers trained in a second: one that reserves the chat tokens (the lab's BPE as the
 quickstart trains it) and one that gets them appended by ``with_chat_tokens`` (like any foreign tokenizer)."""
 
+import json
+
 import pytest
 
-from marin.chat import CHAT_SPECIAL_TOKENS, ChatTokenizer, with_chat_tokens
+from marin.chat import CHAT_SPECIAL_TOKENS, ChatTokenizer, SftTokenizeConfig, tokenize_chat, with_chat_tokens
 from marin.tokenize import TrainTokenizerConfig, build_bpe_tokenizer
 
 TEXTS = [
@@ -49,3 +51,14 @@ CONVERSATIONS = [
         {"role": "assistant", "content": " 6 "},
     ],
 ]
+
+
+@pytest.fixture(scope="session")
+def sft_dir(tmp_path_factory, reserved_chat):
+    """An SFT tokenize step's output (tokenizer/, train/, validation/) over ``CONVERSATIONS``."""
+    root = tmp_path_factory.mktemp("sft")
+    reserved_chat.tokenizer.save(str(root / "tokenizer.json"))
+    (root / "chat.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS * 10))
+    tokenize_chat(SftTokenizeConfig(train_paths=[str(root / "chat.jsonl")], validation_paths=[str(root / "chat.jsonl")],
+                                    tokenizer=str(root / "tokenizer.json"), output_path=str(root / "sft")))  # fmt: skip
+    return root / "sft"

@@ -8,7 +8,8 @@ import pytest
 
 from marin.chat import SftTokenizeConfig, tokenize_chat
 from marin.chat.template import ChatTokenizer
-from marin.tokenize import CacheTokenSource, TokenCache
+from marin.tokenize import TokenCache
+from marin.trainer.data import CacheTokenSource
 from marin.trainer.data.loader import assemble, pack_window
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.llama import forward, init_params

@@ -5,28 +5,16 @@ import json
 
 import pytest
 
-from marin.chat import SftTokenizeConfig, tokenize_chat
-from marin.tokenize import TokenCacheSourceConfig
+from marin.trainer.data import TokenCacheSourceConfig
 from marin.trainer import CheckpointConfig, OptimizerConfig, DataConfig, SyntheticSourceConfig, TrackerConfig, TrainerConfig
 from marin.trainer.model import LlamaConfig
 from marin.trainer.sft import TrainSftConfig, resolve_sft, train_sft
 from marin.trainer.train_lm import train_lm
 from marin.trainer.loop import TrainLmConfig
-from tests.chat.conftest import CONVERSATIONS
 
 MODEL = LlamaConfig(vocab_size=512, hidden_dim=32, mlp_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32)
 TRAINER = TrainerConfig(num_train_steps=1, batch_size=4, log_every=1, checkpoint=CheckpointConfig(save_interval_minutes=None),
                         tracker=TrackerConfig(wandb=False, progress_bar=False))  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def sft_dir(tmp_path_factory, reserved_chat):
-    root = tmp_path_factory.mktemp("sft")
-    reserved_chat.tokenizer.save(str(root / "tokenizer.json"))
-    (root / "chat.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS * 10))
-    tokenize_chat(SftTokenizeConfig(train_paths=[str(root / "chat.jsonl")], validation_paths=[str(root / "chat.jsonl")],
-                                    tokenizer=str(root / "tokenizer.json"), output_path=str(root / "sft")))  # fmt: skip
-    return root / "sft"
 
 
 def sft_config(tmp_path, sft_dir, **overrides) -> TrainSftConfig:

@@ -26,7 +26,7 @@ from marin.trainer import (  # noqa: E402
     TrainLmConfig,
     train_lm,
 )
-from marin.tokenize import TokenCacheSourceConfig  # noqa: E402
+from marin.trainer.data import TokenCacheSourceConfig  # noqa: E402
 from marin.trainer.data import TokenSourceConfig  # noqa: E402
 from marin.trainer.sft import TrainSftConfig, train_sft  # noqa: E402
 from marin.trainer.model import LlamaConfig  # noqa: E402
