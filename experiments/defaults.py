@@ -264,10 +264,10 @@ def default_sft(name: str, sft_sets: Mapping[str, ExecutorStep], model: LlamaCon
 def default_instruct_eval(name: str, checkpoint: ExecutorStep, *, chat_tokenizer: Input, eval_sets: Mapping[str, Input],
                           model: LlamaConfig | None = None, max_items: int | None = 400, max_new_tokens: int = 48,
                           resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
-    """``evaluation/<name>-instruct``: exact match and log-likelihood accuracy per assistant turn of held-out
+    """``evaluation/instruct/<name>``: exact match and log-likelihood accuracy per assistant turn of held-out
     conversations, and the loss on their assistant tokens (``marin.evaluation.instruct``)."""
     return ExecutorStep(
-        name=f"evaluation/{name}-instruct",
+        name=f"evaluation/instruct/{name}",
         fn=evaluate_instruct,
         config=InstructEvalConfig(checkpoint_path=checkpoint, chat_tokenizer=_input(chat_tokenizer),
                                   output_path=this_output_path(), eval_sets=_named_inputs(eval_sets),

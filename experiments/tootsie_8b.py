@@ -16,6 +16,10 @@ rolling). This file records the three phases the way they ran, at their real siz
    encyclopedic and Q&A text) and the learning rate decays linearly to zero.
 
 Every phase is evaluated (bits-per-byte on held-out Paloma-style sets + multiple-choice tasks) and exported.
+
+4. **Instruct** (Marin-8B-Instruct): supervised fine-tuning of the cooldown's parameters on a mixture of
+   public chat data sets (pinned revisions, weighted by their number of conversations as Marin's release
+   SFT was), rendered with the Llama 3 chat template, loss on assistant tokens only. See ``instruct_phase``.
 Data steps run on CPU workers; download revisions pin exactly what was read. Token counts are the public
 sizes of each source after Marin's filtering, rounded; they set the mixture weights.
 """
@@ -27,10 +31,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.defaults import (  # noqa: E402
+    default_chat_data,
     default_dedupe,
     default_download,
     default_eval,
     default_export,
+    default_instruct_eval,
+    default_sft,
+    default_sft_tokenize,
     default_tokenize,
     default_train,
 )
@@ -158,6 +166,55 @@ exports = [default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER
            for name, (step, _) in PHASES.items()]
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The instruct phase (Marin-8B-Instruct). Chat data sets by pinned revision: (hub data set, revision, file
+# globs, conversations). Their rows are OpenAI-style `messages` or ShareGPT `conversations` (with a
+# `system` column), the shapes marin.chat normalizes; revisions are the ones Marin's SFT experiments read.
+# Weights are proportional to conversations, as in Marin's release SFT mixture (its exp905/exp1237).
+SFT_SOURCES = {
+    "tulu_3_sft_mixture": ("hf://datasets/allenai/tulu-3-sft-mixture", "55e9fd6", ("data/*.parquet",), 939_343),
+    "smoltalk": ("hf://datasets/HuggingFaceTB/smoltalk", "2c849df", ("data/all/*.parquet",), 1_043_917),
+    "openthoughts_114k_math": ("hf://datasets/open-r1/OpenThoughts-114k-math", "2db609d", ("data/*.parquet",),
+                               89_120),
+    "bespoke_stratos_17k": ("hf://datasets/bespokelabs/Bespoke-Stratos-17k", "9e9adba", ("data/*.parquet",), 16_710),
+}
+# Marin's release SFT (exp1237 on the deeper-starling base): lr 1e-4, batch 128 x 4096, 10,228 steps
+# (~5.4B tokens), z-loss 1e-4. Warmup and the linear decay to zero are the Tulu 3 recipe's shape.
+SFT_STEPS = 10_228
+SFT_TRAIN = SimpleTrainConfig(num_train_steps=SFT_STEPS, batch_size=128, learning_rate=1e-4, weight_decay=0.0,
+                              schedule="linear", warmup=0.03, min_lr_ratio=0.0, z_loss=1e-4,
+                              compute_dtype="bfloat16", eval_every=1_000, keep_every=2_000, wandb=True,
+                              resources=TPU_V4_2048_PREEMPTIBLE)
+
+
+def instruct_phase(base, *, held_out_fraction: float = 0.002) -> dict:
+    """SFT steps from ``base`` (a training step): chat data, chat template + masked caches, SFT, evals, export."""
+    chats, sft_sets = {}, {}
+    for name, (url, revision, patterns, _rows) in SFT_SOURCES.items():
+        raw = default_download(name, url, revision=revision, patterns=patterns)
+        chats[name] = dataclasses.replace(default_chat_data(name, [raw], validation_fraction=held_out_fraction,
+                                                            on_error="skip"), resources=CPU_BIG)
+        sft_sets[name] = dataclasses.replace(
+            default_sft_tokenize(f"{name}-sft-llama3", chats[name], tokenizer=LLAMA3_TOKENIZER,
+                                 model_max_length=SEQ_LEN, num_workers=64), resources=CPU_BIG)
+    weights = {name: src[3] for name, src in SFT_SOURCES.items()}
+    sft = default_sft("tootsie-8b-instruct", sft_sets, model, SFT_TRAIN, initialize_from=base, weights=weights)
+    chat_tokenizer = sft_sets["tulu_3_sft_mixture"] / "tokenizer"
+    held_out = {name: chat / "validation" for name, chat in chats.items()}
+    return {
+        "chats": chats,
+        "sft_sets": sft_sets,
+        "sft": sft,
+        "eval": default_instruct_eval("tootsie-8b-instruct", sft, chat_tokenizer=chat_tokenizer, eval_sets=held_out,
+                                      model=model, max_items=500, max_new_tokens=256, resources=EVAL_HOST),
+        "export": default_export("tootsie-8b-instruct", sft, tokenizer=chat_tokenizer, model=model,
+                                 resources=EXPORT_HOST),
+    }
+
+
+instruct = instruct_phase(cooldown)
+
+
 def describe() -> str:
     lines = [f"Tootsie 8B: {model.param_count / 1e9:.2f}B parameters, seq {SEQ_LEN}"]
     for name, (step, batch) in PHASES.items():
@@ -165,10 +222,14 @@ def describe() -> str:
         tpu, hosts = step.resource_config.tpu, step.resource_config.hosts
         lines.append(f"  {name:8s} {steps:>8,} steps x {batch} x {SEQ_LEN} = {steps * batch * SEQ_LEN / 1e12:.2f}T tokens"
                      f" on {tpu.slices} x {tpu.version} {tpu.topology} ({hosts} hosts)")
+    lines.append(f"  instruct {SFT_STEPS:>8,} steps x {SFT_TRAIN.batch_size} x {SEQ_LEN} = "
+                 f"{SFT_STEPS * SFT_TRAIN.batch_size * SEQ_LEN / 1e9:.1f}B tokens (SFT, assistant tokens only) on "
+                 f"{len(SFT_SOURCES)} chat data sets")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     if "--dry_run" in " ".join(sys.argv):
         print(describe())
-    executor_main(steps=[*evals, *exports], description="Marin 8B (Tootsie): phase 1, phase 2, cooldown")
+    executor_main(steps=[*evals, *exports, instruct["eval"], instruct["export"]],
+                  description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct")

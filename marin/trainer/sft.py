@@ -77,14 +77,14 @@ SFT_INFO = "sft.json"
 def train_sft(config: TrainSftConfig) -> None:
     distributed.initialize()  # before is_primary (a no-op on one host)
     resolved = resolve_sft(config)
-    tokenizers = set()
+    tokenizers = {}  # path -> (fingerprint, template): SFT sets tokenized apart render alike if these agree
     for src in config.data.train.values():
         ledger = getattr(getattr(src.build(), "cache", None), "ledger", {})
         if ledger.get("tokenizer"):
-            tokenizers.add(ledger["tokenizer"])
+            tokenizers[ledger["tokenizer"]] = (ledger["tokenizer_fingerprint"], ledger.get("chat_template_sha256"))
     if distributed.is_primary():
-        info = {"chat_tokenizer": next(iter(tokenizers)) if len(tokenizers) == 1 else None,
-                "tokenizers": sorted(tokenizers), "num_train_steps": resolved.trainer.num_train_steps,
-                "initialize_from": config.initialize_from}  # fmt: skip
+        same = len(set(tokenizers.values())) == 1
+        info = {"chat_tokenizer": min(tokenizers) if same else None, "tokenizers": sorted(tokenizers),
+                "num_train_steps": resolved.trainer.num_train_steps, "initialize_from": config.initialize_from}
         write_atomic(join(config.output_path, SFT_INFO), json.dumps(info, indent=2))
     train_lm(resolved)

@@ -100,3 +100,23 @@ def test_tootsie_evaluates_multiple_choice_tasks_whose_yaml_maps_their_data_sets
                                     data_files={task.split: str(data)})  # fmt: skip
         [item] = load_items(local)
         assert (item["context"], item["gold"], len(item["choices"])) == (context, gold, 4)
+
+
+def test_instruct_phase_fine_tunes_the_cooldown_on_pinned_chat_data():
+    from marin.trainer.sft import train_sft
+
+    p = Executor(prefix="gs://bucket/lab").plan([tootsie_8b.instruct["eval"], tootsie_8b.instruct["export"]])
+    by_name = {s.name: s for s in p.steps}
+    sft = by_name["checkpoints/tootsie-8b-instruct"]
+    assert sft.step.fn is train_sft
+    assert sft.inputs["initialize_from"] == by_name["checkpoints/tootsie-8b-cooldown"].output_path
+    for name in tootsie_8b.SFT_SOURCES:
+        raw, chat = by_name[f"raw/{name}"], by_name[f"chat/{name}"]
+        assert raw.version["config"]["revision"] and raw in chat.deps
+        tokenized = by_name[f"tokenized/{name}-sft-llama3"]
+        assert chat in tokenized.deps and tokenized.version["config"]["tokenizer"] == tootsie_8b.LLAMA3_TOKENIZER
+        assert tokenized in sft.deps
+    config = sft.version["config"]
+    assert config["trainer"]["batch_size"] == 128 and config["optimizer"]["learning_rate"] == 1e-4
+    assert config["data.stages"][0]["weights"] == {name: src[3] for name, src in tootsie_8b.SFT_SOURCES.items()}
+    assert by_name["exports/tootsie-8b-instruct"].deps[0] is sft
