@@ -24,7 +24,8 @@ ALLOWED = {
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.report": GROUND | {"marin.execution"},  # reads the executor's records
-    "data_browser": GROUND | {"marin.execution"},  # reads what the executor writes; never the trainer
+    # reads what the executor writes (and SFT caches in the token-cache format); never the trainer
+    "data_browser": GROUND | {"marin.execution"} | TOKEN_CACHE_FORMAT,
 }
 
 
