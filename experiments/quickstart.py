@@ -160,6 +160,8 @@ def summarize_instruct(result) -> None:
 
 
 STEPS = build()
+TARGETS = [STEPS[k] for k in ("evaluation", "export", "instruct_eval_base", "instruct_eval_sft", "export_instruct")]
+"""What ``make quickstart`` asks for (everything else is their dependencies)."""
 
 
 def summarize(result) -> None:
@@ -177,9 +179,7 @@ def summarize(result) -> None:
 
 
 if __name__ == "__main__":
-    result = executor_main(steps=[STEPS["evaluation"], STEPS["export"], STEPS["instruct_eval_base"],
-                                  STEPS["instruct_eval_sft"], STEPS["export_instruct"]],
-                           description="Tootsie in miniature on the bundled corpus")
+    result = executor_main(steps=TARGETS, description="Tootsie in miniature on the bundled corpus")
     if result is not None:
         summarize(result)
         summarize_instruct(result)

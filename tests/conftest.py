@@ -94,7 +94,7 @@ def quickstart_run(tmp_path_factory, ray_address):
     prefix = str(tmp_path_factory.mktemp("quickstart") / "store")
     executor = Executor(prefix=prefix, caller_file=str(root / "experiments" / "quickstart.py"),
                         description="quickstart (test run)")
-    result = executor.run([steps["evaluation"], steps["export"]])
+    result = executor.run(quickstart.TARGETS)
     return {"prefix": prefix, "steps": steps, "result": result,
             "paths": {name: next(p.output_path for p in result.plan.steps if p.name == step.name)
                       for name, step in steps.items()}}

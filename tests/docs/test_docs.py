@@ -73,6 +73,13 @@ EXERCISED: dict[str, tuple[str, str, str]] = {
     'python -m marin.inference.sample --checkpoint local_store/exports/quickstart-nano-<hash> --prompt "Once upon a time" '
     "--max_new_tokens 20 --temperature 0": (
         QUICKSTART, "def test_generate_and_export_command_lines_on_the_trained_model(", "on the session's quickstart"),
+    'python -m marin.inference.chat --checkpoint local_store/checkpoints/quickstart-nano-instruct-<hash> --message '
+    '"What does the owl say?"': (
+        "tests/chat/test_chat_cli.py", "def test_cli_replies_per_turn_from_arguments_and_from_stdin(",
+        "on a tiny SFT run; the quickstart test asks the quickstart's instruct model"),
+    ".venv/bin/python benchmarks/sft_bench.py": (
+        "tests/chat/test_sft_bench.py", "def test_sft_bench_prints_both_tables_with_ratios(",
+        "with 200 conversations, 2 steps, --repeat 1"),
     ".venv/bin/python benchmarks/attention_bench.py": (
         "tests/trainer/test_attention_bench.py", "def test_attention_bench_prints_a_table_with_ratios_to_reference(",
         "with --seqs 128 256, two backends, --reps 1 and --out in a temp dir"),
