@@ -54,8 +54,12 @@ def chat_tokenizer(conversations, root: Path):
     from marin.tokenize import TrainTokenizerConfig, build_bpe_tokenizer
 
     texts = (m["content"] for c in conversations[:2000] for m in c)
-    config = TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=8192,
-                                  special_tokens=("<|endoftext|>", "<|pad|>", *CHAT_SPECIAL_TOKENS))
+    config = TrainTokenizerConfig(
+        input_paths=["-"],
+        output_path="-",
+        vocab_size=8192,
+        special_tokens=("<|endoftext|>", "<|pad|>", *CHAT_SPECIAL_TOKENS),
+    )
     chat = ChatTokenizer(build_bpe_tokenizer(texts, config))
     chat.save(str(root / "tokenizer"))
     return chat
@@ -80,9 +84,14 @@ def bench_rendering(chat, conversations, root: Path, repeat: int) -> dict:
             hf.apply_chat_template(c, tokenize=True)
         rates["transformers_ids_only"].append(len(conversations) / (time.perf_counter() - start))
     medians = {k: statistics.median(v) for k, v in rates.items()}
-    return {"conversations": len(conversations), "tokens": tokens, "conversations_per_s": medians, "runs": rates,
-            "ratio_vs_with_mask": medians["ours"] / medians["transformers_with_mask"],
-            "ratio_vs_ids_only": medians["ours"] / medians["transformers_ids_only"]}
+    return {
+        "conversations": len(conversations),
+        "tokens": tokens,
+        "conversations_per_s": medians,
+        "runs": rates,
+        "ratio_vs_with_mask": medians["ours"] / medians["transformers_with_mask"],
+        "ratio_vs_ids_only": medians["ours"] / medians["transformers_ids_only"],
+    }
 
 
 class Unmasked:
@@ -104,11 +113,11 @@ def bench_training(cache_dir: str, model_name: str, steps: int, batch_size: int,
 
     import jax
 
+    from marin.tokenize import TokenCache
     from marin.trainer.data import CacheTokenSource, DataConfig, SyntheticSourceConfig, TrainBatches
     from marin.trainer.model import model_preset, param_axes
     from marin.trainer.optim import OptimizerConfig
     from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
-    from marin.tokenize import TokenCache
 
     cache = TokenCache.open(cache_dir)
     cfg = dataclasses.replace(model_preset(model_name), vocab_size=cache.ledger["vocab_size"], seq_len=256)
@@ -118,9 +127,12 @@ def bench_training(cache_dir: str, model_name: str, steps: int, batch_size: int,
     step_fn = make_train_step(cfg, tx, opt.lr_schedule(10_000), StepConfig(precision=policy))
     placeholder = DataConfig(train={"s": SyntheticSourceConfig(vocab_size=cfg.vocab_size, num_tokens=1000)})
     sft_source = CacheTokenSource(cache)
-    loaders = {"sft": TrainBatches({"s": sft_source}, placeholder, seq_len=cfg.seq_len, batch_size=batch_size),
-               "pretraining": TrainBatches({"s": Unmasked(sft_source)}, placeholder, seq_len=cfg.seq_len,
-                                           batch_size=batch_size)}
+    loaders = {
+        "sft": TrainBatches({"s": sft_source}, placeholder, seq_len=cfg.seq_len, batch_size=batch_size),
+        "pretraining": TrainBatches(
+            {"s": Unmasked(sft_source)}, placeholder, seq_len=cfg.seq_len, batch_size=batch_size
+        ),
+    }
     rates = {name: [] for name in loaders}
     masked_share = {}
     for r in range(repeat):
@@ -138,9 +150,17 @@ def bench_training(cache_dir: str, model_name: str, steps: int, batch_size: int,
             rates[name].append(steps * batch_size * cfg.seq_len / (time.perf_counter() - start))
             masked_share[name] = counted / (steps * batch_size * cfg.seq_len)
     medians = {k: statistics.median(v) for k, v in rates.items()}
-    return {"model": model_name, "params_m": cfg.param_count / 1e6, "seq_len": cfg.seq_len, "batch_size": batch_size,
-            "steps": steps, "tokens_per_s": medians, "runs": rates, "share_of_targets_trained": masked_share,
-            "ratio_sft_vs_pretraining": medians["sft"] / medians["pretraining"]}
+    return {
+        "model": model_name,
+        "params_m": cfg.param_count / 1e6,
+        "seq_len": cfg.seq_len,
+        "batch_size": batch_size,
+        "steps": steps,
+        "tokens_per_s": medians,
+        "runs": rates,
+        "share_of_targets_trained": masked_share,
+        "ratio_sft_vs_pretraining": medians["sft"] / medians["pretraining"],
+    }
 
 
 def main() -> None:
@@ -163,18 +183,26 @@ def main() -> None:
         write_records(str(root / "chat.jsonl"), [{"messages": c} for c in conversations])
         build_sft_cache([str(root / "chat.jsonl")], str(root / "cache"), str(root / "tokenizer"))
         training = bench_training(str(root / "cache"), args.model, args.steps, args.batch_size, args.repeat)
-    result = {"rendering": rendering, "training": training, "cpu_count": os.cpu_count(),
-              "measured": time.strftime("%Y-%m-%d %H:%M")}
+    result = {
+        "rendering": rendering,
+        "training": training,
+        "cpu_count": os.cpu_count(),
+        "measured": time.strftime("%Y-%m-%d %H:%M"),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "sft_bench.json").write_text(json.dumps(result, indent=2))
     r, t = rendering, training
-    print(f"| rendering + tokenization ({r['conversations']} conversations, {r['tokens']:,} tokens) | conversations/s |")
+    print(
+        f"| rendering + tokenization ({r['conversations']} conversations, {r['tokens']:,} tokens) | conversations/s |"
+    )
     print("|---|---|")
     for name, rate in r["conversations_per_s"].items():
         print(f"| {name} | {rate:,.0f} |")
     print(f"ours / transformers with mask: {r['ratio_vs_with_mask']:.2f}x; ids only: {r['ratio_vs_ids_only']:.2f}x\n")
-    print(f"| training {t['model']} ({t['params_m']:.1f}M), batch {t['batch_size']} x {t['seq_len']} | tokens/s |"
-          " share of targets trained |")
+    print(
+        f"| training {t['model']} ({t['params_m']:.1f}M), batch {t['batch_size']} x {t['seq_len']} | tokens/s |"
+        " share of targets trained |"
+    )
     print("|---|---|---|")
     for name, rate in t["tokens_per_s"].items():
         print(f"| {name} | {rate:,.0f} | {t['share_of_targets_trained'][name]:.2f} |")

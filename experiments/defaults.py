@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from experiments.models import SimpleTrainConfig
 from marin.chat import ChatDataConfig, SftTokenizeConfig, normalize_chat, tokenize_chat
 from marin.dedupe import DedupeConfig, dedupe_documents
 from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHashConfig, ParagraphDedupeConfig
@@ -30,19 +31,17 @@ from marin.execution import ExecutorStep, InputName, ResourceConfig, this_output
 from marin.export.step import ExportConfig, export_checkpoint
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
 from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
-from marin.trainer.data import TokenCacheSourceConfig
 from marin.trainer.checkpoint import CheckpointConfig
+from marin.trainer.data import TokenCacheSourceConfig
 from marin.trainer.data.loader import DataConfig
 from marin.trainer.data.mixture import MixtureStage
 from marin.trainer.loop import TrainerConfig, TrainLmConfig
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.optim import OptimizerConfig
+from marin.trainer.sft import TrainSftConfig, train_sft
 from marin.trainer.step import PrecisionPolicy
 from marin.trainer.tracking import TrackerConfig
-from marin.trainer.sft import TrainSftConfig, train_sft
 from marin.trainer.train_lm import train_lm
-
-from experiments.models import SimpleTrainConfig
 
 Input = ExecutorStep | InputName | str
 

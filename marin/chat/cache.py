@@ -123,10 +123,16 @@ def _shard_is_complete(cache_url: str, index: int, source: str, tokenizer_fp: st
     except (FileNotFoundError, ValueError):
         return None
     if (ledger.get("source"), ledger.get("tokenizer_fingerprint"), ledger.get("chat_template_sha256")) != (
-        source, tokenizer_fp, template_sha):  # fmt: skip
+        source,
+        tokenizer_fp,
+        template_sha,
+    ):
         return None
-    expected = {"tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize, "mask": ledger["num_tokens"],
-                "offsets": (ledger["num_documents"] + 1) * OFFSET_DTYPE.itemsize}  # fmt: skip
+    expected = {
+        "tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize,
+        "mask": ledger["num_tokens"],
+        "offsets": (ledger["num_documents"] + 1) * OFFSET_DTYPE.itemsize,
+    }
     for kind, size in expected.items():
         fs, path = filesystem(paths[kind])
         if not fs.exists(path) or fs.size(path) != size:
@@ -134,8 +140,16 @@ def _shard_is_complete(cache_url: str, index: int, source: str, tokenizer_fp: st
     return ledger
 
 
-def build_sft_cache(files: Sequence[str], cache_url: str, tokenizer_dir: str, *, num_workers: int = 1,
-                    batch_size: int = 256, on_error: OnError = "raise", long_document_tokens: int = 4096) -> dict:
+def build_sft_cache(
+    files: Sequence[str],
+    cache_url: str,
+    tokenizer_dir: str,
+    *,
+    num_workers: int = 1,
+    batch_size: int = 256,
+    on_error: OnError = "raise",
+    long_document_tokens: int = 4096,
+) -> dict:
     """Build (or finish) the SFT cache at ``cache_url`` from conversation ``files`` with the chat tokenizer
     saved in ``tokenizer_dir``; returns the ledger (written last)."""
     chat = ChatTokenizer.load(tokenizer_dir)
@@ -147,11 +161,18 @@ def build_sft_cache(files: Sequence[str], cache_url: str, tokenizer_dir: str, *,
         if done is not None:
             ledgers[index] = done
         else:
-            jobs.append(SftShardJob(index, source, cache_url, tokenizer_dir, batch_size, on_error, long_document_tokens))
+            jobs.append(
+                SftShardJob(index, source, cache_url, tokenizer_dir, batch_size, on_error, long_document_tokens)
+            )
     if ledgers:
         logger.info("%s: %d of %d shards already complete", cache_url, len(ledgers), len(files))
-    results = run_tasks(build_sft_shard, [(job,) for job in jobs], use_ray=num_workers > 1, max_workers=num_workers,
-                        label=f"sft cache {cache_url.rstrip('/').rsplit('/', 1)[-1]}")  # fmt: skip
+    results = run_tasks(
+        build_sft_shard,
+        [(job,) for job in jobs],
+        use_ray=num_workers > 1,
+        max_workers=num_workers,
+        label=f"sft cache {cache_url.rstrip('/').rsplit('/', 1)[-1]}",
+    )
     for ledger in results:
         ledgers[int(ledger["name"])] = ledger
     shards = [ledgers[i] for i in range(len(files))]
@@ -164,13 +185,29 @@ def build_sft_cache(files: Sequence[str], cache_url: str, tokenizer_dir: str, *,
         "vocab_size": chat.tokenizer.get_vocab_size(),
         "dtype": token_dtype(chat.tokenizer.get_vocab_size()).str,
         "eos_id": eos_id(chat.tokenizer),
-        **{key: sum(s[key] for s in shards) for key in ("num_documents", "num_tokens", "num_masked_tokens", "num_bytes",
-                                                         "empty_documents", "skipped_records", "long_documents")},
+        **{
+            key: sum(s[key] for s in shards)
+            for key in (
+                "num_documents",
+                "num_tokens",
+                "num_masked_tokens",
+                "num_bytes",
+                "empty_documents",
+                "skipped_records",
+                "long_documents",
+            )
+        },
         "long_document_tokens": long_document_tokens,
         "max_document_tokens": max((s["max_document_tokens"] for s in shards), default=0),
         "shards": shards,
     }
     write_atomic(join(cache_url, LEDGER_FILE), json.dumps(ledger, indent=2))
-    logger.info("%s: %d conversations, %d tokens (%d trained) in %d shards", cache_url, ledger["num_documents"],
-                ledger["num_tokens"], ledger["num_masked_tokens"], len(shards))  # fmt: skip
+    logger.info(
+        "%s: %d conversations, %d tokens (%d trained) in %d shards",
+        cache_url,
+        ledger["num_documents"],
+        ledger["num_tokens"],
+        ledger["num_masked_tokens"],
+        len(shards),
+    )
     return ledger

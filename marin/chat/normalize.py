@@ -62,8 +62,9 @@ def is_held_out(messages: list[dict], fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
-def normalize_file(index: int, source: str, output_path: str, split: str | None, fraction: float,
-                   on_error: OnError) -> dict:  # fmt: skip
+def normalize_file(
+    index: int, source: str, output_path: str, split: str | None, fraction: float, on_error: OnError
+) -> dict:
     """Normalize one input file into ``<split>/<index>.jsonl.gz`` (both splits when ``split`` is None)."""
     stats, reasons = ReadStats(), collections.Counter()
     parsed: list = []
@@ -98,10 +99,13 @@ def normalize_chat(config: ChatDataConfig) -> None:
     jobs = [(f, None) for f in expand_record_paths(list(config.input_paths))]
     if config.validation_paths:
         jobs += [(f, "validation") for f in expand_record_paths(list(config.validation_paths))]
-    args = [(i, f, config.output_path, split, config.validation_fraction, config.on_error)
-            for i, (f, split) in enumerate(jobs)]  # fmt: skip
-    files = run_tasks(normalize_file, args, use_ray=config.num_workers > 1, max_workers=config.num_workers,
-                      label="normalize chat")  # fmt: skip
+    args = [
+        (i, f, config.output_path, split, config.validation_fraction, config.on_error)
+        for i, (f, split) in enumerate(jobs)
+    ]
+    files = run_tasks(
+        normalize_file, args, use_ray=config.num_workers > 1, max_workers=config.num_workers, label="normalize chat"
+    )
     reasons = collections.Counter()
     for f in files:
         reasons.update(f["skip_reasons"])
@@ -112,5 +116,9 @@ def normalize_chat(config: ChatDataConfig) -> None:
         "files": files,
     }
     write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
-    logger.info("normalized %s conversations (%d skipped) into %s", summary["conversations"], summary["skipped"],
-                config.output_path)  # fmt: skip
+    logger.info(
+        "normalized %s conversations (%d skipped) into %s",
+        summary["conversations"],
+        summary["skipped"],
+        config.output_path,
+    )

@@ -22,8 +22,16 @@ from __future__ import annotations
 from typing import Any
 
 ROLES = ("system", "user", "assistant")
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                  "model": "assistant", "chatgpt": "assistant", "bing": "assistant", "system": "system"}  # fmt: skip
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "model": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "system": "system",
+}
 SHAPES = ("messages", "conversations", "instruction")
 
 
@@ -100,7 +108,9 @@ def check_conversation(messages: list[dict[str, str]]) -> None:
     for i, message in enumerate(body):
         expected = "user" if i % 2 == 0 else "assistant"
         if message["role"] != expected:
-            raise MalformedConversation(f"messages[{i + offset}].role: expected {expected!r} (system first, then "
-                                        f"user and assistant alternating), got {message['role']!r}")
+            raise MalformedConversation(
+                f"messages[{i + offset}].role: expected {expected!r} (system first, then "
+                f"user and assistant alternating), got {message['role']!r}"
+            )
     if body[-1]["role"] != "assistant":
         raise MalformedConversation(f"messages[{len(messages) - 1}]: the conversation must end with an assistant turn")

@@ -53,8 +53,13 @@ class SftTokenizeConfig:
 
     def __post_init__(self):
         check("SftTokenizeConfig", "train_paths", self.train_paths, lambda v: len(v) > 0, "at least one path")
-        check("SftTokenizeConfig", "template", self.template, lambda v: "generation" in v,
-              "a template marking assistant turns with {% generation %} ... {% endgeneration %}")
+        check(
+            "SftTokenizeConfig",
+            "template",
+            self.template,
+            lambda v: "generation" in v,
+            "a template marking assistant turns with {% generation %} ... {% endgeneration %}",
+        )
         check("SftTokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
 
 
@@ -66,9 +71,24 @@ def tokenize_chat(config: SftTokenizeConfig) -> None:
     for split, paths in (("train", config.train_paths), ("validation", config.validation_paths)):
         if not paths:
             continue
-        ledger = build_sft_cache(expand_record_paths(list(paths)), join(config.output_path, split), tokenizer_dir,
-                                 num_workers=config.num_workers, batch_size=config.batch_size,
-                                 on_error=config.on_error, long_document_tokens=config.long_document_tokens)  # fmt: skip
-        summary[split] = {k: ledger[k] for k in ("num_documents", "num_tokens", "num_masked_tokens", "skipped_records",
-                                                 "long_documents", "max_document_tokens")}  # fmt: skip
+        ledger = build_sft_cache(
+            expand_record_paths(list(paths)),
+            join(config.output_path, split),
+            tokenizer_dir,
+            num_workers=config.num_workers,
+            batch_size=config.batch_size,
+            on_error=config.on_error,
+            long_document_tokens=config.long_document_tokens,
+        )
+        summary[split] = {
+            k: ledger[k]
+            for k in (
+                "num_documents",
+                "num_tokens",
+                "num_masked_tokens",
+                "skipped_records",
+                "long_documents",
+                "max_document_tokens",
+            )
+        }
     write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 from tokenizers import AddedToken, Tokenizer
@@ -72,7 +73,7 @@ def _compile(template: str):
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class _Generation(Extension):
-        tags = {"generation"}
+        tags: ClassVar[set[str]] = {"generation"}
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno
@@ -99,8 +100,14 @@ def _compile(template: str):
 class ChatTokenizer:
     """A ``tokenizers.Tokenizer`` plus a chat template: render, encode with masks, save in HF format."""
 
-    def __init__(self, tokenizer: Tokenizer, *, template: str = CHAT_TEMPLATE, bos_token: str = BOS_TOKEN,
-                 eot_token: str = EOT_TOKEN):  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        template: str = CHAT_TEMPLATE,
+        bos_token: str = BOS_TOKEN,
+        eot_token: str = EOT_TOKEN,
+    ):
         for name in (bos_token, eot_token):
             if tokenizer.token_to_id(name) is None:
                 raise ValueError(f"tokenizer has no {name!r} token: build it with with_chat_tokens(tokenizer)")
@@ -109,13 +116,18 @@ class ChatTokenizer:
         self.bos_id, self.eot_id = tokenizer.token_to_id(bos_token), tokenizer.token_to_id(eot_token)
         self._env, self._compiled = _compile(template)
 
-    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = False
-               ) -> tuple[str, list[tuple[int, int]]]:  # fmt: skip
+    def render(
+        self, messages: Sequence[Message], *, add_generation_prompt: bool = False
+    ) -> tuple[str, list[tuple[int, int]]]:
         """The conversation's text and the character spans of its assistant turns (each with its EOT)."""
         self._env.blocks, self._env.spans = [], []
         try:
-            for block in self._compiled.generate(messages=list(messages), bos_token=self.bos_token,
-                                                 eos_token=self.eot_token, add_generation_prompt=add_generation_prompt):  # fmt: skip
+            for block in self._compiled.generate(
+                messages=list(messages),
+                bos_token=self.bos_token,
+                eos_token=self.eot_token,
+                add_generation_prompt=add_generation_prompt,
+            ):
                 self._env.blocks.append(block)
             return "".join(self._env.blocks), self._env.spans
         finally:
@@ -129,8 +141,10 @@ class ChatTokenizer:
         """``encode`` for many conversations; the tokenizer runs once over all of them (Rust threads)."""
         rendered = [self.render(c) for c in conversations]
         encodings = self.tokenizer.encode_batch([text for text, _ in rendered], add_special_tokens=False)
-        return [(np.asarray(enc.ids, np.int32), _span_mask(enc.offsets, spans))
-                for enc, (_, spans) in zip(encodings, rendered)]  # fmt: skip
+        return [
+            (np.asarray(enc.ids, np.int32), _span_mask(enc.offsets, spans))
+            for enc, (_, spans) in zip(encodings, rendered)
+        ]
 
     def encode_prompt(self, messages: Sequence[Message]) -> np.ndarray:
         """Ids of the conversation so far followed by the assistant header: what a chat model continues.
@@ -154,8 +168,12 @@ class ChatTokenizer:
     # -- Hugging Face format --------------------------------------------------------------------
     def hf_config(self, model_max_length: int | None = None) -> dict:
         """``tokenizer_config.json``: ``transformers`` reads the template and the special tokens from it."""
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": self.bos_token,
-                  "eos_token": self.eot_token, "chat_template": self.template}  # fmt: skip
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": self.bos_token,
+            "eos_token": self.eot_token,
+            "chat_template": self.template,
+        }
         if model_max_length:
             config["model_max_length"] = model_max_length
         return config
@@ -165,8 +183,10 @@ class ChatTokenizer:
         from marin.storage import join, write_atomic
 
         write_atomic(join(directory, "tokenizer.json"), self.tokenizer.to_str())
-        write_atomic(join(directory, "special_tokens_map.json"),
-                     json.dumps({"bos_token": self.bos_token, "eos_token": self.eot_token}, indent=2))
+        write_atomic(
+            join(directory, "special_tokens_map.json"),
+            json.dumps({"bos_token": self.bos_token, "eos_token": self.eot_token}, indent=2),
+        )
         write_atomic(join(directory, "tokenizer_config.json"), json.dumps(self.hf_config(model_max_length), indent=2))
 
     @classmethod
@@ -182,8 +202,12 @@ class ChatTokenizer:
         if not config.get("chat_template"):
             raise ValueError(f"{config_url}: no 'chat_template'; not a chat tokenizer")
         tokenizer = Tokenizer.from_str(read_text(join(directory, "tokenizer.json")))
-        return cls(tokenizer, template=config["chat_template"], bos_token=_token_name(config["bos_token"]),
-                   eot_token=_token_name(config["eos_token"]))  # fmt: skip
+        return cls(
+            tokenizer,
+            template=config["chat_template"],
+            bos_token=_token_name(config["bos_token"]),
+            eot_token=_token_name(config["eos_token"]),
+        )
 
 
 def _token_name(value) -> str:

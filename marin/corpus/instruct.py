@@ -51,8 +51,12 @@ HELD_OUT = {
 
 
 def _pool(kind: str, held_out: bool) -> list:
-    everything = {"animal_sound": ANIMALS, "opposite": sorted(OPPOSITE_OF),
-                  "addition": [(a, b) for a in range(10) for b in range(10)], "counting": list(range(13))}[kind]
+    everything = {
+        "animal_sound": ANIMALS,
+        "opposite": sorted(OPPOSITE_OF),
+        "addition": [(a, b) for a in range(10) for b in range(10)],
+        "counting": list(range(13)),
+    }[kind]
     return [x for x in everything if (x in HELD_OUT[kind]) == held_out]
 
 
@@ -87,12 +91,17 @@ def make_item(rng: random.Random, kind: str, held_out: bool = False) -> dict:
         stop = start + rng.randint(3, 6)
         question = template.format(a=NUMBER_WORDS[start], b=NUMBER_WORDS[stop])
         answer = ", ".join(NUMBER_WORDS[start : stop + 1])
-        wrong = [", ".join(NUMBER_WORDS[start + d : stop + 1 + d]) for d in (1, 2)] + \
-            [", ".join(NUMBER_WORDS[start : stop])]  # fmt: skip
+        wrong = [", ".join(NUMBER_WORDS[start + d : stop + 1 + d]) for d in (1, 2)] + [
+            ", ".join(NUMBER_WORDS[start:stop])
+        ]
     choices = [*wrong, answer]
     rng.shuffle(choices)
-    return {"kind": kind, "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}],
-            "choices": choices, "gold": choices.index(answer)}  # fmt: skip
+    return {
+        "kind": kind,
+        "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}],
+        "choices": choices,
+        "gold": choices.index(answer),
+    }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -105,8 +114,13 @@ class InstructionsConfig:
 
     def __post_init__(self):
         check("InstructionsConfig", "train_items", self.train_items, lambda v: v >= 1, ">= 1")
-        check("InstructionsConfig", "validation_items", self.validation_items, lambda v: v >= len(KINDS),
-              f">= {len(KINDS)} (one per kind)")
+        check(
+            "InstructionsConfig",
+            "validation_items",
+            self.validation_items,
+            lambda v: v >= len(KINDS),
+            f">= {len(KINDS)} (one per kind)",
+        )
 
 
 def generate_instructions(config: InstructionsConfig) -> None:
@@ -118,5 +132,7 @@ def generate_instructions(config: InstructionsConfig) -> None:
         if split == "train":
             rows = [{k: v for k, v in row.items() if k not in ("choices", "gold")} for row in rows]
         write_records(join(config.output_path, split, "instructions.jsonl"), rows)
-    write_atomic(join(config.output_path, "manifest.json"),
-                 json.dumps({"seed": config.seed, "train": len(train), "validation": len(held)}, indent=2))
+    write_atomic(
+        join(config.output_path, "manifest.json"),
+        json.dumps({"seed": config.seed, "train": len(train), "validation": len(held)}, indent=2),
+    )

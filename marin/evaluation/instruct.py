@@ -96,8 +96,17 @@ def turns_of(chat: ChatTokenizer, items: list[dict]) -> list[Turn]:
             if message["role"] != "assistant":
                 continue
             choices = item.get("choices") if j == last else None
-            turns.append(Turn(i, item.get("kind", "all"), messages[:j], chat.encode_prompt(messages[:j]), message["content"],
-                              choices, item.get("gold") if choices else None))  # fmt: skip
+            turns.append(
+                Turn(
+                    i,
+                    item.get("kind", "all"),
+                    messages[:j],
+                    chat.encode_prompt(messages[:j]),
+                    message["content"],
+                    choices,
+                    item.get("gold") if choices else None,
+                )
+            )
     return turns
 
 
@@ -147,12 +156,18 @@ def score_set(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, scorer: Scorer
         "chance": float(np.mean([1 / len(t.choices) for t in turns if t.choices])) if loglik else None,
         "assistant_loss": float(masked.mean()),
         "assistant_tokens": int(masked.size),
-        "by_kind": {k: {"exact_match": _rate(v["exact"])["value"],
-                        "loglik_acc": _rate(v["loglik"])["value"] if v["loglik"] else None}
-                    for k, v in sorted(by_kind.items())},  # fmt: skip
-        "samples": [{"question": t.messages[-1]["content"], "reference": t.reference, "reply": r}
-                    for t, r in list(zip(turns, replies))[: config.num_samples]],
-    }  # fmt: skip
+        "by_kind": {
+            k: {
+                "exact_match": _rate(v["exact"])["value"],
+                "loglik_acc": _rate(v["loglik"])["value"] if v["loglik"] else None,
+            }
+            for k, v in sorted(by_kind.items())
+        },
+        "samples": [
+            {"question": t.messages[-1]["content"], "reference": t.reference, "reply": r}
+            for t, r in list(zip(turns, replies))[: config.num_samples]
+        ],
+    }
 
 
 def _reply_ids(chat: ChatTokenizer, turn: Turn, reply: str) -> list[int]:
@@ -170,22 +185,40 @@ def evaluate_instruct(config: InstructEvalConfig) -> dict[str, Any]:
     cfg, params, step = load_model(config.checkpoint_path, config.model)
     chat = ChatTokenizer.load(config.chat_tokenizer)
     if chat.tokenizer.get_vocab_size() > cfg.vocab_size:
-        raise ValueError(f"chat tokenizer {config.chat_tokenizer} has {chat.tokenizer.get_vocab_size()} tokens, the "
-                         f"model only {cfg.vocab_size}")  # fmt: skip
+        raise ValueError(
+            f"chat tokenizer {config.chat_tokenizer} has {chat.tokenizer.get_vocab_size()} tokens, the "
+            f"model only {cfg.vocab_size}"
+        )
     params = place_params(cfg, params)
-    scorer = Scorer(functools.partial(forward, cfg), params=params, batch_size=config.batch_size, max_len=cfg.seq_len,
-                    pad_id=chat.eot_id)  # fmt: skip
-    results: dict[str, Any] = {"checkpoint": config.checkpoint_path, "checkpoint_step": step,
-                               "model": dataclasses.asdict(cfg), "tokenizer": config.chat_tokenizer,
-                               "config": json.loads(json.dumps({f.name: getattr(config, f.name)
-                                                                for f in dataclasses.fields(config) if f.name != "model"},
-                                                               default=str)),
-                               "instruct": {}}  # fmt: skip
+    scorer = Scorer(
+        functools.partial(forward, cfg),
+        params=params,
+        batch_size=config.batch_size,
+        max_len=cfg.seq_len,
+        pad_id=chat.eot_id,
+    )
+    results: dict[str, Any] = {
+        "checkpoint": config.checkpoint_path,
+        "checkpoint_step": step,
+        "model": dataclasses.asdict(cfg),
+        "tokenizer": config.chat_tokenizer,
+        "config": json.loads(
+            json.dumps(
+                {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "model"}, default=str
+            )
+        ),
+        "instruct": {},
+    }
     for name, spec in config.eval_sets.items():
         items = load_items(spec, config.max_items)
         results["instruct"][name] = score_set(chat, cfg, params, scorer, items, config)
         r = results["instruct"][name]
-        logger.info("instruct %s: exact match %.3f, loglik acc %s, assistant loss %.4f", name, r["exact_match"]["value"],
-                    f"{r['loglik_acc']['value']:.3f}" if r["loglik_acc"] else "-", r["assistant_loss"])  # fmt: skip
+        logger.info(
+            "instruct %s: exact match %.3f, loglik acc %s, assistant loss %.4f",
+            name,
+            r["exact_match"]["value"],
+            f"{r['loglik_acc']['value']:.3f}" if r["loglik_acc"] else "-",
+            r["assistant_loss"],
+        )
     write_atomic(join(config.output_path, "results.json"), json.dumps(results, indent=2))
     return results

@@ -36,8 +36,10 @@ def chat_tokenizer_dir(checkpoint: str, tokenizer: str | None) -> str:
     info_url = join(checkpoint, SFT_INFO)
     if exists(info_url) and json.loads(read_text(info_url)).get("chat_tokenizer"):
         return json.loads(read_text(info_url))["chat_tokenizer"]
-    raise SystemExit(f"{checkpoint}: no chat tokenizer found (not an HF export and no {SFT_INFO} with one); pass "
-                     "--tokenizer <sft tokenize step>/tokenizer")
+    raise SystemExit(
+        f"{checkpoint}: no chat tokenizer found (not an HF export and no {SFT_INFO} with one); pass "
+        "--tokenizer <sft tokenize step>/tokenizer"
+    )
 
 
 class ChatSession:
@@ -109,8 +111,14 @@ def main(argv=None) -> None:
     cfg, params, _ = load_model(args.checkpoint)
     if args.max_new_tokens >= cfg.seq_len:
         raise SystemExit(f"--max_new_tokens {args.max_new_tokens} leaves no room for a prompt in seq_len {cfg.seq_len}")
-    gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, seed=args.seed, stop_tokens=(chat.eot_id, eos_id(chat.tokenizer)))
+    gen = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop_tokens=(chat.eot_id, eos_id(chat.tokenizer)),
+    )
     session = ChatSession(cfg, place_params(cfg, params), chat, gen, system=args.system)
     interactive = not args.message and sys.stdin.isatty()
     for text in _turns(args):

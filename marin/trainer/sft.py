@@ -52,19 +52,24 @@ def resolve_sft(config: TrainSftConfig) -> TrainLmConfig:
     for name, source in sources.items():
         ledger = getattr(getattr(source, "cache", None), "ledger", {})
         if ledger.get("vocab_size", 0) > config.model.vocab_size:
-            raise ValueError(f"training source {name!r}: its tokenizer has {ledger['vocab_size']} tokens but the model "
-                             f"only {config.model.vocab_size} embeddings (chat tokens added to a tokenizer need a "
-                             f"model whose vocab_size covers them)")  # fmt: skip
+            raise ValueError(
+                f"training source {name!r}: its tokenizer has {ledger['vocab_size']} tokens but the model "
+                f"only {config.model.vocab_size} embeddings (chat tokens added to a tokenizer need a "
+                f"model whose vocab_size covers them)"
+            )
         read_mask = getattr(source, "read_mask", None)
         if config.require_masks and (read_mask is None or read_mask(0, min(1, source.num_tokens)) is None):
-            raise ValueError(f"training source {name!r} stores no loss mask (not an SFT cache from marin.chat); "
-                             "set require_masks=False to train on all of its tokens")  # fmt: skip
+            raise ValueError(
+                f"training source {name!r} stores no loss mask (not an SFT cache from marin.chat); "
+                "set require_masks=False to train on all of its tokens"
+            )
     trainer = config.trainer
     if config.num_epochs is not None:
         total = sum(num_sequences(s, config.model.seq_len) for s in sources.values())
         steps = max(1, math.ceil(config.num_epochs * total / trainer.batch_size))
-        logger.info("%g epochs of %d sequences at batch %d: %d steps", config.num_epochs, total, trainer.batch_size,
-                    steps)  # fmt: skip
+        logger.info(
+            "%g epochs of %d sequences at batch %d: %d steps", config.num_epochs, total, trainer.batch_size, steps
+        )
         trainer = dataclasses.replace(trainer, num_train_steps=steps)
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(TrainLmConfig)}
     return TrainLmConfig(**{**fields, "trainer": trainer})
@@ -84,7 +89,11 @@ def train_sft(config: TrainSftConfig) -> None:
             tokenizers[ledger["tokenizer"]] = (ledger["tokenizer_fingerprint"], ledger.get("chat_template_sha256"))
     if distributed.is_primary():
         same = len(set(tokenizers.values())) == 1
-        info = {"chat_tokenizer": min(tokenizers) if same else None, "tokenizers": sorted(tokenizers),
-                "num_train_steps": resolved.trainer.num_train_steps, "initialize_from": config.initialize_from}
+        info = {
+            "chat_tokenizer": min(tokenizers) if same else None,
+            "tokenizers": sorted(tokenizers),
+            "num_train_steps": resolved.trainer.num_train_steps,
+            "initialize_from": config.initialize_from,
+        }
         write_atomic(join(config.output_path, SFT_INFO), json.dumps(info, indent=2))
     train_lm(resolved)

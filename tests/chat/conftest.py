@@ -59,6 +59,12 @@ def sft_dir(tmp_path_factory, reserved_chat):
     root = tmp_path_factory.mktemp("sft")
     reserved_chat.tokenizer.save(str(root / "tokenizer.json"))
     (root / "chat.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS * 10))
-    tokenize_chat(SftTokenizeConfig(train_paths=[str(root / "chat.jsonl")], validation_paths=[str(root / "chat.jsonl")],
-                                    tokenizer=str(root / "tokenizer.json"), output_path=str(root / "sft")))  # fmt: skip
+    tokenize_chat(
+        SftTokenizeConfig(
+            train_paths=[str(root / "chat.jsonl")],
+            validation_paths=[str(root / "chat.jsonl")],
+            tokenizer=str(root / "tokenizer.json"),
+            output_path=str(root / "sft"),
+        )
+    )
     return root / "sft"

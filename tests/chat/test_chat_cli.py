@@ -13,9 +13,17 @@ import pytest
 from marin.chat import ChatTokenizer
 from marin.inference import GenerationConfig, export_hf, generate, load_model
 from marin.inference.chat import ChatSession, chat_tokenizer_dir
+from marin.trainer import (
+    CheckpointConfig,
+    DataConfig,
+    OptimizerConfig,
+    SyntheticSourceConfig,
+    TrackerConfig,
+    TrainerConfig,
+    TrainLmConfig,
+    train_lm,
+)
 from marin.trainer.data import TokenCacheSourceConfig
-from marin.trainer import CheckpointConfig, DataConfig, OptimizerConfig, SyntheticSourceConfig, TrackerConfig
-from marin.trainer import TrainerConfig, TrainLmConfig, train_lm
 from marin.trainer.model import LlamaConfig
 from marin.trainer.sft import TrainSftConfig, train_sft
 from tests.chat.conftest import CONVERSATIONS
@@ -27,20 +35,46 @@ MODEL = LlamaConfig(vocab_size=512, hidden_dim=32, mlp_dim=64, num_layers=2, num
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory, sft_dir):
     root = tmp_path_factory.mktemp("run")
-    trainer = TrainerConfig(num_train_steps=3, batch_size=4, log_every=1, checkpoint=CheckpointConfig(save_interval_minutes=None),
-                            tracker=TrackerConfig(wandb=False, progress_bar=False))  # fmt: skip
-    train_lm(TrainLmConfig(output_path=str(root / "base"), model=MODEL, trainer=trainer,
-                           data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=512, num_tokens=10_000)})))
-    train_sft(TrainSftConfig(output_path=str(root / "sft"), model=MODEL, trainer=trainer, initialize_from=str(root / "base"),
-                             optimizer=OptimizerConfig(learning_rate=1e-2, schedule="constant", warmup=0),
-                             data=DataConfig(train={"chat": TokenCacheSourceConfig(path=str(sft_dir / "train"))})))
+    trainer = TrainerConfig(
+        num_train_steps=3,
+        batch_size=4,
+        log_every=1,
+        checkpoint=CheckpointConfig(save_interval_minutes=None),
+        tracker=TrackerConfig(wandb=False, progress_bar=False),
+    )
+    train_lm(
+        TrainLmConfig(
+            output_path=str(root / "base"),
+            model=MODEL,
+            trainer=trainer,
+            data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=512, num_tokens=10_000)}),
+        )
+    )
+    train_sft(
+        TrainSftConfig(
+            output_path=str(root / "sft"),
+            model=MODEL,
+            trainer=trainer,
+            initialize_from=str(root / "base"),
+            optimizer=OptimizerConfig(learning_rate=1e-2, schedule="constant", warmup=0),
+            data=DataConfig(train={"chat": TokenCacheSourceConfig(path=str(sft_dir / "train"))}),
+        )
+    )
     return root / "sft"
 
 
 def _cli(*args, stdin=None):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run([sys.executable, "-m", "marin.inference.chat", *args], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "marin.inference.chat", *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+    )
 
 
 def _session(run, sft_dir, max_new_tokens=8):
@@ -95,6 +129,11 @@ def test_export_carries_the_template_and_generates_like_ours(sft_run, sft_dir, t
         prompt = chat.encode_prompt(conversation[:-1])
         (ours,) = generate(cfg, jax.device_put(params), [prompt.tolist()], gen)
         with torch.no_grad():
-            theirs = model.generate(torch.tensor([prompt.tolist()]), max_new_tokens=12, do_sample=False,
-                                    eos_token_id=chat.eot_id, pad_token_id=chat.eot_id)[0, len(prompt):].tolist()
+            theirs = model.generate(
+                torch.tensor([prompt.tolist()]),
+                max_new_tokens=12,
+                do_sample=False,
+                eos_token_id=chat.eot_id,
+                pad_token_id=chat.eot_id,
+            )[0, len(prompt) :].tolist()
         assert np.array_equal(ours, theirs), (ours, theirs)

@@ -1,5 +1,6 @@
 """SFT token caches: masks stored beside the tokens, surviving packing; attention never crosses conversations."""
 
+import itertools
 import json
 
 import jax
@@ -22,8 +23,11 @@ def sft_cache(tmp_path, reserved_chat):
     rows = [{"messages": c} for c in CONVERSATIONS * 3]
     (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "sft"
-    tokenize_chat(SftTokenizeConfig(train_paths=[str(tmp_path / "chat.jsonl")], tokenizer=str(tmp_path / "tokenizer.json"),
-                                    output_path=str(out)))  # fmt: skip
+    tokenize_chat(
+        SftTokenizeConfig(
+            train_paths=[str(tmp_path / "chat.jsonl")], tokenizer=str(tmp_path / "tokenizer.json"), output_path=str(out)
+        )
+    )
     return out, rows
 
 
@@ -46,8 +50,11 @@ def test_rerun_skips_finished_shards_and_is_identical(sft_cache, tmp_path):
     out, _ = sft_cache
     before = {p.name: p.read_bytes() for p in (out / "train" / "shards").iterdir()}
     (out / "train" / "cache.json").unlink()
-    tokenize_chat(SftTokenizeConfig(train_paths=[str(tmp_path / "chat.jsonl")], tokenizer=str(tmp_path / "tokenizer.json"),
-                                    output_path=str(out)))  # fmt: skip
+    tokenize_chat(
+        SftTokenizeConfig(
+            train_paths=[str(tmp_path / "chat.jsonl")], tokenizer=str(tmp_path / "tokenizer.json"), output_path=str(out)
+        )
+    )
     assert {p.name: p.read_bytes() for p in (out / "train" / "shards").iterdir()} == before
 
 
@@ -67,8 +74,11 @@ def test_mask_survives_packing_across_sequence_boundaries(sft_cache):
         # a document that starts before this window and continues into it, with assistant tokens on both sides
         doc = np.searchsorted(starts, index * seq_len, side="right") - 1
         doc_end = starts[doc + 1] if doc + 1 < len(starts) else source.num_tokens
-        if starts[doc] < index * seq_len and stored[starts[doc]:index * seq_len].any() and \
-                stored[index * seq_len:doc_end].any():  # fmt: skip
+        if (
+            starts[doc] < index * seq_len
+            and stored[starts[doc] : index * seq_len].any()
+            and stored[index * seq_len : doc_end].any()
+        ):
             crossing += 1
     assert crossing > 0
     covered = (((source.num_tokens - 1) // seq_len) * seq_len) + 1
@@ -84,11 +94,18 @@ def test_segment_ids_keep_attention_inside_each_conversation(sft_cache):
     starts = source.doc_starts(0, seq_len + 1)
     assert len(starts) >= 3  # the window packs several conversations
     assert np.array_equal(np.flatnonzero(np.diff(segments)) + 1, starts[1:])
-    cfg = LlamaConfig(vocab_size=source.cache.ledger["vocab_size"], hidden_dim=32, mlp_dim=64, num_layers=2,
-                      num_heads=4, num_kv_heads=2, seq_len=seq_len)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=source.cache.ledger["vocab_size"],
+        hidden_dim=32,
+        mlp_dim=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        seq_len=seq_len,
+    )
     params = jax.jit(lambda key: init_params(cfg, key))(jax.random.PRNGKey(0))  # one program, not one per leaf
     run = jax.jit(lambda tokens, segments: forward(cfg, params, tokens, segments))
-    spans = list(zip(starts[:-1], starts[1:]))  # the whole conversations of the window
+    spans = list(itertools.pairwise(starts))  # the whole conversations of the window
     # Row 0: the packed window; row i: conversation i alone, at position 0, padded at the end (causal
     # attention: the padding cannot change the positions before it).
     rows = np.zeros((1 + len(spans), seq_len), np.int32)

@@ -5,24 +5,43 @@ import json
 
 import pytest
 
+from marin.trainer import (
+    CheckpointConfig,
+    DataConfig,
+    OptimizerConfig,
+    SyntheticSourceConfig,
+    TrackerConfig,
+    TrainerConfig,
+)
 from marin.trainer.data import TokenCacheSourceConfig
-from marin.trainer import CheckpointConfig, OptimizerConfig, DataConfig, SyntheticSourceConfig, TrackerConfig, TrainerConfig
+from marin.trainer.loop import TrainLmConfig
 from marin.trainer.model import LlamaConfig
 from marin.trainer.sft import TrainSftConfig, resolve_sft, train_sft
 from marin.trainer.train_lm import train_lm
-from marin.trainer.loop import TrainLmConfig
 
 MODEL = LlamaConfig(vocab_size=512, hidden_dim=32, mlp_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32)
-TRAINER = TrainerConfig(num_train_steps=1, batch_size=4, log_every=1, checkpoint=CheckpointConfig(save_interval_minutes=None),
-                        tracker=TrackerConfig(wandb=False, progress_bar=False))  # fmt: skip
+TRAINER = TrainerConfig(
+    num_train_steps=1,
+    batch_size=4,
+    log_every=1,
+    checkpoint=CheckpointConfig(save_interval_minutes=None),
+    tracker=TrackerConfig(wandb=False, progress_bar=False),
+)
 
 
 def sft_config(tmp_path, sft_dir, **overrides) -> TrainSftConfig:
-    fields = dict(output_path=str(tmp_path / "run"), model=MODEL, trainer=TRAINER, initialize_from=str(tmp_path / "base"),
-                  data=DataConfig(train={"chat": TokenCacheSourceConfig(path=str(sft_dir / "train"))},
-                                  validation={"chat": TokenCacheSourceConfig(path=str(sft_dir / "validation"))}))  # fmt: skip
-    fields.update(overrides)
-    return TrainSftConfig(**fields)
+    data = DataConfig(
+        train={"chat": TokenCacheSourceConfig(path=str(sft_dir / "train"))},
+        validation={"chat": TokenCacheSourceConfig(path=str(sft_dir / "validation"))},
+    )
+    fields = {
+        "output_path": str(tmp_path / "run"),
+        "model": MODEL,
+        "trainer": TRAINER,
+        "data": data,
+        "initialize_from": str(tmp_path / "base"),
+    }
+    return TrainSftConfig(**{**fields, **overrides})
 
 
 def test_num_epochs_sets_the_number_of_steps(tmp_path, sft_dir):
@@ -47,8 +66,12 @@ def test_refuses_unmasked_sources_small_vocabularies_and_no_initialization(tmp_p
 
 @pytest.mark.slow  # two training runs: ~30 s of CPU, more on a busy machine
 def test_sft_run_starts_from_the_base_and_lowers_the_assistant_loss(tmp_path, sft_dir):
-    base = TrainLmConfig(output_path=str(tmp_path / "base"), model=MODEL, trainer=TRAINER,
-                         data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=512, num_tokens=10_000)}))
+    base = TrainLmConfig(
+        output_path=str(tmp_path / "base"),
+        model=MODEL,
+        trainer=TRAINER,
+        data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=512, num_tokens=10_000)}),
+    )
     train_lm(base)
     trainer = dataclasses.replace(TRAINER, num_train_steps=20, eval_every=20)
     optimizer = OptimizerConfig(learning_rate=1e-2, schedule="constant", warmup=0)

@@ -23,9 +23,11 @@ def masked_runs(chat: ChatTokenizer, ids, mask) -> list[str]:
 
 def test_rendered_text_is_llama3_turn_format(reserved_chat):
     text, spans = reserved_chat.render(CONVERSATIONS[1][:3])
-    assert text == ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant. "
-                    "Answer briefly.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho had a red ball?<|eot_id|>"
-                    "<|start_header_id|>assistant<|end_header_id|>\n\nTom had a red ball.<|eot_id|>")
+    assert text == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant. "
+        "Answer briefly.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho had a red ball?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nTom had a red ball.<|eot_id|>"
+    )
     assert [text[a:b] for a, b in spans] == ["Tom had a red ball.<|eot_id|>"]
     prompt, _ = reserved_chat.render(CONVERSATIONS[1][:2], add_generation_prompt=True)
     assert prompt.endswith("<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
@@ -52,8 +54,10 @@ def test_hand_checked_mask(reserved_chat):
     trained = "".join(p for p, m in zip(pieces, mask) if m)
     untrained = "".join(p for p, m in zip(pieces, mask) if not m)
     assert trained == "19<|eot_id|>"
-    assert untrained == ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 12 plus 7?<|eot_id|>"
-                         "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert untrained == (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 12 plus 7?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
     assert mask.tolist() == [False] * (len(ids) - int(mask.sum())) + [True] * int(mask.sum())
 
 

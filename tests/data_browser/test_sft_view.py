@@ -17,8 +17,13 @@ def sft_lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("sftlab")
     train_bpe(("<|endoftext|>", "<|pad|>", *CHAT_SPECIAL_TOKENS)).save(str(root / "tokenizer.json"))
     (root / "chat.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS))
-    tokenize_chat(SftTokenizeConfig(train_paths=[str(root / "chat.jsonl")], tokenizer=str(root / "tokenizer.json"),
-                                    output_path=str(root / "sft")))  # fmt: skip
+    tokenize_chat(
+        SftTokenizeConfig(
+            train_paths=[str(root / "chat.jsonl")],
+            tokenizer=str(root / "tokenizer.json"),
+            output_path=str(root / "sft"),
+        )
+    )
     client = TestClient(create_app(BrowserConfig(roots=[str(root / "sft")], records_per_page=2)))
     return root, client
 

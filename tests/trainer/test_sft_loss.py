@@ -4,10 +4,10 @@ import jax
 import numpy as np
 
 from marin.trainer.data import ArrayTokenSource, DataConfig, SyntheticSourceConfig, TrainBatches
+from marin.trainer.model import param_axes
 from marin.trainer.model.llama import forward
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
-from marin.trainer.model import param_axes
 
 FP32 = PrecisionPolicy(compute_dtype="float32")
 
@@ -50,7 +50,11 @@ def test_loss_is_the_mean_over_masked_targets_only(tiny):
     doc_of = np.searchsorted(source.doc_starts(0, source.num_tokens), np.arange(source.num_tokens), side="right")
     stored = source.read_mask(0, source.num_tokens)
     logits = np.asarray(forward(tiny, params, batch["input_ids"], batch["segment_ids"]), np.float64)
-    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    logp = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
     nll, counted = [], 0
     for row, seq in enumerate(index):
         for p in range(tiny.seq_len):
