@@ -71,8 +71,16 @@ def resolve_sft(config: TrainSftConfig) -> TrainLmConfig:
             "%g epochs of %d sequences at batch %d: %d steps", config.num_epochs, total, trainer.batch_size, steps
         )
         trainer = dataclasses.replace(trainer, num_train_steps=steps)
+    # A held-out split may be empty (no validation_fraction): nothing to evaluate there, so it is left out.
+    validation = {}
+    for name, src in config.data.validation.items():
+        if num_sequences(src.build(), config.model.seq_len) > 0:
+            validation[name] = src
+        else:
+            logger.info("validation set %r holds no full sequence: not evaluated", name)
+    data = dataclasses.replace(config.data, validation=validation)
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(TrainLmConfig)}
-    return TrainLmConfig(**{**fields, "trainer": trainer})
+    return TrainLmConfig(**{**fields, "trainer": trainer, "data": data})
 
 
 SFT_INFO = "sft.json"

@@ -53,11 +53,23 @@ def test_num_epochs_sets_the_number_of_steps(tmp_path, sft_dir):
     assert resolve_sft(sft_config(tmp_path, sft_dir)).trainer.num_train_steps == 1
 
 
+def test_empty_validation_sets_are_left_out(tmp_path, sft_dir, reserved_chat):
+    from marin.chat.cache import build_sft_cache
+
+    (tmp_path / "empty.jsonl").write_text("")
+    build_sft_cache([str(tmp_path / "empty.jsonl")], str(tmp_path / "empty"), str(sft_dir / "tokenizer"))
+    config = sft_config(tmp_path, sft_dir)
+    data = dataclasses.replace(
+        config.data, validation={**config.data.validation, "none": TokenCacheSourceConfig(path=str(tmp_path / "empty"))}
+    )
+    assert list(resolve_sft(dataclasses.replace(config, data=data)).data.validation) == ["chat"]
+
+
 def test_refuses_unmasked_sources_small_vocabularies_and_no_initialization(tmp_path, sft_dir):
     unmasked = DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=512, num_tokens=10_000)})
     with pytest.raises(ValueError, match="'syn' stores no loss mask"):
         resolve_sft(sft_config(tmp_path, sft_dir, data=unmasked))
-    assert resolve_sft(sft_config(tmp_path, sft_dir, data=unmasked, require_masks=False)).data is unmasked
+    assert resolve_sft(sft_config(tmp_path, sft_dir, data=unmasked, require_masks=False)).data.train == unmasked.train
     with pytest.raises(ValueError, match=r"its tokenizer has \d+ tokens but the model only 256 embeddings"):
         resolve_sft(sft_config(tmp_path, sft_dir, model=dataclasses.replace(MODEL, vocab_size=256)))
     with pytest.raises(ValueError, match="initialize_from must name"):
