@@ -69,6 +69,8 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str,
         min_lr_ratio=0.05,
         eval_every=100,
         log_every=10,
+        compute_dtype="float32",  # a laptop CPU has no fast bf16 matmuls
+        wandb=False,
     )
     checkpoints = default_train(
         "quickstart-nano",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import draccus
 
+from marin.logs import configure_logging
 from marin.execution.executor import Executor, PreviouslyFailed, StepsFailed
 from marin.execution.experiment import caller_file
 from marin.execution.lease import LeaseConfig
@@ -54,7 +55,7 @@ class ExecutorMainConfig:
 def executor_main(steps: Sequence[ExecutorStep], description: str | None = None, args: Sequence[str] | None = None):
     """Parse the command line, then plan, dry-run or run ``steps``. Exits non-zero on failure."""
     config = draccus.parse(ExecutorMainConfig, args=_list_args(sys.argv[1:] if args is None else list(args)))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     prefix = config.resolved_prefix()
     executor = Executor(
         prefix,
