@@ -3,7 +3,7 @@ the SFT loss trains on (the cache's stored mask: assistant turns and their end-o
 
     /sft?path=local_store/tokenized/bundled-instructions-sft-1a2b/train&offset=0
 
-The page reads only what the SFT tokenize step wrote: the cache (``marin.tokenize.reader``, the token-cache
+Reading only (the route is ``pages/sft_page.py``). The page reads only what the SFT tokenize step wrote: the cache (``marin.tokenize.reader``, the token-cache
 format) and the tokenizer directory its ledger names, which must lie inside the browser's roots like every
 other path. Runs of equally masked tokens are decoded together, so a span reads as text; special tokens
 (turn headers, end of turn) are kept visible.
@@ -85,26 +85,3 @@ def conversations(path: str, tokenizer_url: str, offset: int, limit: int) -> tup
 def tokenizer_of(path: str) -> str:
     """The tokenizer directory an SFT cache's ledger names (the tokenize step's ``tokenizer/``)."""
     return json.loads(read_text(join(path, "cache.json")))["tokenizer"]
-
-
-def register(app, render, resolve, page_size: int) -> None:
-    """Add ``/sft`` and ``/api/sft`` to the browser's app (``resolve`` checks every path against the roots)."""
-    from fastapi import Query
-
-    def data(path: str, offset: int) -> dict:
-        path = resolve(path)
-        if not is_sft_cache(path):
-            raise FileNotFoundError(f"{path}: not an SFT token cache (no cache.json with a loss mask)")
-        tokenizer_url = resolve(tokenizer_of(path))
-        items, total = conversations(path, tokenizer_url, offset, page_size)
-        return {"path": path, "offset": offset, "total": total, "conversations": items, "tokenizer": tokenizer_url}
-
-    @app.get("/sft")
-    def sft_page(path: str, offset: int = Query(0, ge=0)):
-        return render("sft.html", **data(path, offset), page_size=page_size)
-
-    @app.get("/api/sft")
-    def sft_api(path: str, offset: int = Query(0, ge=0)):
-        d = data(path, offset)
-        d["conversations"] = [dataclasses.asdict(c) for c in d["conversations"]]
-        return d

@@ -15,6 +15,9 @@
    shifts toward arithmetic at step 120 (a miniature of Tootsie's phase change).
 6. Evaluate bits-per-byte per domain (against a unigram baseline) and the four multiple-choice tasks, then
    export to Hugging Face format.
+7. Instruct phase (``instruct_phase``): generated question -> answer conversations over the corpus's facts,
+   the chat template with assistant-only loss masks, SFT from the base checkpoint, and the base and the
+   instruct model on held-out instructions (printed before -> after), plus an HF export with the template.
 """
 
 import dataclasses
@@ -22,9 +25,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.defaults import (  # noqa: E402
+from experiments.defaults import (
     default_chat_data,
     default_dedupe,
     default_download,
@@ -37,13 +39,13 @@ from experiments.defaults import (  # noqa: E402
     default_train,
     default_train_tokenizer,
 )
-from experiments.models import SimpleTrainConfig, llama_nano  # noqa: E402
-from marin.chat import CHAT_SPECIAL_TOKENS  # noqa: E402
-from marin.corpus import CorpusConfig, generate_corpus  # noqa: E402
-from marin.corpus.instruct import InstructionsConfig, generate_instructions  # noqa: E402
-from marin.corpus.tasks import TASKS  # noqa: E402
-from marin.execution import ExecutorStep, executor_main, this_output_path, versioned  # noqa: E402
-from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS  # noqa: E402
+from experiments.models import SimpleTrainConfig, llama_nano
+from marin.chat import CHAT_SPECIAL_TOKENS
+from marin.corpus import CorpusConfig, generate_corpus
+from marin.corpus.instruct import InstructionsConfig, generate_instructions
+from marin.corpus.tasks import TASKS
+from marin.execution import ExecutorStep, executor_main, this_output_path, versioned
+from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
 
 DOMAINS = ("stories", "arithmetic")
 VOCAB = 2048

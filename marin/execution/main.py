@@ -22,7 +22,7 @@ from marin.execution.plan import PlanError
 from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.status import StatusFileError
 from marin.execution.step import ExecutorStep
-from marin.storage import MissingBackend, StoreUnavailable
+from marin.storage import MissingBackend, StoreUnavailable, is_url
 
 
 DEFAULT_PREFIX = "./local_store"
@@ -49,7 +49,7 @@ class ExecutorMainConfig:
 
     def resolved_prefix(self) -> str:
         prefix = self.prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
-        return os.path.abspath(prefix) if "://" not in prefix else prefix.rstrip("/")
+        return prefix.rstrip("/") if is_url(prefix) else os.path.abspath(prefix)
 
 
 def executor_main(steps: Sequence[ExecutorStep], description: str | None = None, args: Sequence[str] | None = None):

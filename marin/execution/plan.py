@@ -27,7 +27,7 @@ from typing import Any
 
 from marin.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
 from marin.identity import result_fields
-from marin.storage import join
+from marin.storage import is_absolute, join
 
 HASH_LENGTH = 8
 
@@ -264,7 +264,7 @@ def _output_path(step: ExecutorStep, step_hash: str, prefix: str) -> str:
     if step.override_output_path is None:
         return join(prefix, f"{step.name}-{step_hash}")
     override = step.override_output_path
-    if "://" in override or override.startswith("/"):
+    if is_absolute(override):
         return override
     return join(prefix, override)
 

@@ -48,7 +48,7 @@ import jax
 import numpy as np
 import tensorstore as ts
 
-from marin.storage import delete, exists, is_local, join, list_dir, open_url, read_bytes, write_atomic
+from marin.storage import delete, exists, is_local, join, list_dir, open_url, read_bytes, split_bucket, write_atomic
 from marin.storage.paths import local_path
 from marin.trainer import distributed
 
@@ -119,10 +119,9 @@ def list_checkpoints(base: str) -> list[tuple[int, str]]:
 def _kvstore(url: str) -> dict | None:
     if is_local(url):
         return {"driver": "file", "path": local_path(url)}
-    scheme, rest = url.split("://", 1)
+    scheme, bucket, path = split_bucket(url)
     if scheme not in _TENSORSTORE_SCHEMES:
         return None
-    bucket, _, path = rest.partition("/")
     return {"driver": "gcs" if scheme == "gs" else "s3", "bucket": bucket, "path": path.rstrip("/") + "/"}
 
 

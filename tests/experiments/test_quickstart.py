@@ -12,9 +12,8 @@ import pytest
 from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
-from experiments import quickstart  # noqa: E402
+from experiments import quickstart
 
 
 @pytest.mark.slow
