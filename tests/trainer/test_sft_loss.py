@@ -90,3 +90,21 @@ def test_mask_changes_nothing_but_the_loss_mask(tiny):
         np.testing.assert_array_equal(a[key], b[key])
     assert a["loss_mask"].dtype == b["loss_mask"].dtype == np.float32
     assert np.all(a["loss_mask"] <= b["loss_mask"]) and a["loss_mask"].sum() < b["loss_mask"].sum()
+
+
+def test_hand_checked_packing_of_a_conversation_across_a_sequence_boundary():
+    from marin.trainer.data.loader import assemble, pack_window
+
+    # conversation A = [B u1 a1 a2 a3 E], B = [B u2 a4 E]; a* are assistant tokens (stored mask 1)
+    B, U1, A1, A2, A3, E, U2, A4 = 1, 11, 21, 22, 23, 0, 12, 24
+    tokens = np.array([B, U1, A1, A2, A3, E, B, U2, A4, E], np.int32)
+    mask = np.array([0, 0, 1, 1, 1, 0, 0, 0, 1, 0], np.uint8)
+    source = ArrayTokenSource(tokens, np.array([0, 6]), mask=mask)
+    windows = [assemble([pack_window(source, i, 3)]) for i in range(3)]
+    # window 0: inputs B u1 a1 -> targets u1 a1 a2: the two assistant targets count
+    assert windows[0]["targets"][0].tolist() == [U1, A1, A2] and windows[0]["loss_mask"][0].tolist() == [0, 1, 1]
+    # window 1: A continues (a2 a3 E) and B starts as the last target: a3 counts, E and B's first token do not
+    assert windows[1]["input_ids"][0].tolist() == [A2, A3, E] and windows[1]["targets"][0].tolist() == [A3, E, B]
+    assert windows[1]["loss_mask"][0].tolist() == [1, 0, 0] and windows[1]["segment_ids"][0].tolist() == [0, 0, 0]
+    # window 2: B alone: only a4 counts
+    assert windows[2]["targets"][0].tolist() == [U2, A4, E] and windows[2]["loss_mask"][0].tolist() == [0, 1, 0]
