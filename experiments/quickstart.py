@@ -150,7 +150,7 @@ def summarize_instruct(result) -> None:
     for label, key in (("base", "instruct_eval_base"), ("instruct", "instruct_eval_sft")):
         with open(os.path.join(paths[STEPS[key].name], "results.json")) as f:
             rows.append((label, json.load(f)["instruct"]["instructions"]))
-    print("\nheld-out instructions (facts never asked about in SFT)   base -> instruct")
+    print("\nheld-out instructions (phrased as no SFT item is)   base -> instruct")
     (_, before), (_, after) = rows
     print(f"  exact match          {before['exact_match']['value']:.3f} -> {after['exact_match']['value']:.3f}")
     print(f"  log-likelihood acc   {before['loglik_acc']['value']:.3f} -> {after['loglik_acc']['value']:.3f}"

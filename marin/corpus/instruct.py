@@ -2,7 +2,7 @@
 
     generate_instructions(InstructionsConfig(output_path="/tmp/instruct"))
     # train/instructions.jsonl        {"id", "kind", "messages": [user question, assistant answer]}
-    # validation/instructions.jsonl   held-out facts, never asked in training, plus "choices"/"gold"
+    # validation/instructions.jsonl   held out: questions phrased as no training item is, plus "choices"/"gold"
 
 =============  ========================================  =====================
 kind           user                                      assistant
@@ -14,11 +14,12 @@ counting       Count from four to seven.                 four, five, six, seven
 =============  ========================================  =====================
 
 A base model trained on the corpus knows the facts (animal sounds, opposite pairs, sums, counting) but
-has never seen a question or the chat template; fine-tuning teaches the format. The held-out items ask
-about facts that no training item asks about (some animals, opposite pairs, sums and counting starts are
-reserved for them), so they measure whether the format carries over to knowledge from pretraining: exact
-match of the generated reply, and log-likelihood accuracy among four candidate replies built like the
-gold one (``choices[gold]`` is the reference reply).
+has never seen a question or the chat template; fine-tuning teaches the format. The held-out items are
+phrased in ways no training item is (``HELD_OUT_QUESTIONS``), so none appears verbatim in training; they
+measure whether the instruction format carries over: exact match of the generated reply, and
+log-likelihood accuracy among four candidate replies built like the gold one (``choices[gold]`` is the
+reference reply). (Asking about facts no SFT item mentions was tried too: the quickstart's 2-layer model
+then answers with a fact it was fine-tuned on, e.g. "The snake says hiss." for the frog.)
 """
 
 from __future__ import annotations
@@ -40,24 +41,19 @@ QUESTIONS = {
     "counting": ["Count from {a} to {b}.", "Please count from {a} to {b}.", "Count up from {a} to {b}."],
 }
 
-
-# Facts only the held-out split asks about.
-HELD_OUT = {
-    "animal_sound": {"frog", "owl", "sheep"},
-    "opposite": {"wet", "dry", "soft", "hard"},
-    "addition": {(a, b) for a in range(10) for b in range(10) if (3 * a + b) % 5 == 0},
-    "counting": {2, 7, 11},
+# Phrasings only the held-out split uses.
+HELD_OUT_QUESTIONS = {
+    "animal_sound": ["What noise does a {x} make?", "Tell me what a {x} says."],
+    "opposite": ["Which word is the opposite of {x}?", "What word means the opposite of {x}?"],
+    "addition": ["How much is {a} + {b}?", "What do you get when you add {a} and {b}?"],
+    "counting": ["Can you count from {a} to {b}?", "Count, starting at {a} and ending at {b}."],
 }
-
-
-def _pool(kind: str, held_out: bool) -> list:
-    everything = {
-        "animal_sound": ANIMALS,
-        "opposite": sorted(OPPOSITE_OF),
-        "addition": [(a, b) for a in range(10) for b in range(10)],
-        "counting": list(range(13)),
-    }[kind]
-    return [x for x in everything if (x in HELD_OUT[kind]) == held_out]
+FACTS = {
+    "animal_sound": ANIMALS,
+    "opposite": sorted(OPPOSITE_OF),
+    "addition": [(a, b) for a in range(10) for b in range(10)],
+    "counting": list(range(13)),
+}
 
 
 def _animal(rng: random.Random, animal: str) -> tuple[str, list[str]]:
@@ -73,9 +69,9 @@ def _opposite(rng: random.Random, word: str) -> tuple[str, list[str]]:
 
 def make_item(rng: random.Random, kind: str, held_out: bool = False) -> dict:
     """One conversation of ``kind`` with its reference reply and three wrong replies of the same form;
-    ``held_out`` picks among the facts reserved for the held-out split."""
-    template = rng.choice(QUESTIONS[kind])
-    fact = rng.choice(_pool(kind, held_out))
+    ``held_out`` phrases the question as only the held-out split does."""
+    template = rng.choice((HELD_OUT_QUESTIONS if held_out else QUESTIONS)[kind])
+    fact = rng.choice(FACTS[kind])
     if kind == "animal_sound":
         answer, wrong = _animal(rng, fact)
         question = template.format(x=fact)
@@ -110,7 +106,7 @@ class InstructionsConfig:
     seed: int = 0
     train_items: int = 4000
     validation_items: int = 200
-    """Held-out items (50 per kind by default) about the ``HELD_OUT`` facts, from a separate random stream."""
+    """Held-out items (50 per kind by default), phrased as ``HELD_OUT_QUESTIONS``, from a separate random stream."""
 
     def __post_init__(self):
         check("InstructionsConfig", "train_items", self.train_items, lambda v: v >= 1, ">= 1")

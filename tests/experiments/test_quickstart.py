@@ -42,7 +42,7 @@ def test_instruct_phase_beats_the_base_model_on_held_out_instructions(quickstart
     base = json.loads((Path(paths["instruct_eval_base"]) / "results.json").read_text())["instruct"]["instructions"]
     sft = json.loads((Path(paths["instruct_eval_sft"]) / "results.json").read_text())["instruct"]["instructions"]
     assert base["items"] == sft["items"] == 200
-    # exact match: the base model never answers in the format; the instruct model does on facts SFT never asked
+    # exact match: the base model never answers in the format; the instruct model does, on questions phrased anew
     assert sft["exact_match"]["value"] >= base["exact_match"]["value"] + 0.2, (base, sft)
     assert sft["loglik_acc"]["value"] > base["loglik_acc"]["value"], (base, sft)
     assert sft["assistant_loss"] < 0.7 * base["assistant_loss"], (base, sft)
