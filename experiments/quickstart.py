@@ -51,7 +51,7 @@ DOMAINS = ("stories", "arithmetic")
 VOCAB = 2048
 
 
-def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: int = 60) -> dict[str, ExecutorStep]:
+def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: int = 100) -> dict[str, ExecutorStep]:
     """The quickstart DAG; tests build it with fewer steps (a different training run, with its own hash)."""
     corpus = ExecutorStep(
         name="corpus/bundled",
@@ -112,19 +112,19 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: i
 # corpus's facts, a chat template, SFT from the base checkpoint, and held-out instructions before and after.
 
 
-def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 60
+def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 100
                    ) -> dict[str, ExecutorStep]:  # fmt: skip
     """Steps of the instruct phase, keyed by role; ``base`` is the pretraining step it starts from."""
     instructions = ExecutorStep(
         name="corpus/instructions",
         fn=generate_instructions,
-        config=InstructionsConfig(output_path=this_output_path(), seed=versioned(0)),
+        config=InstructionsConfig(output_path=this_output_path(), seed=versioned(0), generator_version=versioned(2)),
         description="question -> answer conversations over the corpus's facts; held-out facts for eval",
     )
     chat = default_chat_data("bundled-instructions", [instructions / "train"], validation=[instructions / "validation"])
     sft_data = default_sft_tokenize("bundled-instructions-sft", chat, tokenizer=tokenizer,
                                     model_max_length=model.seq_len)
-    sft_config = SimpleTrainConfig(num_train_steps=sft_steps, batch_size=16, learning_rate=1e-3, schedule="cosine",
+    sft_config = SimpleTrainConfig(num_train_steps=sft_steps, batch_size=16, learning_rate=3e-3, schedule="cosine",
                                    warmup=0.1, min_lr_ratio=0.1, weight_decay=0.0, eval_every=sft_steps,
                                    log_every=10, compute_dtype="float32", wandb=False)
     sft = default_sft("quickstart-nano-instruct", {"instructions": sft_data}, model, sft_config, initialize_from=base)
@@ -136,9 +136,9 @@ def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_st
         "sft_data": sft_data,
         "sft": sft,
         "instruct_eval_base": default_instruct_eval("quickstart-nano", base, chat_tokenizer=chat_tokenizer,
-                                                    eval_sets=held_out, max_items=200),
+                                                    eval_sets=held_out, max_items=200, max_new_tokens=32),
         "instruct_eval_sft": default_instruct_eval("quickstart-nano-instruct", sft, chat_tokenizer=chat_tokenizer,
-                                                   eval_sets=held_out, max_items=200),
+                                                   eval_sets=held_out, max_items=200, max_new_tokens=32),
         "export_instruct": default_export("quickstart-nano-instruct", sft, tokenizer=chat_tokenizer),
     }
 

@@ -105,6 +105,9 @@ class InstructionsConfig:
     output_path: str
     seed: int = 0
     train_items: int = 4000
+    generator_version: int = 2
+    """Bumped whenever ``make_item`` changes what it writes (steps are identified by configs, not code).
+    2: held-out items differ from training ones by phrasing."""
     validation_items: int = 200
     """Held-out items (50 per kind by default), phrased as ``HELD_OUT_QUESTIONS``, from a separate random stream."""
 
@@ -128,7 +131,10 @@ def generate_instructions(config: InstructionsConfig) -> None:
         if split == "train":
             rows = [{k: v for k, v in row.items() if k not in ("choices", "gold")} for row in rows]
         write_records(join(config.output_path, split, "instructions.jsonl"), rows)
-    write_atomic(
-        join(config.output_path, "manifest.json"),
-        json.dumps({"seed": config.seed, "train": len(train), "validation": len(held)}, indent=2),
-    )
+    manifest = {
+        "seed": config.seed,
+        "generator_version": config.generator_version,
+        "train": len(train),
+        "validation": len(held),
+    }
+    write_atomic(join(config.output_path, "manifest.json"), json.dumps(manifest, indent=2))
