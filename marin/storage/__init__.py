@@ -9,6 +9,8 @@ Besides plain reads and writes the executor needs two stronger primitives, kept 
   where the version is a backend token (a content digest under a lock locally, a generation on GCS,
   an ETag on S3; ``marin.storage.object_stores``).
 
+A step's task guards its output directory with ``marin.storage.fence``: once its lease is lost every write
+helper here refuses (``LeaseLost``) instead of writing into the new holder's output.
 ``check_prefix`` (``marin.storage.preflight``) turns an unreachable endpoint, a missing bucket or a
 permission error into one line naming the URL before any step runs; docs/storage.md has the details.
 Record files (JSONL plain/.gz/.zst and Parquet) are streamed by ``marin.storage.records``.
@@ -23,6 +25,7 @@ from marin.storage.conditional import (
     read_versioned,
     replace_if_version,
 )
+from marin.storage.fence import LeaseLost, check_fence, guard_prefix, unguard_prefix
 from marin.storage.paths import (
     MissingBackend,
     delete,
@@ -52,6 +55,7 @@ from marin.storage.records import (
 
 __all__ = [
     "ConditionalWriteUnsupported",
+    "LeaseLost",
     "MissingBackend",
     "ReadStats",
     "RecordError",
@@ -59,6 +63,7 @@ __all__ = [
     "StoreUnavailable",
     "VersionedBlob",
     "backend_name",
+    "check_fence",
     "check_prefix",
     "create_only",
     "delete",
@@ -67,6 +72,7 @@ __all__ = [
     "filesystem",
     "find_record_files",
     "glob",
+    "guard_prefix",
     "is_local",
     "join",
     "list_dir",
@@ -79,6 +85,7 @@ __all__ = [
     "read_text",
     "read_versioned",
     "replace_if_version",
+    "unguard_prefix",
     "write_atomic",
     "write_records",
 ]

@@ -26,6 +26,7 @@ import os
 import threading
 import uuid
 
+from marin.storage.fence import check_fence
 from marin.storage.paths import filesystem, is_local, local_path
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ def mark_unconditional(url: str, reason: str) -> None:
 
 
 def _dispatch(url: str, op: str, *args):
+    if op != "read":
+        check_fence(url)
     backend = _backend(url)
     try:
         return getattr(backend, op)(url, *args)
