@@ -43,6 +43,7 @@ def list_output(output_path: str) -> dict[str, dict[str, Any]]:
     """Every file under ``output_path`` except the executor's own, as {relative path: {size, version}}."""
     fs, root = filesystem(output_path)
     root = root.rstrip("/")
+    fs.invalidate_cache(root)  # gcsfs/s3fs cache listings per process: a manifest must see the store as it is
     try:
         found = fs.find(root, detail=True)
     except FileNotFoundError:

@@ -34,7 +34,7 @@ from marin.execution.fence import FENCED_PREFIX
 from marin.execution.manifest import MANIFEST_FILE, OutputChanged, list_output, verify_output
 from marin.execution.plan import plan_steps
 from marin.execution.status import LEASE_FILE, read_events
-from marin.storage import delete, join, list_dir, read_bytes, read_text, write_atomic
+from marin.storage import delete, join, read_bytes, read_text, read_versioned, write_atomic
 
 from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
 from tests.execution.zombie_dag import PART_S, PARTS, writer_step
@@ -81,7 +81,14 @@ def undisturbed(prefix, tmp_path):
 
 
 def fenced_markers(output_path):
-    return [json.loads(read_text(u)) for u in list_dir(output_path) if u.rsplit("/", 1)[-1].startswith(FENCED_PREFIX)]
+    """The ``.executor_fenced-<attempt>`` records of every attempt that ran (by the RUNNING events)."""
+    attempts = [e["attempt"] for e in read_events(output_path) if e["state"] == "RUNNING"]
+    found = [read_versioned(join(output_path, FENCED_PREFIX + a)) for a in attempts]
+    return [json.loads(blob.data) for blob in found if blob is not None]
+
+
+def store_name(prefix):
+    return prefix.split("://")[0] if "://" in prefix else "local"
 
 
 def is_gone(pid):
@@ -123,7 +130,7 @@ def test_a_paused_executors_task_stops_before_takeover_and_the_executor_writes_n
     assert events[-1]["owner"] == takeover["owner"] != events[1]["owner"]
     assert "LOST" in log.read_text() and "reused" in log.read_text()
     assert contents(out) == expected
-    print(json.dumps({"stop_to_fenced_s": round(marker["time"] - stopped_at, 3), "store": store_prefix.split("://")[0] if "://" in store_prefix else "local"}))
+    print(json.dumps({"stop_to_fenced_s": round(marker["time"] - stopped_at, 3), "store": store_name(store_prefix)}))
 
 
 def result_owner(events):
@@ -192,7 +199,7 @@ def test_a_frozen_executor_and_task_resume_after_the_commit_and_write_nothing(tm
     assert marker["pid"] == zombie and "gone" in marker["reason"], marker
     assert contents(out) == committed == expected
     assert verify_output(out).extra == []
-    print(json.dumps({"resume_to_stopped_s": round(stopped_after, 3), "store": store_prefix.split("://")[0] if "://" in store_prefix else "local"}))
+    print(json.dumps({"resume_to_stopped_s": round(stopped_after, 3), "store": store_name(store_prefix)}))
 
 
 def test_late_writes_into_a_committed_output_are_removed_or_refuse_the_dependent_step(tmp_path, store_prefix):
