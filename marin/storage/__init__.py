@@ -43,6 +43,7 @@ from marin.storage.paths import (
     write_atomic,
 )
 from marin.storage.preflight import StoreUnavailable, check_prefix
+from marin.storage.urls import is_absolute, is_url, object_store, scheme_of, split_bucket, split_url
 from marin.storage.records import (
     ReadStats,
     RecordError,
@@ -73,11 +74,14 @@ __all__ = [
     "find_record_files",
     "glob",
     "guard_prefix",
+    "is_absolute",
     "is_local",
+    "is_url",
     "join",
     "list_dir",
     "local_path",
     "makedirs",
+    "object_store",
     "open_url",
     "read_bytes",
     "read_documents",
@@ -86,6 +90,9 @@ __all__ = [
     "read_versioned",
     "replace_if_version",
     "unguard_prefix",
+    "scheme_of",
+    "split_bucket",
+    "split_url",
     "write_atomic",
     "write_records",
 ]

@@ -8,7 +8,7 @@ import pytest
 
 from tests.requirements import require_module
 
-from marin.export import export_hf, import_hf
+from marin.inference import export_hf, import_hf
 from marin.trainer.model.config import Llama3RopeScaling, model_preset
 from marin.trainer.model.llama import forward, init_params
 
