@@ -28,9 +28,17 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Self
 
 from marin.execution.status import LEASE_FILE
-from marin.storage import LeaseLost, guard_prefix, join, read_versioned, unguard_prefix, write_atomic
+from marin.storage import (
+    LeaseLost,
+    guard_prefix,
+    join,
+    read_versioned,
+    unguard_prefix,
+    write_atomic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +93,7 @@ class StepFence:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> StepFence:
+    def __enter__(self) -> Self:
         self.confirm()  # a retried or late-started task of a lost attempt stops before it writes anything
         guard_prefix(self.spec.output_path, self.check)
         self._thread = threading.Thread(target=self._watch, name="marin-step-fence", daemon=True)
@@ -130,8 +138,10 @@ class StepFence:
             return f"the lease now belongs to attempt {attempt} of executor {owner}"
         age = time.time() - heartbeat
         if age >= self.spec.stop_after_s:
-            return (f"the lease's heartbeat is {age:.1f}s old (limit {self.spec.stop_after_s:.1f}s): its executor "
-                    "stopped heartbeating and another executor may take the step over")
+            return (
+                f"the lease's heartbeat is {age:.1f}s old (limit {self.spec.stop_after_s:.1f}s): its executor "
+                "stopped heartbeating and another executor may take the step over"
+            )
         with self._lock:
             self._confirmed_at, self._age_then = time.monotonic(), max(age, 0.0)
         return None
@@ -145,7 +155,7 @@ class StepFence:
         try:
             doc = {"reason": reason, "pid": os.getpid(), "time": time.time(), "owner": self.spec.owner}
             write_atomic(fenced_marker(self.spec.output_path, self.spec.attempt), json.dumps(doc))
-        except Exception:  # noqa: BLE001 - best effort: stopping matters more than the record
+        except Exception:
             logger.exception("fence: could not record the loss")
         self._on_lost()
 

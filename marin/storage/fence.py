@@ -33,7 +33,7 @@ _lock = threading.Lock()
 
 
 def _normalize(url: str) -> str:
-    return (url[len("file://") :] if url.startswith("file://") else url).rstrip("/")
+    return (url.removeprefix("file://")).rstrip("/")
 
 
 def guard_prefix(prefix: str, check: Callable[[], None]) -> None:

@@ -29,13 +29,30 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution import Executor, ExecutorStep, LeaseConfig, StepsFailed, this_output_path
+from marin.execution import (
+    Executor,
+    ExecutorStep,
+    LeaseConfig,
+    StepsFailed,
+    this_output_path,
+)
 from marin.execution.fence import FENCED_PREFIX
-from marin.execution.manifest import MANIFEST_FILE, OutputChanged, list_output, verify_output
+from marin.execution.manifest import (
+    MANIFEST_FILE,
+    OutputChanged,
+    list_output,
+    verify_output,
+)
 from marin.execution.plan import plan_steps
 from marin.execution.status import LEASE_FILE, read_events
-from marin.storage import delete, join, read_bytes, read_text, read_versioned, write_atomic
-
+from marin.storage import (
+    delete,
+    join,
+    read_bytes,
+    read_text,
+    read_versioned,
+    write_atomic,
+)
 from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
 from tests.execution.zombie_dag import PART_S, PARTS, writer_step
 

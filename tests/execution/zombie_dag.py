@@ -16,7 +16,6 @@ import time
 
 from marin.execution import ExecutorStep, executor_main, this_output_path
 from marin.storage import join, write_atomic
-
 from tests.chaos.fault_steps import trace
 
 PARTS = 12

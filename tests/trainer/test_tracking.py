@@ -15,7 +15,8 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 def wandb_history(run_file: str) -> list[dict[str, str]]:
     """The history rows ({key: JSON value}) of an offline ``run-<id>.wandb`` file."""
     pb = require_module("wandb.proto.wandb_internal_pb2", "wandb's protobuf records (a base dependency)")
-    raw = open(run_file, "rb").read()
+    with open(run_file, "rb") as f:
+        raw = f.read()
     assert raw[:4] == b":W&B", f"{run_file}: not a W&B run file"
     pos, records, pending = 7, [], b""
     while pos + 7 <= len(raw):
