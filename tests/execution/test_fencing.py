@@ -257,4 +257,5 @@ def test_timing_constants_keep_the_zombie_ahead_of_the_takeover():
     for config in (FAST, LeaseConfig(), LeaseConfig(heartbeat_s=1, stale_after_s=1.5)):
         assert config.heartbeat_s < config.fence_stop_after_s
         assert config.fence_stop_after_s + config.fence_check_s < config.stale_after_s
-    assert PART_S * PARTS > FAST.stale_after_s / 2  # the step outlives the pause window the tests open
+    # The step outlives the window the tests open (2 parts, then a pause of stop_after + a check) with room.
+    assert PART_S * (PARTS - 2) > 2 * (FAST.fence_stop_after_s + FAST.fence_check_s)

@@ -18,7 +18,7 @@ from marin.execution import ExecutorStep, executor_main, this_output_path
 from marin.storage import join, write_atomic
 from tests.chaos.fault_steps import trace
 
-PARTS = 12
+PARTS = 24
 PART_S = 0.25
 
 
