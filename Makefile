@@ -48,7 +48,7 @@ $(VENV)/.installed-browser: pyproject.toml | $(PY)
 	touch $@ $(VENV)/.installed-base
 
 browse: $(VENV)/.installed-browser
-	$(PY) -m data_browser --root ./local_store
+	$(PY) -m data_browser --root ./local_store $(BROWSE_FLAGS)
 
 clean:
 	rm -rf $(VENV) local_store .pytest_cache
