@@ -31,8 +31,8 @@ from marin.execution import experiment
 from marin.execution.fence import FenceSpec, read_fenced_reason
 from marin.execution.lease import Heartbeat, Lease, LeaseConfig, new_owner_id, read_lease, try_acquire
 from marin.execution.manifest import OutputChanged, verify_output, write_manifest
-from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.plan import Plan, PlannedStep, instantiate_config, plan_steps
+from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.status import (
     StepState,
     append_event,

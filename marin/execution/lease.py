@@ -31,8 +31,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from marin.storage import create_only, delete_if_version, join, read_versioned, replace_if_version
 from marin.execution.status import LEASE_FILE
+from marin.storage import create_only, delete_if_version, join, read_versioned, replace_if_version
 
 logger = logging.getLogger(__name__)
 

@@ -92,7 +92,9 @@ def _run_gang_attempts(step_name: str, fn, config, resources: ResourceConfig, wa
     raise RuntimeError(f"{step_name}: a host was lost in each of {resources.max_retries + 1} attempts; last: {last}")
 
 
-def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig, watch: StepFence | None) -> None:
+def _run_gang_once(
+    step_name: str, fn, config, resources: ResourceConfig, watch: StepFence | None
+) -> None:
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

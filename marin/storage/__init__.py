@@ -43,7 +43,6 @@ from marin.storage.paths import (
     write_atomic,
 )
 from marin.storage.preflight import StoreUnavailable, check_prefix
-from marin.storage.urls import is_absolute, is_url, object_store, scheme_of, split_bucket, split_url
 from marin.storage.records import (
     ReadStats,
     RecordError,
@@ -53,6 +52,7 @@ from marin.storage.records import (
     read_records,
     write_records,
 )
+from marin.storage.urls import is_absolute, is_url, object_store, scheme_of, split_bucket, split_url
 
 __all__ = [
     "ConditionalWriteUnsupported",

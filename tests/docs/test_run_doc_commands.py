@@ -152,10 +152,11 @@ def test_every_documented_command_runs(tmp_path, gcs_prefix, ray_address, quicks
         if command.startswith(SERVERS):
             serve(concrete, cwd, env, port)
         else:
-            out = subprocess.run(["bash", "-c", concrete], cwd=cwd, env=env, capture_output=True, text=True, check=False,
-                                 timeout=1200)  # fmt: skip
-            assert out.returncode == 0, f"{command!r} (run as {concrete!r}) failed:\n{out.stdout[-2000:]}\n" \
-                                        f"{out.stderr[-3000:]}"  # fmt: skip
+            out = subprocess.run(
+                ["bash", "-c", concrete], cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=1200
+            )
+            failure = f"{command!r} (run as {concrete!r}) failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+            assert out.returncode == 0, failure
         ran.append(command)
     assert (scratch / "site" / "index.html").exists() and list((scratch / "reports").glob("*.md"))
     assert (tmp_path / "fresh" / ".venv" / "bin" / "python").exists()

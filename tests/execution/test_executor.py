@@ -15,13 +15,11 @@ from marin.execution import (
     PreviouslyFailed,
     ResourceConfig,
     StepsFailed,
-    StepState,
     this_output_path,
     versioned,
 )
 from marin.execution.status import read_events
 from marin.storage import exists, filesystem, join, read_text
-
 from tests.execution.steps_lib import TraceConfig, call_counts, trace_step
 
 pytestmark = pytest.mark.usefixtures("ray_address")
