@@ -94,7 +94,12 @@ class StepFence:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Self:
-        self.confirm()  # a retried or late-started task of a lost attempt stops before it writes anything
+        # A retried or late-started task of a lost attempt fails before it writes anything, with an exception
+        # (not the SIGKILL, which Ray would answer with yet another retry).
+        reason = self._verdict()
+        if reason is not None:
+            self.lost = reason
+            raise LeaseLost(f"{self.spec.output_path}: {reason}; not starting")
         guard_prefix(self.spec.output_path, self.check)
         self._thread = threading.Thread(target=self._watch, name="marin-step-fence", daemon=True)
         self._thread.start()

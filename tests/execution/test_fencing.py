@@ -259,3 +259,33 @@ def test_timing_constants_keep_the_zombie_ahead_of_the_takeover():
         assert config.fence_stop_after_s + config.fence_check_s < config.stale_after_s
     # The step outlives the window the tests open (2 parts, then a pause of stop_after + a check) with room.
     assert PART_S * (PARTS - 2) > 2 * (FAST.fence_stop_after_s + FAST.fence_check_s)
+
+
+def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
+    """In process, no Ray: the storage guard and the verdicts of ``StepFence`` on each store."""
+    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
+    from marin.execution.lease import new_owner_id, try_acquire
+    from marin.storage import LeaseLost, replace_if_version
+
+    out = join(store_prefix, "fenced-step")
+    lease = try_acquire(out, new_owner_id(), FAST)
+    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    stopped = []
+    with StepFence(spec, on_lost=lambda: stopped.append(time.time())) as fence:
+        write_atomic(join(out, "part-0.json"), "{}")  # ours: allowed
+        blob = read_versioned(join(out, LEASE_FILE))
+        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
+        assert replace_if_version(join(out, LEASE_FILE), thief.encode(), blob.version) is not None
+        time.sleep(0.1)  # the last proof is now older than check_s: the next write re-reads the lease
+        with pytest.raises(LeaseLost, match="attempt other"):
+            write_atomic(join(out, "part-1.json"), "{}")
+        with pytest.raises(LeaseLost):
+            delete(join(out, "part-0.json"))
+        write_atomic(join(out, ".executor_status"), "{}")  # the executor's own files are not fenced
+        write_atomic(join(store_prefix, "elsewhere.json"), "{}")  # nor is anything outside the step
+        assert fence.lost and len(stopped) == 1
+    assert "attempt other" in read_fenced_reason(out, lease.attempt)
+    write_atomic(join(out, "part-1.json"), "{}")  # the guard ends with the task
+    with pytest.raises(LeaseLost, match="not starting"), StepFence(spec, on_lost=lambda: stopped.append(0)):
+        pass  # a retry of the lost attempt does not start, and is not killed (Ray would retry it again)
+    assert len(stopped) == 1
