@@ -39,10 +39,11 @@ from marin.storage import (
     unguard_prefix,
     write_atomic,
 )
+from marin.storage.fence import FENCED_MARKER_PREFIX
 
 logger = logging.getLogger(__name__)
 
-FENCED_PREFIX = ".executor_fenced-"
+FENCED_PREFIX = FENCED_MARKER_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)

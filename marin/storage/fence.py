@@ -10,9 +10,9 @@ holder now writes there. The executor installs a guard for that directory in the
 Every write helper of ``marin.storage`` (``write_atomic``, ``open_url`` for writing, ``RecordWriter``,
 ``makedirs``, ``delete``, the conditional writes) calls ``check_fence`` first. Code that writes through
 other libraries (tensorstore, a raw fsspec handle) should call ``check_fence(url)`` before it publishes a
-file (docs/executor.md, "Fencing"). Files named ``.executor_*`` (status, lease, info) are the executor's own
-and never fenced. With no guard installed (the executor's own process, notebooks, tests) the check is a
-dictionary lookup.
+file (docs/executor.md, "Fencing"). Files named ``.executor_*`` directly in the guarded directory (status,
+lease, info, manifest) are the executor's own: a step's task writing one gets a ``PermissionError``. With no
+guard installed (the executor's own process, notebooks, tests) the check is a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 METADATA_PREFIX = ".executor_"
 """Names of the executor's own files in a step directory; the lease holder's executor writes them."""
+FENCED_MARKER_PREFIX = ".executor_fenced-"
+"""The one executor file a step's task writes: its fence's record of why it stopped."""
 
 
 class LeaseLost(RuntimeError):
@@ -54,7 +56,12 @@ def check_fence(url: str) -> None:
     target = _normalize(url)
     for prefix, check in list(_guards.items()):
         if target == prefix or target.startswith(prefix + "/"):
-            relative = target[len(prefix) + 1 :]
-            if relative.split("/", 1)[0].startswith(METADATA_PREFIX):
-                continue
+            first = target[len(prefix) + 1 :].split("/", 1)[0]
+            if first.startswith(FENCED_MARKER_PREFIX):
+                continue  # the fence's own record of why it stopped the task
+            if first.startswith(METADATA_PREFIX):
+                raise PermissionError(
+                    f"{url}: {METADATA_PREFIX}* files belong to the executor; a step's task must "
+                    "not write them (a copied upstream directory? skip its .executor_* files)"
+                )
             check()

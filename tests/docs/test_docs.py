@@ -36,6 +36,9 @@ NEEDS_CLOUD: dict[str, str] = {
     "ray job submit --address http://127.0.0.1:8265 --working-dir . --runtime-env-json "
     "'{\"env_vars\": {\"MARIN_PREFIX\": \"gs://YOUR_BUCKET/lab\"}}' -- python experiments/tootsie_8b.py "
     "--run_only tootsie-8b-phase1": "needs v5e-256 slices; the same submission runs hello_world in CI",
+    "python -m marin.report experiments/tootsie_8b.py --prefix gs://YOUR_BUCKET/lab --post": (
+        "reads a real bucket and posts to GitHub; tests/report/test_report.py runs --post with a stand-in gh"
+    ),
 }
 
 

@@ -265,7 +265,7 @@ def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
     """In process, no Ray: the storage guard and the verdicts of ``StepFence`` on each store."""
     from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
     from marin.execution.lease import new_owner_id, try_acquire
-    from marin.storage import LeaseLost, replace_if_version
+    from marin.storage import LeaseLost, conditional
 
     out = join(store_prefix, "fenced-step")
     lease = try_acquire(out, new_owner_id(), FAST)
@@ -275,13 +275,16 @@ def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
         write_atomic(join(out, "part-0.json"), "{}")  # ours: allowed
         blob = read_versioned(join(out, LEASE_FILE))
         thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
-        assert replace_if_version(join(out, LEASE_FILE), thief.encode(), blob.version) is not None
+        # Another executor's process (no guard there): straight to the store's compare-and-swap.
+        lease_url = join(out, LEASE_FILE)
+        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), blob.version) is not None
         time.sleep(0.1)  # the last proof is now older than check_s: the next write re-reads the lease
         with pytest.raises(LeaseLost, match="attempt other"):
             write_atomic(join(out, "part-1.json"), "{}")
         with pytest.raises(LeaseLost):
             delete(join(out, "part-0.json"))
-        write_atomic(join(out, ".executor_status"), "{}")  # the executor's own files are not fenced
+        with pytest.raises(PermissionError, match="belong to the executor"):  # never a step's to write
+            write_atomic(join(out, ".executor_status"), "{}")
         write_atomic(join(store_prefix, "elsewhere.json"), "{}")  # nor is anything outside the step
         assert fence.lost and len(stopped) == 1
     assert "attempt other" in read_fenced_reason(out, lease.attempt)
