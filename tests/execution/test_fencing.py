@@ -292,3 +292,36 @@ def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
     with pytest.raises(LeaseLost, match="not starting"), StepFence(spec, on_lost=lambda: stopped.append(0)):
         pass  # a retry of the lost attempt does not start, and is not killed (Ray would retry it again)
     assert len(stopped) == 1
+
+
+def test_a_lost_lease_stops_every_host_of_a_gang(tmp_path):
+    """Two hosts; the lease is deleted under them. The executor's heartbeat cancels the gang, which kills
+    both hosts (each host's own fence would too); then, the lease being free, it takes it again."""
+    from marin.execution import ResourceConfig
+    from tests.execution.zombie_dag import GangConfig, gang_writer
+
+    calls = tmp_path / "calls"
+    step = ExecutorStep(name="fence/gang", fn=gang_writer,
+                        config=GangConfig(calls_dir=str(calls), output_path=this_output_path()),
+                        resources=ResourceConfig(num_cpus=0.5, hosts=2))  # fmt: skip
+    executor = Executor(prefix=str(tmp_path / "store"), lease=FAST, poll_s=0.1)
+    out = executor.plan([step]).steps[0].output_path
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=executor.run([step])))
+    thread.start()
+    wait_for(lambda: len(read_trace(str(calls), "gang-writes")) >= 4, "both hosts to write")
+    hosts = {t["pid"] for t in read_trace(str(calls), "gang-starts")}
+    assert len(hosts) == 2
+    delete(join(out, LEASE_FILE))
+    deleted_at = time.time()
+    wait_for(lambda: all(is_gone(pid) for pid in hosts), "both hosts to stop", timeout=10)
+    stopped_after = time.time() - deleted_at
+    thread.join(120)
+    assert not thread.is_alive()
+    result = outcome["result"]
+    assert result.plan.steps[0].identity in result.lease_losses
+    late = [t for t in read_trace(str(calls), "gang-writes") if t["pid"] in hosts and t["time"] > deleted_at + 1.0]
+    assert late == [], late
+    assert stopped_after < FAST.heartbeat_s + FAST.fence_check_s + 2.0, stopped_after
+    assert [e["state"] for e in read_events(out)] == ["WAITING", "RUNNING", "RUNNING", "SUCCESS"]
+    print(json.dumps({"gang_hosts_stopped_after_s": round(stopped_after, 3)}))

@@ -16,7 +16,7 @@ import time
 
 from marin.execution import ExecutorStep, executor_main, this_output_path
 from marin.storage import join, write_atomic
-from tests.chaos.fault_steps import trace
+from tests.chaos.fault_steps import read_trace, trace
 
 PARTS = 24
 PART_S = 0.25
@@ -48,3 +48,23 @@ def writer_step(calls_dir: str) -> ExecutorStep:
 
 if __name__ == "__main__":
     executor_main(steps=[writer_step(os.environ["ZOMBIE_CALLS"])])
+
+
+@dataclasses.dataclass(frozen=True)
+class GangConfig:
+    calls_dir: str
+    output_path: str
+    first_attempt_s: float = 60.0
+
+
+def gang_writer(config: GangConfig) -> None:
+    """One host of a gang: writes a part every 0.1 s; the first attempt runs long enough to be fenced."""
+    first = len(read_trace(config.calls_dir, "gang-starts")) < 2  # both hosts of attempt 1 trace first
+    trace(config.calls_dir, "gang-starts")
+    deadline = time.time() + (config.first_attempt_s if first else 0.5)
+    i = 0
+    while time.time() < deadline:
+        time.sleep(0.1)
+        write_atomic(join(config.output_path, f"host-{os.getpid()}-{i:03d}.json"), "{}")
+        trace(config.calls_dir, "gang-writes")
+        i += 1
