@@ -55,7 +55,7 @@ def list_shards(input_path: str, *, suffixes: tuple[str, ...], field: str) -> li
         raise FileNotFoundError(f"{field}: {input_path}: no such file or directory")
     shards = []
     for p in sorted(found):
-        rel = p[len(base):].lstrip("/")
+        rel = p[len(base) :].lstrip("/")
         if p.lower().endswith(suffixes) and not any(part.startswith((".", "_")) for part in rel.split("/")):
             shards.append(Shard(index=len(shards), url=_as_url(input_path, p), rel=rel))
     if not shards:
@@ -74,10 +74,26 @@ def _as_url(like: str, path: str) -> str:
     return f"{scheme}://{path.lstrip('/')}"
 
 
-def prepare_work(work: str, fingerprint: dict) -> None:
-    """Start ``work`` over when it holds markers made under another config (``fingerprint``: what defines
-    the outputs; worker counts and the like left out)."""
-    text = json.dumps(fingerprint, sort_keys=True, default=str)
+def fingerprint_of(config) -> str:
+    """A digest of a config dataclass without its output path and run-only fields (``max_workers``, ``use_ray``)."""
+    import hashlib
+
+    plain = dataclasses.replace(config, output_path="", max_workers=None, use_ray=True)
+    text = json.dumps(dataclasses.asdict(plain), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def finished_summary(summary_url: str, fingerprint: str) -> dict | None:
+    """The summary of a finished run of the same config (a rerun then does nothing), else None."""
+    if not exists(summary_url):
+        return None
+    summary = json.loads(read_text(summary_url))
+    return summary if summary.get("fingerprint") == fingerprint else None
+
+
+def prepare_work(work: str, fingerprint: str) -> None:
+    """Start ``work`` over when it holds markers made under another config (``fingerprint_of``)."""
+    text = json.dumps({"fingerprint": fingerprint})
     marker = join(work, "config.json")
     if exists(marker) and read_text(marker) != text:
         logger.warning("%s holds work for a different config; starting over", work)

@@ -35,8 +35,16 @@ from marin.corpus.domains import ANIMALS, NAMES, PLACES, THINGS
 from marin.corpus.languages import LANGUAGES, document
 
 KIND_WEIGHTS = {
-    "article": 0.60, "spam": 0.07, "keywords": 0.07, "machine": 0.07, "foreign": 0.07,
-    "truncated_head": 0.02, "truncated_tail": 0.02, "wrong_charset": 0.02, "non_utf8": 0.02, "binary": 0.02,
+    "article": 0.60,
+    "spam": 0.07,
+    "keywords": 0.07,
+    "machine": 0.07,
+    "foreign": 0.07,
+    "truncated_head": 0.02,
+    "truncated_tail": 0.02,
+    "wrong_charset": 0.02,
+    "non_utf8": 0.02,
+    "binary": 0.02,
     "script_only": 0.02,
 }
 LOW_QUALITY = ("spam", "keywords", "machine")
@@ -46,29 +54,80 @@ FOREIGN = tuple(lang for lang in LANGUAGES if lang != "en")
 _SITES = ["The Story Garden", "Numbers Daily", "Kidlit Hub", "Bedtime Tales Online", "Sum Fun Zone", "Moonbeam Reads"]
 _NAV = ["Home", "About us", "Contact", "Blog", "Shop", "Subscribe", "Login", "Register", "Archive", "Forum"]
 _SIDEBAR = ["Trending now", "Popular posts", "Editor picks", "Sponsored content", "Latest updates"]
-_SIDE_LINKS = ["Top picks of the month", "Why subscribers love our newsletter", "Win a voucher in our giveaway",
-               "Frequently asked questions", "Meet our editorial team", "Download our mobile app today",
-               "Advertise with us", "Careers at our company"]
-_COMMENTS = ["Great post, thanks for sharing!", "First!!", "Check out my website for more amazing content.",
-             "I disagree with this, honestly.", "Bookmarked, will come back later.", "Who else is reading this in 2024?",
-             "Nice, very informative article.", "Can you post more like this please?"]
+_SIDE_LINKS = [
+    "Top picks of the month",
+    "Why subscribers love our newsletter",
+    "Win a voucher in our giveaway",
+    "Frequently asked questions",
+    "Meet our editorial team",
+    "Download our mobile app today",
+    "Advertise with us",
+    "Careers at our company",
+]
+_COMMENTS = [
+    "Great post, thanks for sharing!",
+    "First!!",
+    "Check out my website for more amazing content.",
+    "I disagree with this, honestly.",
+    "Bookmarked, will come back later.",
+    "Who else is reading this in 2024?",
+    "Nice, very informative article.",
+    "Can you post more like this please?",
+]
 _USERS = ["reader42", "anonymous", "jdoe_88", "webfan", "guest", "mommy_blogger", "xXgamerXx"]
-_SPAM = ["BUY cheap {p} now!!! Best price guaranteed, only ${n}.99 today.", "Click here to win a FREE {p}!!!",
-         "Limited offer: {p} at {n}0% discount, act now before it is too late!!!",
-         "Top rated {p} online, free shipping worldwide, order now!!!",
-         "Make ${n}000 per week from home, no experience needed, click the link!!!",
-         "Hot singles and cheap {p} in your area, visit our partner site!!!"]
-_PRODUCTS = ["watches", "pills", "sneakers", "phones", "handbags", "sunglasses", "crypto coins", "loans", "casino chips"]
-_KEYWORDS = ["cheap", "best", "buy", "online", "sale", "discount", "free", "deals", "review", "price", "top", "2024",
-             "near me", "coupon", "outlet", "wholesale", "shipping", "store"]
+_SPAM = [
+    "BUY cheap {p} now!!! Best price guaranteed, only ${n}.99 today.",
+    "Click here to win a FREE {p}!!!",
+    "Limited offer: {p} at {n}0% discount, act now before it is too late!!!",
+    "Top rated {p} online, free shipping worldwide, order now!!!",
+    "Make ${n}000 per week from home, no experience needed, click the link!!!",
+    "Hot singles and cheap {p} in your area, visit our partner site!!!",
+]
+_PRODUCTS = [
+    "watches",
+    "pills",
+    "sneakers",
+    "phones",
+    "handbags",
+    "sunglasses",
+    "crypto coins",
+    "loans",
+    "casino chips",
+]
+_KEYWORDS = [
+    "cheap",
+    "best",
+    "buy",
+    "online",
+    "sale",
+    "discount",
+    "free",
+    "deals",
+    "review",
+    "price",
+    "top",
+    "2024",
+    "near me",
+    "coupon",
+    "outlet",
+    "wholesale",
+    "shipping",
+    "store",
+]
 _TITLES = {
     "stories": ["A Story for Bedtime", "Story Time", "A Tale from the Farm", "Our Story of the Week", "A Little Story"],
     "arithmetic": ["Practice with Numbers", "Maths Corner", "Counting and Sums", "Number Fun for Everyone"],
 }
-_FOREIGN_TITLES = {"de": "Eine kleine Geschichte", "fr": "Une petite histoire", "es": "Una pequeña historia",
-                   "it": "Una piccola storia"}
-_SCRIPT = ("window.dataLayer = window.dataLayer || []; function gtag(){dataLayer.push(arguments);} "
-           "gtag('config', 'UA-{n}'); var adSlots = document.querySelectorAll('.ad-slot');")
+_FOREIGN_TITLES = {
+    "de": "Eine kleine Geschichte",
+    "fr": "Une petite histoire",
+    "es": "Una pequeña historia",
+    "it": "Una piccola storia",
+}
+_SCRIPT = (
+    "window.dataLayer = window.dataLayer || []; function gtag(){dataLayer.push(arguments);} "
+    "gtag('config', 'UA-{n}'); var adSlots = document.querySelectorAll('.ad-slot');"
+)
 _STYLE = "body { font-family: sans-serif; margin: 0 } .sidebar { float: right; width: 30% } .ad-slot { height: 90px }"
 
 
@@ -87,6 +146,7 @@ def page_id(seed: int, domain: str, index: int) -> str:
 
 
 # -- main text as blocks ------------------------------------------------------------------------------
+
 
 def _article_blocks(domain: str, text: str, rng: random.Random) -> list[tuple]:
     """A domain document as blocks: ("h1"|"h2"|"p", text), ("ul"|"ol", [items]), ("table", rows), ("pre", code)."""
@@ -110,7 +170,9 @@ def _article_blocks(domain: str, text: str, rng: random.Random) -> list[tuple]:
 
 def _low_quality_blocks(kind: str, rng: random.Random) -> list[tuple]:
     if kind == "spam":
-        lines = [rng.choice(_SPAM).format(p=rng.choice(_PRODUCTS), n=rng.randint(1, 9)) for _ in range(rng.randint(6, 12))]
+        lines = [
+            rng.choice(_SPAM).format(p=rng.choice(_PRODUCTS), n=rng.randint(1, 9)) for _ in range(rng.randint(6, 12))
+        ]
         return [("h1", f"BEST {rng.choice(_PRODUCTS).upper()} DEALS!!!")] + [("p", line) for line in lines]
     if kind == "keywords":
         product = rng.choice(_PRODUCTS)
@@ -146,15 +208,16 @@ def _render_blocks(blocks: list[tuple]) -> str:
             parts.append(f"<{tag}>" + "".join(f"<li>{e(item)}</li>" for item in body) + f"</{tag}>")
         elif tag == "table":
             rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in body)
-            parts.append(f"<table class=\"worksheet\"><tbody>{rows}</tbody></table>")
+            parts.append(f'<table class="worksheet"><tbody>{rows}</tbody></table>')
         elif tag == "pre":
-            parts.append(f"<pre><code class=\"language-python\">{e(body)}</code></pre>")
+            parts.append(f'<pre><code class="language-python">{e(body)}</code></pre>')
         else:
             parts.append(f"<{tag}>{e(body)}</{tag}>")
     return "\n".join(parts)
 
 
 # -- boilerplate and layouts --------------------------------------------------------------------------
+
 
 def _boilerplate(rng: random.Random, site: str) -> dict[str, tuple[str, str]]:
     """Each boilerplate part as (html, visible text)."""
@@ -168,52 +231,80 @@ def _boilerplate(rng: random.Random, site: str) -> dict[str, tuple[str, str]]:
     footer = f"Copyright {year} {site}. All rights reserved. Privacy policy. Terms of use. Sitemap."
     share = "Share on Facebook Tweet this Pin it Email a friend"
     parts = {
-        "nav": ("<ul class=\"menu\">" + "".join(f"<li><a href=\"/{e(n.lower().replace(' ', '-'))}\">{e(n)}</a></li>"
-                                                for n in nav) + "</ul>", " ".join(nav)),
-        "cookie": (f"<div id=\"cookie-banner\" class=\"cookie-consent\"><p>{cookie}</p><button>Accept</button></div>",
-                   cookie + " Accept"),
-        "sidebar": (f"<h3>{e(heading)}</h3><ul>" + "".join(f"<li><a href=\"/p/{i}\">{e(t)}</a></li>"
-                                                          for i, t in enumerate(links)) + "</ul>",
-                    " ".join([heading, *links])),
-        "share": ("<div class=\"share-buttons\">" + "".join(f"<a href=\"#\">{s}</a> " for s in
-                  ("Share on Facebook", "Tweet this", "Pin it", "Email a friend")) + "</div>", share),
-        "comments": ("" if not comments else f"<h3>{len(comments)} Comments</h3>" + "".join(
-            f"<div class=\"comment\"><span class=\"author\">{e(u)}</span> says:<p>{e(c)}</p><a href=\"#\">Reply</a></div>"
-            for u, c in comments),
-            " ".join([f"{len(comments)} Comments", *(f"{u} says: {c} Reply" for u, c in comments)])),
+        "nav": (
+            '<ul class="menu">'
+            + "".join(f'<li><a href="/{e(n.lower().replace(" ", "-"))}">{e(n)}</a></li>' for n in nav)
+            + "</ul>",
+            " ".join(nav),
+        ),
+        "cookie": (
+            f'<div id="cookie-banner" class="cookie-consent"><p>{cookie}</p><button>Accept</button></div>',
+            cookie + " Accept",
+        ),
+        "sidebar": (
+            f"<h3>{e(heading)}</h3><ul>"
+            + "".join(f'<li><a href="/p/{i}">{e(t)}</a></li>' for i, t in enumerate(links))
+            + "</ul>",
+            " ".join([heading, *links]),
+        ),
+        "share": (
+            '<div class="share-buttons">'
+            + "".join(f'<a href="#">{s}</a> ' for s in ("Share on Facebook", "Tweet this", "Pin it", "Email a friend"))
+            + "</div>",
+            share,
+        ),
+        "comments": (
+            ""
+            if not comments
+            else f"<h3>{len(comments)} Comments</h3>"
+            + "".join(
+                f'<div class="comment"><span class="author">{e(u)}</span> says:<p>{e(c)}</p><a href="#">Reply</a></div>'
+                for u, c in comments
+            ),
+            " ".join([f"{len(comments)} Comments", *(f"{u} says: {c} Reply" for u, c in comments)]),
+        ),
         "footer": (f"<p>{e(footer)}</p>", footer),
-        "ad": ("<div class=\"ad-slot\">Advertisement</div>", "Advertisement"),
+        "ad": ('<div class="ad-slot">Advertisement</div>', "Advertisement"),
     }
     return parts
 
 
-def _layout(rng: random.Random, site: str, title: str, main: str, bp: dict, lang: str, charset: str,
-            script: str) -> tuple[str, str, str]:
+def _layout(
+    rng: random.Random, site: str, title: str, main: str, bp: dict, lang: str, charset: str, script: str
+) -> tuple[str, str, str]:
     """(head, body before the footer, footer and end) of a page; the main text sits in the middle part."""
-    head = (f"<!DOCTYPE html>\n<html lang=\"{lang}\"><head><meta charset=\"{charset}\">"
-            f"<title>{html.escape(title)} | {html.escape(site)}</title>"
-            f"<style>{_STYLE}</style><script>{script}</script></head>\n")
+    head = (
+        f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="{charset}">'
+        f"<title>{html.escape(title)} | {html.escape(site)}</title>"
+        f"<style>{_STYLE}</style><script>{script}</script></head>\n"
+    )
     style = rng.randrange(4)
     if style == 0:  # HTML5 landmarks
-        body = (f"<body>{bp['cookie'][0]}<header><a class=\"logo\" href=\"/\">{html.escape(site)}</a>"
-                f"<nav>{bp['nav'][0]}</nav></header>\n<main><article>{main}</article>{bp['share'][0]}"
-                f"<section class=\"comments\">{bp['comments'][0]}</section></main>\n"
-                f"<aside class=\"sidebar\">{bp['sidebar'][0]}{bp['ad'][0]}</aside>\n")
+        body = (
+            f'<body>{bp["cookie"][0]}<header><a class="logo" href="/">{html.escape(site)}</a>'
+            f"<nav>{bp['nav'][0]}</nav></header>\n<main><article>{main}</article>{bp['share'][0]}"
+            f'<section class="comments">{bp["comments"][0]}</section></main>\n'
+            f'<aside class="sidebar">{bp["sidebar"][0]}{bp["ad"][0]}</aside>\n'
+        )
         tail = f"<footer>{bp['footer'][0]}</footer><script>{script}</script></body></html>\n"
     elif style == 1:  # div soup with CMS class names
-        body = (f"<body><div class=\"topbar\">{bp['nav'][0]}</div>{bp['cookie'][0]}<div id=\"wrapper\">"
-                f"<div class=\"content\"><div class=\"post\"><div class=\"entry-content\">{main}</div></div>"
-                f"{bp['share'][0]}<div id=\"comments\">{bp['comments'][0]}</div></div>\n"
-                f"<div class=\"sidebar widget-area\">{bp['ad'][0]}{bp['sidebar'][0]}</div></div>\n")
-        tail = f"<div class=\"footer\">{bp['footer'][0]}</div><script>{script}</script></body></html>\n"
+        body = (
+            f'<body><div class="topbar">{bp["nav"][0]}</div>{bp["cookie"][0]}<div id="wrapper">'
+            f'<div class="content"><div class="post"><div class="entry-content">{main}</div></div>'
+            f'{bp["share"][0]}<div id="comments">{bp["comments"][0]}</div></div>\n'
+            f'<div class="sidebar widget-area">{bp["ad"][0]}{bp["sidebar"][0]}</div></div>\n'
+        )
+        tail = f'<div class="footer">{bp["footer"][0]}</div><script>{script}</script></body></html>\n'
     elif style == 2:  # old table layout
-        body = (f"<body bgcolor=\"#ffffff\"><table width=\"100%\"><tr><td colspan=\"2\"><b>{html.escape(site)}</b>"
-                f"{bp['nav'][0]}</td></tr>\n<tr><td width=\"20%\" valign=\"top\" class=\"nav\">{bp['sidebar'][0]}"
-                f"{bp['ad'][0]}</td><td valign=\"top\">{main}{bp['share'][0]}{bp['comments'][0]}</td></tr>\n")
-        tail = f"<tr><td colspan=\"2\">{bp['footer'][0]}</td></tr></table>{bp['cookie'][0]}</body></html>\n"
+        body = (
+            f'<body bgcolor="#ffffff"><table width="100%"><tr><td colspan="2"><b>{html.escape(site)}</b>'
+            f'{bp["nav"][0]}</td></tr>\n<tr><td width="20%" valign="top" class="nav">{bp["sidebar"][0]}'
+            f'{bp["ad"][0]}</td><td valign="top">{main}{bp["share"][0]}{bp["comments"][0]}</td></tr>\n'
+        )
+        tail = f'<tr><td colspan="2">{bp["footer"][0]}</td></tr></table>{bp["cookie"][0]}</body></html>\n'
     else:  # bare page
         body = f"<body>{bp['nav'][0]}\n{main}\n{bp['comments'][0]}<hr>\n"
-        tail = f"<p class=\"footer\"><small>{bp['footer'][0]}</small></p></body></html>\n"
+        tail = f'<p class="footer"><small>{bp["footer"][0]}</small></p></body></html>\n'
     return head, body, tail
 
 
@@ -223,6 +314,7 @@ def _used(style_html: str, bp: dict) -> str:
 
 
 # -- pages --------------------------------------------------------------------------------------------
+
 
 def make_page(rng: random.Random, *, seed: int, domain: str, kind: str, index: int, make_doc) -> Page:
     """One page of ``kind`` (see the module docstring); ``make_doc(rng)`` writes the domain's documents."""
@@ -242,7 +334,7 @@ def make_page(rng: random.Random, *, seed: int, domain: str, kind: str, index: i
     declared = "iso-8859-1" if kind == "wrong_charset" else "utf-8"
     head, body, tail = _layout(rng, site, blocks[0][1], _render_blocks(blocks), bp, lang, declared, script)
     if kind == "script_only":
-        body, tail = f"<body><div id=\"app\"></div><noscript></noscript><script>{script}</script>", "</body></html>"
+        body, tail = f'<body><div id="app"></div><noscript></noscript><script>{script}</script>', "</body></html>"
         blocks = []
     main_text = blocks_text(blocks)
     boilerplate = " ".join([_used(head + body + tail, bp), script, _STYLE]) if kind != "script_only" else script
@@ -258,9 +350,17 @@ def make_page(rng: random.Random, *, seed: int, domain: str, kind: str, index: i
         data = b"\x89PNG\r\n\x1a\n" + bytes(rng.getrandbits(8) for _ in range(rng.randint(2000, 6000)))
         main_text, boilerplate = "", ""
     quality = "low" if kind in LOW_QUALITY else (None if kind in SKIP_KINDS else "high")
-    truth = {"id": pid, "url": url, "domain": domain, "kind": kind, "quality": quality,
-             "lang": None if kind in SKIP_KINDS else lang, "expect": "skip" if kind in SKIP_KINDS else "text",
-             "main_text": main_text, "boilerplate_text": boilerplate}
+    truth = {
+        "id": pid,
+        "url": url,
+        "domain": domain,
+        "kind": kind,
+        "quality": quality,
+        "lang": None if kind in SKIP_KINDS else lang,
+        "expect": "skip" if kind in SKIP_KINDS else "text",
+        "main_text": main_text,
+        "boilerplate_text": boilerplate,
+    }
     return Page(html_bytes=data, content_type=f"text/html; charset={declared}", truth=truth)
 
 

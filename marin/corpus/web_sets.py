@@ -15,38 +15,54 @@ import datetime
 import random
 
 from marin.corpus.languages import LANGUAGES, document
-from marin.corpus.web import blocks_text, make_page, page_kinds, _article_blocks
+from marin.corpus.web import _article_blocks, blocks_text, make_page, page_kinds
 from marin.storage import join
 from marin.storage.records import write_records
 from marin.storage.warc import WarcResponse, write_warc
 
-_EPOCH = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
 
 
-def write_web_pages(root: str, seed: int, domain: str, make_doc, num_pages: int, num_shards: int
-                    ) -> tuple[dict[str, int], list[dict]]:
+def write_web_pages(
+    root: str, seed: int, domain: str, make_doc, num_pages: int, num_shards: int
+) -> tuple[dict[str, int], list[dict]]:
     """WARC shards of ``num_pages`` pages of ``domain``; returns ({rel path: pages}, ground-truth rows)."""
     rng = random.Random(f"{seed}-web-{domain}")
     kinds = page_kinds(rng, num_pages)
-    pages = [make_page(rng, seed=seed, domain=domain, kind=kind, index=i, make_doc=make_doc)
-             for i, kind in enumerate(kinds)]
+    pages = [
+        make_page(rng, seed=seed, domain=domain, kind=kind, index=i, make_doc=make_doc) for i, kind in enumerate(kinds)
+    ]
     files, per = {}, -(-num_pages // num_shards)
     for s in range(num_shards):
         rel = f"web/{domain}/shard-{s:05d}.warc.gz"
         chunk = pages[s * per : (s + 1) * per]
-        files[rel] = write_warc(join(root, rel), [
-            WarcResponse(record_id=p.truth["id"], url=p.truth["url"], content_type=p.content_type,
-                         date=(_EPOCH + datetime.timedelta(minutes=s * per + i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                         payload=p.html_bytes)
-            for i, p in enumerate(chunk)])
+        files[rel] = write_warc(
+            join(root, rel),
+            [
+                WarcResponse(
+                    record_id=p.truth["id"],
+                    url=p.truth["url"],
+                    content_type=p.content_type,
+                    date=(_EPOCH + datetime.timedelta(minutes=s * per + i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    payload=p.html_bytes,
+                )
+                for i, p in enumerate(chunk)
+            ],
+        )
     return files, [p.truth for p in pages]
 
 
 def write_reference(root: str, seed: int, domain: str, make_doc, num_docs: int) -> dict[str, int]:
     """High-quality reference documents of ``domain``, formatted as extracted articles are (title first)."""
     rng = random.Random(f"{seed}-reference-{domain}")
-    docs = [{"id": f"reference-{domain}-{i:06d}", "text": blocks_text(_article_blocks(domain, make_doc(rng), rng)),
-             "source": f"reference/{domain}"} for i in range(num_docs)]
+    docs = [
+        {
+            "id": f"reference-{domain}-{i:06d}",
+            "text": blocks_text(_article_blocks(domain, make_doc(rng), rng)),
+            "source": f"reference/{domain}",
+        }
+        for i in range(num_docs)
+    ]
     rel = f"quality/reference/{domain}.jsonl.gz"
     return {rel: write_records(join(root, rel), docs)}
 

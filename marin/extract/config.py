@@ -53,7 +53,8 @@ class ExtractConfig:
     html_field: str = "html"
     """Record-file inputs: the field holding the page's HTML."""
     source: str | None = None
-    """Written as each document's ``source``; None uses the input file's directory relative to the input root."""
+    """Written as each document's ``source``; None: the input file's directory relative to the input root
+    ("web" for files at the root)."""
     on_error: Literal["raise", "skip"] = "raise"
     """Malformed input records (bad JSON, no HTML field): fail naming file and line, or skip and count."""
     max_workers: int | None = None

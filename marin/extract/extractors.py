@@ -59,9 +59,16 @@ def minimal_html_to_markdown(text: str) -> str:
 def resiliparse_extract(html: str, config: ExtractorConfig) -> str:
     from resiliparse.extract.html2text import extract_plain_text
 
-    text = extract_plain_text(html, preserve_formatting="minimal_html" if config.markdown else True,
-                              main_content=config.main_content, comments=config.comments, links=False,
-                              alt_texts=False, list_bullets=True, noscript=False)
+    text = extract_plain_text(
+        html,
+        preserve_formatting="minimal_html" if config.markdown else True,
+        main_content=config.main_content,
+        comments=config.comments,
+        links=False,
+        alt_texts=False,
+        list_bullets=True,
+        noscript=False,
+    )
     if config.markdown:
         return minimal_html_to_markdown(text)
     return _BLANK_LINES.sub("\n\n", text).strip()
@@ -70,10 +77,17 @@ def resiliparse_extract(html: str, config: ExtractorConfig) -> str:
 def trafilatura_extract(html: str, config: ExtractorConfig) -> str:
     import trafilatura
 
-    text = trafilatura.extract(html, output_format="markdown" if config.markdown else "txt",
-                               include_formatting=config.markdown, include_comments=config.comments,
-                               include_tables=True, include_links=False, include_images=False,
-                               deduplicate=False, fast=config.fast)
+    text = trafilatura.extract(
+        html,
+        output_format="markdown" if config.markdown else "txt",
+        include_formatting=config.markdown,
+        include_comments=config.comments,
+        include_tables=True,
+        include_links=False,
+        include_images=False,
+        deduplicate=False,
+        fast=config.fast,
+    )
     return (text or "").strip()
 
 

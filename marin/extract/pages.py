@@ -43,24 +43,41 @@ class RawPage:
     """Where the page came from: {"record": n} plus WARC date or the input record's other fields."""
 
 
-def read_pages(url: str, rel: str, *, html_field: str = "html", on_error: str = "raise", stats=None
-               ) -> Iterator[RawPage]:
+def read_pages(
+    url: str, rel: str, *, html_field: str = "html", on_error: str = "raise", stats=None
+) -> Iterator[RawPage]:
     """The pages of one input file (``rel``: its path relative to the input root, used for ids)."""
     lower = url.lower()
     if lower.endswith(WARC_SUFFIXES):
         for n, r in enumerate(read_warc(url), 1):
-            yield RawPage(id=r.record_id or f"{rel}:{n}", url=r.url, content=r.payload, content_type=r.content_type,
-                          provenance={"record": n, "date": r.date})
+            yield RawPage(
+                id=r.record_id or f"{rel}:{n}",
+                url=r.url,
+                content=r.payload,
+                content_type=r.content_type,
+                provenance={"record": n, "date": r.date},
+            )
     elif lower.endswith(HTML_SUFFIXES):
         yield RawPage(id=rel, url=None, content=read_bytes(url), content_type="", provenance={"record": 1})
     else:
-        rows = read_records(url, required=(html_field,), on_error=on_error, stats=stats,
-                            validate=lambda r: None if isinstance(r[html_field], str)
-                            else f"field {html_field!r} must be a string of HTML")
+        rows = read_records(
+            url,
+            required=(html_field,),
+            on_error=on_error,
+            stats=stats,
+            validate=lambda r: (
+                None if isinstance(r[html_field], str) else f"field {html_field!r} must be a string of HTML"
+            ),
+        )
         for n, record in enumerate(rows, 1):
             extra = {k: v for k, v in record.items() if k not in (html_field, "id", "url", "text")}
-            yield RawPage(id=str(record.get("id") or f"{rel}:{n}"), url=record.get("url"), content=record[html_field],
-                          content_type="", provenance={"record": n, **extra})
+            yield RawPage(
+                id=str(record.get("id") or f"{rel}:{n}"),
+                url=record.get("url"),
+                content=record[html_field],
+                content_type="",
+                provenance={"record": n, **extra},
+            )
 
 
 def declared_charset(data: bytes, content_type: str) -> str | None:

@@ -26,7 +26,16 @@ from marin.extract.config import ExtractConfig, ExtractorConfig
 from marin.extract.extractors import extract_text, extractor_version
 from marin.extract.pages import PAGE_SUFFIXES, RawPage, decode_html, read_pages
 from marin.parallel import run_tasks
-from marin.shards import Shard, list_shards, mark_done, prepare_work, read_done, with_suffix
+from marin.shards import (
+    Shard,
+    fingerprint_of,
+    finished_summary,
+    list_shards,
+    mark_done,
+    prepare_work,
+    read_done,
+    with_suffix,
+)
 from marin.storage import delete, join, write_atomic
 from marin.storage.records import ReadStats, RecordWriter
 
@@ -62,23 +71,34 @@ def extract_shard(config: ExtractConfig, shard: Shard, work: str) -> dict:
     source = config.source or posixpath.dirname(shard.rel) or "web"
     counts: dict = {"pages": 0, "documents": 0, "chars": 0, "skipped": {}, "encodings": {}}
     stats = ReadStats()
-    with RecordWriter(join(config.output_path, DOCUMENTS_DIR, rel)) as docs, \
-            RecordWriter(join(config.output_path, SKIPPED_DIR, rel)) as skipped:
-        for page in read_pages(shard.url, shard.rel, html_field=config.html_field, on_error=config.on_error,
-                               stats=stats):
+    with (
+        RecordWriter(join(config.output_path, DOCUMENTS_DIR, rel)) as docs,
+        RecordWriter(join(config.output_path, SKIPPED_DIR, rel)) as skipped,
+    ):
+        for page in read_pages(
+            shard.url, shard.rel, html_field=config.html_field, on_error=config.on_error, stats=stats
+        ):
             counts["pages"] += 1
             text, info, detail = extract_page(page, config.extractor, config.min_chars)
             provenance = {"file": shard.rel, **page.provenance}
             if text is None:
                 counts["skipped"][info] = counts["skipped"].get(info, 0) + 1
-                skipped.write({"id": page.id, "url": page.url, "reason": info, "detail": detail,
-                               "provenance": provenance})
+                skipped.write(
+                    {"id": page.id, "url": page.url, "reason": info, "detail": detail, "provenance": provenance}
+                )
                 continue
             counts["documents"] += 1
             counts["chars"] += len(text)
             counts["encodings"][info] = counts["encodings"].get(info, 0) + 1
-            docs.write({"id": page.id, "text": text, "url": page.url, "source": source,
-                        "provenance": {**provenance, "encoding": info}})
+            docs.write(
+                {
+                    "id": page.id,
+                    "text": text,
+                    "url": page.url,
+                    "source": source,
+                    "provenance": {**provenance, "encoding": info},
+                }
+            )
     counts["malformed_records"] = stats.skipped
     mark_done(work, shard, counts)
     return counts
@@ -100,16 +120,27 @@ def _merge(rows: list[dict]) -> dict:
 def extract_pages(config: ExtractConfig) -> dict:
     """Extract text from every page under ``config.input_path``; returns the summary (also summary.json)."""
     start = time.monotonic()
+    fingerprint = fingerprint_of(config)
+    done = finished_summary(join(config.output_path, SUMMARY), fingerprint)
+    if done is not None:
+        logger.info("extract: %s is complete for this config; nothing to do", config.output_path)
+        return done
     shards = list_shards(config.input_path, suffixes=PAGE_SUFFIXES, field="ExtractConfig.input_path")
     work = join(config.output_path, "_work")
-    prepare_work(work, dataclasses.asdict(dataclasses.replace(config, max_workers=None, use_ray=True)))
+    prepare_work(work, fingerprint)
     logger.info("extract: %d input files under %s with %s", len(shards), config.input_path, config.extractor.name)
-    rows = run_tasks(extract_shard, [(config, s, work) for s in shards], use_ray=config.use_ray,
-                     max_workers=config.max_workers, label="extract")
+    rows = run_tasks(
+        extract_shard,
+        [(config, s, work) for s in shards],
+        use_ray=config.use_ray,
+        max_workers=config.max_workers,
+        label="extract",
+    )
     total = _merge(rows)
     seconds = time.monotonic() - start
     summary = {
         "input_path": config.input_path,
+        "fingerprint": fingerprint,
         "extractor": {**dataclasses.asdict(config.extractor), "version": extractor_version(config.extractor.name)},
         "min_chars": config.min_chars,
         "files": len(shards),
@@ -125,6 +156,10 @@ def extract_pages(config: ExtractConfig) -> dict:
     }
     write_atomic(join(config.output_path, SUMMARY), json.dumps(summary, indent=2))
     delete(work, recursive=True)
-    logger.info("extract: %d pages -> %d documents; skipped %s", summary["pages_in"], summary["documents_out"],
-                summary["skipped"] or "none")
+    logger.info(
+        "extract: %d pages -> %d documents; skipped %s",
+        summary["pages_in"],
+        summary["documents_out"],
+        summary["skipped"] or "none",
+    )
     return summary

@@ -50,17 +50,22 @@ def read_warc(url: str) -> Iterator[WarcResponse]:
     number = 0
     with open_url(url, "rb") as raw:
         try:
-            for number, record in enumerate(ArchiveIterator(raw), 1):  # noqa: B007 (used in the error)
+            for number, record in enumerate(ArchiveIterator(raw), 1):
                 if record.rec_type != "response":
                     continue
                 headers = record.rec_headers
                 content_type = record.http_headers.get_header("Content-Type", "") if record.http_headers else ""
+                payload = record.content_stream().read()
+                # warcio hands out a cut last record as if it were whole; its block reader knows what is missing.
+                missing = getattr(record.raw_stream, "limit", 0)
+                if missing:
+                    raise EOFError(f"the file ends {missing} bytes before the end of this record")
                 yield WarcResponse(
                     record_id=(headers.get_header("WARC-Record-ID") or "").strip("<>"),
                     url=headers.get_header("WARC-Target-URI") or "",
                     date=headers.get_header("WARC-Date") or "",
                     content_type=content_type,
-                    payload=record.content_stream().read(),
+                    payload=payload,
                 )
         except (ArchiveLoadFailed, EOFError, OSError, ValueError) as e:
             raise WarcError(f"{url}: record {number + 1}: not a readable WARC record ({e})") from e
@@ -80,11 +85,18 @@ def write_warc(url: str, pages: Iterable[WarcResponse], *, gzip: bool | None = N
     for page in pages:
         if not page.record_id or not page.date:
             raise ValueError(f"{url}: every record needs a record_id and a date (deterministic output)")
-        http_headers = StatusAndHeaders("200 OK", [("Content-Type", page.content_type),
-                                                   ("Content-Length", str(len(page.payload)))], protocol="HTTP/1.1")
+        http_headers = StatusAndHeaders(
+            "200 OK",
+            [("Content-Type", page.content_type), ("Content-Length", str(len(page.payload)))],
+            protocol="HTTP/1.1",
+        )
         record = writer.create_warc_record(
-            page.url, "response", payload=io.BytesIO(page.payload), http_headers=http_headers,
-            warc_headers_dict={"WARC-Record-ID": f"<{page.record_id}>", "WARC-Date": page.date})
+            page.url,
+            "response",
+            payload=io.BytesIO(page.payload),
+            http_headers=http_headers,
+            warc_headers_dict={"WARC-Record-ID": f"<{page.record_id}>", "WARC-Date": page.date},
+        )
         writer.write_record(record)
         count += 1
     write_atomic(url, buffer.getvalue())
