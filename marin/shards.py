@@ -74,11 +74,15 @@ def _as_url(like: str, path: str) -> str:
     return f"{scheme}://{path.lstrip('/')}"
 
 
+_RUN_ONLY = {"output_path": "", "max_workers": None, "use_ray": True, "batch_docs": 1}
+
+
 def fingerprint_of(config) -> str:
-    """A digest of a config dataclass without its output path and run-only fields (``max_workers``, ``use_ray``)."""
+    """A digest of a config dataclass without its output path and run-only fields (workers, batch sizes)."""
     import hashlib
 
-    plain = dataclasses.replace(config, output_path="", max_workers=None, use_ray=True)
+    names = {f.name for f in dataclasses.fields(config)}
+    plain = dataclasses.replace(config, **{k: v for k, v in _RUN_ONLY.items() if k in names})
     text = json.dumps(dataclasses.asdict(plain), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

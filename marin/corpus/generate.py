@@ -13,6 +13,7 @@ Layout under the output directory (every record is ``{"id", "text", "source"}``)
     ground_truth/contaminated.jsonl              training docs holding eval items: {"id", "eval_id", "task"}
     web/<domain>/shard-0000{0,1}.warc.gz         raw HTML pages with boilerplate, low-quality and broken ones
     quality/reference/<domain>.jsonl.gz          high-quality reference text (a quality classifier's positives)
+    quality/web_sample/<domain>.jsonl.gz         random web text, already extracted (its negatives)
     langid/<lang>.jsonl.gz                       labelled samples in five languages
     ground_truth/web_pages.jsonl.gz              per page: kind, quality, language, main text, boilerplate
     manifest.json                                config, counts and bytes per file
@@ -67,7 +68,8 @@ class CorpusConfig:
     """Raw HTML pages per domain under ``web/`` (``marin.corpus.web``); 0 writes no web part."""
     web_shards_per_domain: int = 2
     reference_docs_per_domain: int = 500
-    """High-quality reference documents per domain (a quality classifier's positives)."""
+    """High-quality reference documents per domain (a quality classifier's positives), and as many documents
+    of random web text (its negatives)."""
     langid_docs_per_language: int = 300
     """Labelled samples per language for a language classifier."""
 
@@ -200,7 +202,7 @@ def generate_corpus(cfg: CorpusConfig) -> dict:
 
 def _write_web(cfg: CorpusConfig, manifest: dict) -> None:
     """Raw web pages, reference text and language samples (``marin.corpus.web_sets``)."""
-    from marin.corpus.web_sets import write_langid, write_reference, write_web_pages
+    from marin.corpus.web_sets import write_langid, write_reference, write_web_pages, write_web_sample
 
     truth = []
     for domain, make in sorted(DOMAINS.items()):
@@ -212,9 +214,11 @@ def _write_web(cfg: CorpusConfig, manifest: dict) -> None:
         if cfg.reference_docs_per_domain:
             manifest["files"].update(write_reference(cfg.output_path, cfg.seed, domain, make,
                                                      cfg.reference_docs_per_domain))
+            manifest["files"].update(write_web_sample(cfg.output_path, cfg.seed, domain, make,
+                                                      cfg.reference_docs_per_domain))
     if cfg.langid_docs_per_language:
         manifest["files"].update(write_langid(cfg.output_path, cfg.seed, cfg.langid_docs_per_language,
-                                              lambda rng: DOMAINS["stories"](rng)))
+                                              lambda rng: DOMAINS[rng.choice(sorted(DOMAINS))](rng)))
     if truth:
         write_records(join(cfg.output_path, "ground_truth", "web_pages.jsonl.gz"), truth)
         kinds: dict[str, int] = {}
