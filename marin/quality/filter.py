@@ -137,7 +137,7 @@ def filter_documents(config: FilterConfig) -> dict:
     shards = list_shards(config.input_path, suffixes=RECORD_SUFFIXES, field="FilterConfig.input_path")
     work = join(config.output_path, "_work")
     prepare_work(work, fingerprint)
-    run = dict(use_ray=config.use_ray, max_workers=config.max_workers)
+    run = {"use_ray": config.use_ray, "max_workers": config.max_workers}
     ranked = [i for i, r in enumerate(config.rules) if r.top_percent is not None]
     thresholds: dict[int, float] = {}
     if ranked:
