@@ -7,6 +7,7 @@ import sys
 
 import draccus
 
+from marin.logs import configure_logging
 from data_browser.config import BrowserConfig
 
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     from data_browser.app import create_app
 
     config = draccus.parse(BrowserConfig, args=_roots_to_list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=logging.INFO)
+    configure_logging()
     print(f"data browser on http://{config.host}:{config.port}/ serving {', '.join(config.normalized_roots())}")
     uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning")
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote
 
+from marin.storage import is_local, local_path, split_url
+
 
 class Forbidden(Exception):
     """The path lies outside every configured root (or tries to)."""
 
 
 def normalize_root(root: str) -> str:
-    if "://" in root and not root.startswith("file://"):
+    if not is_local(root):
         return root.rstrip("/")
-    local = root[len("file://") :] if root.startswith("file://") else root
-    return os.path.realpath(os.path.abspath(local))
+    return os.path.realpath(os.path.abspath(local_path(root)))
 
 
 def _fully_unquoted(path: str) -> str:
@@ -41,18 +42,18 @@ def resolve(path: str, roots: list[str]) -> str:
         raise Forbidden("NUL byte in path")
     if any(part == ".." for part in path.replace("\\", "/").split("/")):
         raise Forbidden(f"{path}: '..' is not allowed")
-    if "://" in path and not path.startswith("file://"):
-        scheme, rest = path.split("://", 1)
+    if not is_local(path):
+        scheme, rest = split_url(path)
         candidate = f"{scheme}://{rest.strip('/')}"
         for root in roots:
-            if "://" in root and (candidate == root or candidate.startswith(root + "/")):
+            if not is_local(root) and (candidate == root or candidate.startswith(root + "/")):
                 return candidate
         raise Forbidden(f"{path}: outside the configured roots")
-    local = path[len("file://") :] if path.startswith("file://") else path
+    local = local_path(path)
     if not os.path.isabs(local):
         raise Forbidden(f"{path}: relative paths are not allowed")
     real = os.path.realpath(local)  # follows symlinks: a link pointing outside is refused
     for root in roots:
-        if "://" not in root and (real == root or real.startswith(root.rstrip("/") + "/")):
+        if is_local(root) and (real == root or real.startswith(root.rstrip("/") + "/")):
             return real
     raise Forbidden(f"{path}: outside the configured roots")

@@ -10,7 +10,9 @@ Names follow the paths users browse: ``raw/…``, ``documents/…``, ``tokenizer
 ``checkpoints/…``, ``evaluation/…``, ``exports/…``. Every field that defines a step's result is wrapped
 in ``versioned`` here (inputs given as plain strings too: a hub tokenizer name or a bucket path is part
 of what a step computed from); knobs that only change speed or placement (workers, batch sizes of I/O,
-resources, the device mesh) are not, so turning them reuses existing outputs.
+resources) are not, and inside versioned configs the fields declared with ``marin.identity.runtime_field``
+(the device mesh, remat, layer scan, attention kernel, microbatches, cadences) never count, so turning
+them reuses existing outputs.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from marin.download import DownloadConfig, download_dataset
 from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.execution import ExecutorStep, InputName, ResourceConfig, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
-from marin.tokenize import TokenCacheSourceConfig, TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
+from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
+from marin.trainer.data import TokenCacheSourceConfig
 from marin.trainer.checkpoint import CheckpointConfig
 from marin.trainer.data.loader import DataConfig
 from marin.trainer.data.mixture import MixtureStage
 from marin.trainer.loop import TrainerConfig, TrainLmConfig
-from marin.trainer.mesh import MeshConfig
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy
@@ -139,6 +141,7 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
         validation={k: TokenCacheSourceConfig(path=_input(p)) for k, p in validation.items()},
         stages=versioned(mixture_stages(weights, weight_changes)),
         seed=versioned(train.seed),
+        mixture_block_size=versioned(DataConfig.__dataclass_fields__["mixture_block_size"].default),
     )
     optimizer = OptimizerConfig(learning_rate=train.learning_rate, weight_decay=train.weight_decay,
                                 schedule=train.schedule, warmup=train.warmup, decay=train.decay,
@@ -146,22 +149,19 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
                                 ema_decay=train.ema_decay)
     trainer = TrainerConfig(
         num_train_steps=train.num_train_steps, batch_size=train.batch_size, num_microbatches=train.num_microbatches,
-        mesh=train.mesh, sharding=train.sharding,
-        precision=PrecisionPolicy(compute_dtype=train.compute_dtype), seed=train.seed, log_every=train.log_every,
-        eval_every=train.eval_every,
+        mesh=train.mesh, sharding=train.sharding, z_loss=train.z_loss,
+        precision=PrecisionPolicy(compute_dtype=train.compute_dtype, matmul_dtype=train.matmul_dtype),
+        seed=train.seed, log_every=train.log_every, eval_every=train.eval_every,
         checkpoint=CheckpointConfig(save_interval_minutes=train.save_interval_minutes, keep_every=train.keep_every),
         tracker=TrackerConfig(wandb=train.wandb, progress_bar=True),
     )
-    # num_microbatches, the device mesh and its sharding rules, logging and checkpoint cadence do not change
-    # the result (only the batch does; sharded runs equal the single-device run to float rounding), so
-    # moving a run to another slice or parallelism reuses its output directory and resumes it.
-    identity = dataclasses.replace(trainer, num_microbatches=1, log_every=1, checkpoint=CheckpointConfig(),
-                                   tracker=TrackerConfig(), mesh=MeshConfig(), sharding="fsdp")
     return ExecutorStep(
         name=f"checkpoints/{name}",
         fn=train_lm,
+        # the model's and trainer's runtime fields (remat, scan, attention kernel, mesh, microbatches,
+        # cadences) are declared as such and never enter the hash: a run moved to another slice resumes.
         config=TrainLmConfig(output_path=this_output_path(), model=versioned(model), data=data,
-                             trainer=versioned(trainer, identity), optimizer=versioned(optimizer),
+                             trainer=versioned(trainer), optimizer=versioned(optimizer),
                              initialize_from=initialize_from),
         description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
         resources=train.resources,

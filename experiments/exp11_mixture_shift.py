@@ -18,10 +18,9 @@ import dataclasses
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments import quickstart  # noqa: E402
-from marin.execution import executor_main, versioned  # noqa: E402
+from experiments import quickstart
+from marin.execution import executor_main, versioned
 
 shifted_run = quickstart.STEPS["checkpoints"]
 shifted_eval = quickstart.STEPS["evaluation"]

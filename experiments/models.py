@@ -8,8 +8,13 @@ few numbers a run is usually described by (batch, learning rate, schedule, steps
 import dataclasses
 
 from marin.execution import ResourceConfig
+from marin.trainer.checkpoint import CheckpointConfig
+from marin.trainer.loop import TrainerConfig
 from marin.trainer.mesh import MeshConfig, ShardingSpec
 from marin.trainer.model.config import LlamaConfig, model_preset
+from marin.trainer.optim import OptimizerConfig
+from marin.trainer.step import PrecisionPolicy
+from marin.trainer.tracking import TrackerConfig
 
 
 def _model(preset: str, **overrides) -> LlamaConfig:
@@ -38,36 +43,51 @@ def llama_8b(vocab_size: int = 128_256, seq_len: int = 4096) -> LlamaConfig:
     return _model("llama_8b", vocab_size=vocab_size, seq_len=seq_len)
 
 
+def _default(config_class: type, field: str):
+    """The trainer's own default for ``field``: defaults are defined once, where the trainer declares them."""
+    spec = config_class.__dataclass_fields__[field]
+    return spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SimpleTrainConfig:
-    """What a training run is usually described by; ``default_train`` expands it into the trainer's config."""
+    """A flat preset over the trainer's configs: the few numbers a run is usually described by.
+
+    It holds no defaults of its own (each is the trainer config's, read from its declaration), and
+    ``default_train`` expands it field for field into ``TrainerConfig``, ``OptimizerConfig``,
+    ``PrecisionPolicy``, ``CheckpointConfig`` and ``TrackerConfig``. Which fields define the result and
+    which only say how it runs is declared there (``marin.identity.runtime_field``)."""
 
     num_train_steps: int
     batch_size: int
     learning_rate: float
-    schedule: str = "wsd"
+    schedule: str = _default(OptimizerConfig, "schedule")
     """cosine, linear, wsd or wsd_s (see marin.trainer.optim)."""
-    warmup: float = 0.05
-    decay: float | None = 0.2
-    min_lr_ratio: float = 0.1
-    cycles: tuple[int, ...] = ()
+    warmup: float = _default(OptimizerConfig, "warmup")
+    decay: float | None = _default(OptimizerConfig, "decay")
+    min_lr_ratio: float = _default(OptimizerConfig, "min_lr_ratio")
+    cycles: tuple[int, ...] = _default(OptimizerConfig, "cycles")
     """wsd_s only: steps at which a cycle ends (and the next re-warms)."""
-    rewarmup: float = 0.0
-    weight_decay: float = 0.1
-    ema_decay: float | None = None
-    num_microbatches: int = 1
-    mesh: MeshConfig = MeshConfig()
+    rewarmup: float = _default(OptimizerConfig, "rewarmup")
+    weight_decay: float = _default(OptimizerConfig, "weight_decay")
+    ema_decay: float | None = _default(OptimizerConfig, "ema_decay")
+    compute_dtype: str = _default(PrecisionPolicy, "compute_dtype")
+    """bfloat16 by default; CPU experiments choose float32 (faster on CPUs without bf16 units)."""
+    matmul_dtype: str = _default(PrecisionPolicy, "matmul_dtype")
+    """"float8" runs the blocks' projections in FP8 (GPUs with FP8 tensor cores)."""
+    z_loss: float = _default(TrainerConfig, "z_loss")
+    seed: int = _default(TrainerConfig, "seed")
+    num_microbatches: int = _default(TrainerConfig, "num_microbatches")
+    mesh: MeshConfig = _default(TrainerConfig, "mesh")
     """Devices per mesh axis (data, fsdp, tensor); by default every device on fsdp."""
-    sharding: ShardingSpec = "fsdp"
-    """dp, fsdp, tp, fsdp_tp or explicit rules (marin/trainer/mesh.py). Neither changes the step's identity."""
-    compute_dtype: str = "float32"
-    """bfloat16 on accelerators; float32 is faster on CPUs without bf16 units."""
-    seed: int = 0
-    eval_every: int | None = None
-    log_every: int = 10
-    save_interval_minutes: float | None = 10.0
-    keep_every: int | None = None
-    wandb: bool = False
+    sharding: ShardingSpec = _default(TrainerConfig, "sharding")
+    """dp, fsdp, tp, fsdp_tp or explicit rules (marin/trainer/mesh.py)."""
+    eval_every: int | None = _default(TrainerConfig, "eval_every")
+    log_every: int = _default(TrainerConfig, "log_every")
+    save_interval_minutes: float | None = _default(CheckpointConfig, "save_interval_minutes")
+    keep_every: int | None = _default(CheckpointConfig, "keep_every")
+    wandb: bool = _default(TrackerConfig, "wandb")
+    """W&B logging (offline unless WANDB_API_KEY is set)."""
     resources: ResourceConfig = ResourceConfig(num_cpus=1)
 
 

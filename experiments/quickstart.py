@@ -22,9 +22,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.defaults import (  # noqa: E402
+from experiments.defaults import (
     default_dedupe,
     default_download,
     default_eval,
@@ -33,10 +32,10 @@ from experiments.defaults import (  # noqa: E402
     default_train,
     default_train_tokenizer,
 )
-from experiments.models import SimpleTrainConfig, llama_nano  # noqa: E402
-from marin.corpus import CorpusConfig, generate_corpus  # noqa: E402
-from marin.corpus.tasks import TASKS  # noqa: E402
-from marin.execution import ExecutorStep, executor_main, this_output_path, versioned  # noqa: E402
+from experiments.models import SimpleTrainConfig, llama_nano
+from marin.corpus import CorpusConfig, generate_corpus
+from marin.corpus.tasks import TASKS
+from marin.execution import ExecutorStep, executor_main, this_output_path, versioned
 
 DOMAINS = ("stories", "arithmetic")
 VOCAB = 2048
@@ -69,6 +68,8 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str,
         min_lr_ratio=0.05,
         eval_every=100,
         log_every=10,
+        compute_dtype="float32",  # a laptop CPU has no fast bf16 matmuls
+        wandb=False,
     )
     checkpoints = default_train(
         "quickstart-nano",

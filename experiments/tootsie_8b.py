@@ -24,9 +24,8 @@ import dataclasses
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.defaults import (  # noqa: E402
+from experiments.defaults import (
     default_dedupe,
     default_download,
     default_eval,
@@ -34,8 +33,8 @@ from experiments.defaults import (  # noqa: E402
     default_tokenize,
     default_train,
 )
-from experiments.models import TPU_V4_2048, SimpleTrainConfig, llama_8b  # noqa: E402
-from marin.execution import ResourceConfig, executor_main  # noqa: E402
+from experiments.models import TPU_V4_2048, SimpleTrainConfig, llama_8b
+from marin.execution import ResourceConfig, executor_main
 
 LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3.1-8B"
 SEQ_LEN = 4096

@@ -15,13 +15,26 @@ from collections.abc import Callable
 from typing import Any
 
 
+class Placeholder:
+    """Base of the executor's path placeholders (inputs, outputs, steps used as inputs): their value is
+    known only when the executor runs the step. Declared here so that configs can be checked without
+    importing the executor."""
+
+    __slots__ = ()
+
+
+class Wrapper:
+    """Base of the executor's wrappers around a known value (``versioned``): ``.value`` is the value."""
+
+    __slots__ = ()
+    value: Any
+
+
 def concrete(value: Any) -> tuple[bool, Any]:
     """(True, plain value) for concrete values and versioned ones; (False, None) for unresolved paths."""
-    from marin.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
-
-    while isinstance(value, VersionedValue):
+    while isinstance(value, Wrapper):
         value = value.value
-    if isinstance(value, (InputName, OutputName, ExecutorStep)):
+    if isinstance(value, Placeholder):
         return False, None
     return True, value
 

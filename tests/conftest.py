@@ -81,14 +81,12 @@ def quickstart_run(tmp_path_factory, ray_address):
     session, recorded as experiments/quickstart.py would record it.
 
     Shared by the quickstart, data browser and report tests so CI trains the model only once."""
-    import sys
     from pathlib import Path
 
+    from experiments import quickstart
     from marin.execution import Executor
 
     root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root))
-    from experiments import quickstart
 
     steps = quickstart.STEPS
     prefix = str(tmp_path_factory.mktemp("quickstart") / "store")

@@ -5,17 +5,18 @@ import dataclasses
 import json
 import logging
 
-from marin.corpus.generate import CorpusConfig, generate_corpus
+from marin.logs import configure_logging
+from marin.corpus.build import CorpusConfig, generate_corpus
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write the bundled corpus (see marin.corpus.generate).")
+    parser = argparse.ArgumentParser(description="Write the bundled corpus (see marin.corpus.build).")
     parser.add_argument("--output", required=True, help="directory or fsspec URL to write to")
     for field in dataclasses.fields(CorpusConfig):
         if field.name != "output_path":
             parser.add_argument(f"--{field.name}", type=type(field.default), default=field.default)
     args = vars(parser.parse_args(argv))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     manifest = generate_corpus(CorpusConfig(output_path=args.pop("output"), **args))
     print(json.dumps(manifest["planted"]))
 

@@ -17,6 +17,8 @@ import fnmatch
 import logging
 import os
 
+from marin.storage import is_url, scheme_of
+
 logger = logging.getLogger(__name__)
 
 
@@ -113,7 +115,7 @@ def list_url_files(source: str, patterns: tuple[str, ...] = (), files: tuple[str
     out = []
     for path in sorted(found):
         rel = path[len(base) :].lstrip("/") if path.startswith(base) else path.rsplit("/", 1)[-1]
-        url = f"{source.split('://', 1)[0]}://{path}" if "://" in source else path
+        url = f"{scheme_of(source)}://{path}" if is_url(source) else path
         if selected(rel, patterns, ()):
             out.append(RemoteFile(path=rel, url=url, kind=kind))
     return Listing(_with_sizes(out))

@@ -33,7 +33,7 @@ class MarinLM(LM):
     def __init__(self, checkpoint: str, tokenizer: str | None = None, batch_size: int | str = 16,
                  max_len: int | None = None, max_gen_toks: int = 128, **_ignored):
         super().__init__()
-        from marin.evaluation.step import load_model, place_params
+        from marin.inference import load_model, place_params
         from marin.tokenize import eos_id, load_tokenizer
         from marin.trainer.model.llama import forward
 
@@ -71,7 +71,7 @@ class MarinLM(LM):
         return out
 
     def generate_until(self, requests) -> list[str]:
-        from marin.export.generate import GenerationConfig, decode_until, generate
+        from marin.inference import GenerationConfig, decode_until, generate
 
         out = []
         for request in requests:

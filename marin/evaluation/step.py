@@ -16,18 +16,20 @@ import functools
 import itertools
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
-import numpy as np
-
+from marin.evaluation.datasets import token_counts, validation_texts
 from marin.evaluation.perplexity import evaluate_documents, unigram_bits_per_byte
+from marin.evaluation.results import config_record, format_table
 from marin.evaluation.scoring import Scorer
 from marin.evaluation.tasks import MultipleChoiceTask, load_task_yaml, score_task
+from marin.inference import load_model, place_params
 from marin.progress import progress_bar
-from marin.storage import exists, join, write_atomic
+from marin.storage import join, write_atomic
+from marin.tokenize.tokenizer import eos_id, load_tokenizer
 from marin.trainer.model.config import LlamaConfig
+from marin.trainer.model.llama import forward
 from marin.validation import check
 
 logger = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ class EvalConfig:
     tokenizer: str
     output_path: str
     model: LlamaConfig | None = None
-    """Required for training checkpoints; HF exports carry their own config.json."""
+    """Default: the config stored with the checkpoint (HF exports carry their own config.json)."""
     checkpoint_step: int | None = None
     """Evaluate this step's checkpoint instead of the newest."""
     validation: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -65,77 +67,6 @@ class EvalConfig:
         check("EvalConfig", "num_fewshot", self.num_fewshot, lambda v: v >= 0, ">= 0")
 
 
-def load_model(path: str, model: LlamaConfig | None, step: int | None = None) -> tuple[LlamaConfig, Any, int | None]:
-    """(config, params, checkpoint step) from an HF export directory or a training run. The parameters are
-    host (numpy) arrays: exporting needs nothing else, and ``place_params`` puts them on the devices."""
-    if exists(join(path, "config.json")) and exists(join(path, "model.safetensors")):
-        from marin.export.hf import import_hf
-
-        cfg, params = import_hf(path)
-        return cfg, params, None
-    model = model or model_from_run(path)
-    from marin.trainer.checkpoint import restore_params
-    from marin.trainer.model.llama import init_params
-
-    template = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
-    params, found = restore_params(join(path, "checkpoints"), template, step)
-    return model, params, found
-
-
-def place_params(cfg: LlamaConfig, params: Any) -> Any:
-    """Host parameters on the devices, once: on a host with several devices (a TPU host's 4 chips)
-    FSDP-sharded over all of them, straight from host memory, so a model larger than one device's memory
-    (8B in fp32: 32 GB) can be scored; otherwise on the one device. Inputs stay replicated: every device
-    computes the whole batch (evaluation needs memory, not speed)."""
-    if jax.device_count() == 1:
-        return jax.device_put(params)
-    from marin.trainer.mesh import MeshConfig, sharding_context, tree_shardings
-    from marin.trainer.model import param_axes
-
-    context = sharding_context(MeshConfig(), "fsdp")
-    return jax.tree.map(jax.device_put, params, tree_shardings(context, param_axes(cfg), params))
-
-
-def model_from_run(path: str) -> LlamaConfig:
-    """The model config a training step ran with, from its ``.executor_info`` (the executor's record)."""
-    from marin.execution.status import INFO_FILE
-    from marin.storage import read_text
-    from marin.trainer.model.config import Llama3RopeScaling
-
-    info_url = join(path, INFO_FILE)
-    if not exists(info_url):
-        raise ValueError(f"{path}: no {INFO_FILE} to read the model config from; pass the model config explicitly")
-    model = dict(json.loads(read_text(info_url))["config"]["model"])
-    if model.get("rope_scaling"):
-        model["rope_scaling"] = Llama3RopeScaling(**model["rope_scaling"])
-    return LlamaConfig(**model)
-
-
-def _texts(spec: str, tokenizer) -> Iterator[str]:
-    """Documents of a validation set: decoded from a token cache, or read from record files."""
-    if exists(join(spec, "cache.json")):
-        from marin.tokenize.reader import TokenCache
-
-        cache = TokenCache.open(spec, tokenizer=tokenizer)
-        for i in range(cache.num_documents):
-            yield tokenizer.decode(cache.document(i).tolist(), skip_special_tokens=False)
-        return
-    from marin.tokenize.inputs import expand_record_paths, iter_texts
-
-    yield from iter_texts(expand_record_paths(spec))
-
-
-def token_counts(cache_path: str, vocab_size: int, chunk: int = 1 << 22) -> np.ndarray:
-    """How often each token id occurs in a token cache (read in chunks, never whole)."""
-    from marin.tokenize.reader import TokenCache
-
-    cache = TokenCache.open(cache_path)
-    counts = np.zeros(vocab_size, dtype=np.int64)
-    for start in range(0, cache.num_tokens, chunk):
-        counts += np.bincount(cache.read(start, min(chunk, cache.num_tokens - start)), minlength=vocab_size)
-    return counts
-
-
 def _task(spec: str, num_fewshot: int, limit: int | None) -> MultipleChoiceTask:
     if spec.endswith((".yaml", ".yml")):
         task = load_task_yaml(spec)
@@ -145,9 +76,6 @@ def _task(spec: str, num_fewshot: int, limit: int | None) -> MultipleChoiceTask:
 
 
 def evaluate_model(config: EvalConfig) -> dict[str, Any]:
-    from marin.tokenize.tokenizer import eos_id, load_tokenizer
-    from marin.trainer.model.llama import forward
-
     cfg, params, step = load_model(config.checkpoint_path, config.model, config.checkpoint_step)
     tokenizer = load_tokenizer(config.tokenizer)
     if tokenizer.get_vocab_size() > cfg.vocab_size:
@@ -166,7 +94,7 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
     bar = progress_bar(len(config.validation) + len(config.tasks), "evaluate", unit="set")
     for name, spec in config.validation.items():
         bar.set_postfix_str(name)
-        texts = list(itertools.islice(_texts(spec, tokenizer), config.max_documents))
+        texts = list(itertools.islice(validation_texts(spec, tokenizer), config.max_documents))
         results["validation"][name] = evaluate_documents(scorer, texts, encode, eos)
         if name in config.unigram_baseline:
             counts = token_counts(config.unigram_baseline[name], cfg.vocab_size)
@@ -183,27 +111,3 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
     write_atomic(join(config.output_path, "results.json"), json.dumps(results, indent=2))
     logger.info("evaluation of %s (step %s)\n%s", config.checkpoint_path, step, format_table(results))
     return results
-
-
-def config_record(config: EvalConfig, max_len: int) -> dict[str, Any]:
-    """The eval's own settings for ``results.json`` (the model's are under ``model``), so a number can be
-    traced to what produced it without the executor's records."""
-    record = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "model"}
-    record.update(max_len=max_len, validation=dict(config.validation), tasks=list(config.tasks),
-                  unigram_baseline=dict(config.unigram_baseline))
-    return json.loads(json.dumps(record, default=str))  # executor paths and the like as plain strings
-
-
-def format_table(results: dict[str, Any]) -> str:
-    lines = ["| set | loss | perplexity | bits/byte | unigram bits/byte |", "|---|---|---|---|---|"]
-    for name, r in results["validation"].items():
-        unigram = f"{r['unigram_bits_per_byte']:.4f}" if "unigram_bits_per_byte" in r else "-"
-        lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | {unigram} |")
-    if results["tasks"]:
-        lines += ["", "| task | k-shot | items | acc | acc 95% CI | acc_norm | chance |",
-                  "|---|---|---|---|---|---|---|"]
-        for name, r in results["tasks"].items():
-            lo, hi = r["acc"]["ci95"]
-            lines.append(f"| {name} | {r['num_fewshot']} | {r['items']} | {r['acc']['value']:.3f} | "
-                         f"[{lo:.3f}, {hi:.3f}] | {r['acc_norm']['value']:.3f} | {r['chance']:.3f} |")
-    return "\n".join(lines)

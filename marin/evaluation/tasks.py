@@ -40,7 +40,7 @@ import math
 import random
 from typing import Any
 
-from marin.storage import join, read_text
+from marin.storage import is_absolute, join, read_text
 from marin.storage.records import read_records
 
 
@@ -88,7 +88,7 @@ class MultipleChoiceTask:
 
 
 def _relative_to(base: str, path: str) -> str:
-    return path if "://" in path or path.startswith("/") else join(base, path)
+    return path if is_absolute(path) else join(base, path)
 
 
 def load_task_yaml(url: str) -> MultipleChoiceTask:

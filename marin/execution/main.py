@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import draccus
 
+from marin.logs import configure_logging
 from marin.execution.executor import Executor, PreviouslyFailed, StepsFailed
 from marin.execution.experiment import caller_file
 from marin.execution.lease import LeaseConfig
@@ -21,7 +22,7 @@ from marin.execution.plan import PlanError
 from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.status import StatusFileError
 from marin.execution.step import ExecutorStep
-from marin.storage import MissingBackend, StoreUnavailable
+from marin.storage import MissingBackend, StoreUnavailable, is_url
 
 
 DEFAULT_PREFIX = "./local_store"
@@ -48,13 +49,13 @@ class ExecutorMainConfig:
 
     def resolved_prefix(self) -> str:
         prefix = self.prefix or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
-        return os.path.abspath(prefix) if "://" not in prefix else prefix.rstrip("/")
+        return prefix.rstrip("/") if is_url(prefix) else os.path.abspath(prefix)
 
 
 def executor_main(steps: Sequence[ExecutorStep], description: str | None = None, args: Sequence[str] | None = None):
     """Parse the command line, then plan, dry-run or run ``steps``. Exits non-zero on failure."""
     config = draccus.parse(ExecutorMainConfig, args=_list_args(sys.argv[1:] if args is None else list(args)))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     prefix = config.resolved_prefix()
     executor = Executor(
         prefix,

@@ -9,7 +9,8 @@ A step's identity is its *version*, a small JSON document:
 and its output path is ``<prefix>/<name>-<hash>`` with ``hash = sha256(version)[:8]``. Dependencies
 enter by identity (``name-hash``), which already folds in their own versions, so versions stay small
 and are computed in one pass in topological order: no recursion, no dependence on the prefix, and
-``json.dumps(sort_keys=True)`` removes dict ordering. Unversioned fields never enter.
+``json.dumps(sort_keys=True)`` removes dict ordering. Unversioned fields never enter, and neither do the
+fields of a versioned dataclass declared with ``marin.identity.runtime_field`` (how a step runs).
 
 Everything here is pure: it reads no files and starts nothing, so planning 1,000 steps takes
 milliseconds and a dry run touches nothing.
@@ -25,7 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from marin.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
-from marin.storage import join
+from marin.identity import result_fields
+from marin.storage import is_absolute, join
 
 HASH_LENGTH = 8
 
@@ -233,7 +235,7 @@ def _plan_one(step: ExecutorStep, edges: list[_Edge], planned: dict[int, Planned
     config_version: dict[str, Any] = {}
     for ph in iter_placeholders(step.config):
         if isinstance(ph.value, VersionedValue):
-            config_version[ph.field] = _json_value(ph.value.identity_value(), step.name, ph.field)
+            config_version[ph.field] = _json_value(ph.value.value, step.name, ph.field)
     input_version: dict[str, str] = {}
     deps: list[PlannedStep] = []
     nonblocking: list[PlannedStep] = []
@@ -262,7 +264,7 @@ def _output_path(step: ExecutorStep, step_hash: str, prefix: str) -> str:
     if step.override_output_path is None:
         return join(prefix, f"{step.name}-{step_hash}")
     override = step.override_output_path
-    if "://" in override or override.startswith("/"):
+    if is_absolute(override):
         return override
     return join(prefix, override)
 
@@ -290,13 +292,13 @@ def _check_name_references(steps, edges, planned) -> None:
 def _json_value(value: Any, step_name: str, field: str) -> Any:
     """A versioned value as canonical JSON data (dataclasses as dicts, tuples as lists)."""
     if isinstance(value, VersionedValue):
-        return _json_value(value.identity_value(), step_name, field)
+        return _json_value(value.value, step_name, field)
     if isinstance(value, (InputName, OutputName, ExecutorStep)):
         raise PlanError(f"step {step_name!r}, field {field!r}: inputs and outputs must not be wrapped in versioned()")
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _json_value(getattr(value, f.name), step_name, field) for f in dataclasses.fields(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # how it runs never counts
+        return {f.name: _json_value(getattr(value, f.name), step_name, field) for f in result_fields(value)}
     if isinstance(value, dict):
         return {str(k): _json_value(v, step_name, field) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

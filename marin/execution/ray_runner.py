@@ -9,7 +9,7 @@ sleeping and polling.
 
 A multi-host step (``ResourceConfig.hosts > 1``) is one *gang* task that reserves a placement group (for
 TPUs, whole slices through ``ray.util.tpu``), asks host 0 for a coordinator address, and starts one task
-per host with the ``jax.distributed`` coordinates in its environment (``marin.trainer.distributed``).
+per host with the ``jax.distributed`` coordinates in its environment (``marin.multihost``).
 The executor sees only the gang's task: it succeeds when every host did; a host whose function raised
 fails it at once (the other hosts are cancelled); a host that died (preemption) restarts the whole gang.
 """
@@ -23,6 +23,9 @@ import socket
 from typing import Any
 
 from marin.execution.step import ResourceConfig
+from marin.logs import configure_logging
+from marin.multihost import host_env
+from marin.parallel import init_ray
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ left to the autoscaler (with a warning) instead of failing fast. infra/cluster-*
 
 def _call_step_fn(fn, config, env: dict[str, str] | None = None) -> None:
     """The Ray task body. Returns nothing: steps communicate through files under the prefix."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     os.environ.update(env or {})
     fn(config)
 
@@ -64,7 +67,7 @@ class _HostLost(Exception):
 def _run_gang(step_name: str, fn, config, resources: ResourceConfig) -> None:
     """The body of a multi-host step's task: run ``fn(config)`` on ``resources.hosts`` hosts together,
     restarting all of them when one is lost, at most ``resources.max_retries`` times."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     for attempt in range(resources.max_retries + 1):
         try:
             return _run_gang_once(step_name, fn, config, resources)
@@ -143,10 +146,7 @@ def _host_options(resources: ResourceConfig) -> dict[str, Any]:
 
 
 def _host_envs(coordinator: str, resources: ResourceConfig) -> list[dict[str, str]]:
-    from marin.trainer import distributed
-
-    envs = [{distributed.ENV_COORDINATOR: coordinator, distributed.ENV_NUM_PROCESSES: str(resources.hosts),
-             distributed.ENV_PROCESS_ID: str(i)} for i in range(resources.hosts)]  # fmt: skip
+    envs = [host_env(coordinator, resources.hosts, i) for i in range(resources.hosts)]
     if resources.tpu is not None and resources.tpu.slices > 1:  # multislice: slices meet over the DCN
         from ray.util.tpu import get_tpu_coordinator_env_vars
 
@@ -175,13 +175,7 @@ class RayRunner:
         import ray
 
         self._ray = ray
-        if not ray.is_initialized():
-            if os.environ.get("RAY_ADDRESS"):
-                logger.info("connecting to Ray cluster at %s", os.environ["RAY_ADDRESS"])
-                ray.init(log_to_driver=True)
-            else:
-                logger.info("starting a local Ray instance (set RAY_ADDRESS to use a cluster)")
-                ray.init(include_dashboard=False, num_cpus=self._num_cpus, log_to_driver=True)
+        init_ray(self._num_cpus)
         self._remote = ray.remote(_call_step_fn)
         self._gang = ray.remote(_run_gang)
 

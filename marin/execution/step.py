@@ -16,33 +16,28 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from marin.validation import Placeholder, Wrapper
+
 T = TypeVar("T")
 
 
-_SAME = object()
-
-
 @dataclasses.dataclass(frozen=True)
-class VersionedValue(Generic[T]):
+class VersionedValue(Wrapper, Generic[T]):
     """A config value that is part of the step's identity: changing it changes the output path.
 
-    ``identity``, when given, is hashed instead of ``value``: for a value some of whose fields only
-    change speed (microbatching, logging cadence), pass a copy with those fields normalised.
+    A dataclass value counts by its result-defining fields only: fields declared with
+    ``marin.identity.runtime_field`` (mesh, remat, microbatching, logging ...) never enter the hash.
     """
 
     value: T
-    identity: Any = _SAME
-
-    def identity_value(self) -> Any:
-        return self.value if self.identity is _SAME else self.identity
 
 
-def versioned(value: T, identity: Any = _SAME) -> VersionedValue[T]:
-    return VersionedValue(value, identity)
+def versioned(value: T) -> VersionedValue[T]:
+    return VersionedValue(value)
 
 
 @dataclasses.dataclass(frozen=True)
-class OutputName:
+class OutputName(Placeholder):
     """The step's own output directory (optionally a sub-path of it)."""
 
     name: str | None = None
@@ -53,7 +48,7 @@ def this_output_path(name: str | None = None) -> OutputName:
 
 
 @dataclasses.dataclass(frozen=True)
-class InputName:
+class InputName(Placeholder):
     """A path inside another step's output, or a prefix-relative path that no step produces.
 
     ``step`` is an ``ExecutorStep`` or a step name (resolved against the DAG at plan time); it is None
@@ -175,7 +170,7 @@ class ResourceConfig:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ExecutorStep(Generic[T]):
+class ExecutorStep(Placeholder, Generic[T]):
     """A unit of work: ``fn(config)`` writes its outputs under the step's output path.
 
     ``name`` looks like a path (``tokenized/stories``); with the step's hash it forms the output

@@ -1,5 +1,5 @@
-"""Leaving the lab: Hugging Face-format export/import and text generation."""
+"""The export step: a training run's checkpoint as a Hugging Face directory (conversion: ``marin.inference.hf``)."""
 
-from marin.export.hf import config_from_hf, export_hf, hf_config, import_hf
+from marin.export.step import ExportConfig, export_checkpoint
 
-__all__ = ["config_from_hf", "export_hf", "hf_config", "import_hf"]
+__all__ = ["ExportConfig", "export_checkpoint"]

@@ -1,12 +1,13 @@
 """python -m marin.export --checkpoint_path RUN --output_path DIR [--tokenizer TOK] [--step N]
 
-The model config is read from the run's ``.executor_info``; ``--model_preset`` (with ``--vocab_size`` /
-``--seq_len``) is for checkpoints written outside the executor."""
+The model config is the one the run stored with its checkpoints; ``--model_preset`` (with ``--vocab_size`` /
+``--seq_len``) is for checkpoints written before runs stored it."""
 
 import argparse
 import dataclasses
 import logging
 
+from marin.logs import configure_logging
 from marin.export.step import ExportConfig, export_checkpoint
 from marin.trainer.model.config import model_preset
 
@@ -16,12 +17,12 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoint_path", required=True, help="a training step's output directory")
     parser.add_argument("--output_path", required=True)
     parser.add_argument("--tokenizer", default=None)
-    parser.add_argument("--model_preset", default=None, help="only for runs without .executor_info (e.g. nano)")
+    parser.add_argument("--model_preset", default=None, help="only for checkpoints that do not record their model (e.g. nano)")
     parser.add_argument("--vocab_size", type=int, default=None)
     parser.add_argument("--seq_len", type=int, default=None)
     parser.add_argument("--step", type=int, default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO)
+    configure_logging()
     model = None
     if args.model_preset:
         overrides = {k: v for k, v in (("vocab_size", args.vocab_size), ("seq_len", args.seq_len)) if v is not None}

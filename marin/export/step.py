@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from marin.export.hf import export_hf
+from marin.inference import export_hf, load_model
 from marin.trainer.model.config import LlamaConfig
 
 logger = logging.getLogger(__name__)
@@ -21,15 +21,13 @@ class ExportConfig:
     """A training step's output directory (its newest checkpoint is exported)."""
     output_path: str
     model: LlamaConfig | None = None
-    """Default: read from the run's .executor_info."""
+    """Default: the config the run stored with its checkpoints."""
     tokenizer: str | None = None
     """Copied beside the weights so the directory loads with AutoTokenizer too."""
     checkpoint_step: int | None = None
 
 
 def export_checkpoint(config: ExportConfig) -> None:
-    from marin.evaluation.step import load_model
-
     cfg, params, step = load_model(config.checkpoint_path, config.model, config.checkpoint_step)
     export_hf(cfg, params, config.output_path, tokenizer=config.tokenizer)
     logger.info("exported %s (step %s) to %s", config.checkpoint_path, step, config.output_path)

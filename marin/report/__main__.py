@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 
+from marin.logs import configure_logging
 from marin.report import Links, ReportError, post_report, write_report
 
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="issue to update (default: N of experiments/expN_*.py; else --post creates one)")
     parser.add_argument("--post", action="store_true", help="create or update the GitHub issue with gh")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.WARNING)
 
     links = Links(repo_url=args.repo_url, browser_url=args.browser_url or None)
     try:

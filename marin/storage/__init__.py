@@ -40,6 +40,7 @@ from marin.storage.paths import (
     write_atomic,
 )
 from marin.storage.preflight import StoreUnavailable, check_prefix
+from marin.storage.urls import is_absolute, is_url, object_store, scheme_of, split_bucket, split_url
 from marin.storage.records import (
     ReadStats,
     RecordError,
@@ -67,11 +68,14 @@ __all__ = [
     "filesystem",
     "find_record_files",
     "glob",
+    "is_absolute",
     "is_local",
+    "is_url",
     "join",
     "list_dir",
     "local_path",
     "makedirs",
+    "object_store",
     "open_url",
     "read_bytes",
     "read_documents",
@@ -79,6 +83,9 @@ __all__ = [
     "read_text",
     "read_versioned",
     "replace_if_version",
+    "scheme_of",
+    "split_bucket",
+    "split_url",
     "write_atomic",
     "write_records",
 ]

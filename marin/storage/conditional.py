@@ -27,6 +27,7 @@ import threading
 import uuid
 
 from marin.storage.paths import filesystem, is_local, local_path
+from marin.storage.urls import OBJECT_STORE_FOR_SCHEME, scheme_of, split_url
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def mark_unconditional(url: str, reason: str) -> None:
         logger.warning(
             "%s://%s does not honour conditional writes (%s); leases there are exclusive only within this "
             "process. Do not run several executors on this bucket.",
-            url.split("://", 1)[0],
+            scheme_of(url),
             key[1],
             reason,
         )
@@ -174,7 +175,7 @@ class _ProcessLocalBackend:
         self.protocol = protocol
 
     def _warn(self) -> None:
-        if self.protocol in _OBJECT_STORES:  # mark_unconditional already warned, naming the bucket
+        if self.protocol in OBJECT_STORE_FOR_SCHEME:  # mark_unconditional already warned, naming the bucket
             return
         if self.protocol not in self._warned:
             self._warned.add(self.protocol)
@@ -227,21 +228,20 @@ class _ProcessLocalBackend:
 
 
 _LOCAL = _LocalBackend()
-_OBJECT_STORES = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
 _UNCONDITIONAL: dict[tuple[str, str], str] = {}
 """(store, bucket) pairs found not to honour preconditions, with the reason."""
 
 
 def _bucket_key(url: str) -> tuple[str, str]:
-    scheme, _, rest = url.partition("://")
-    return _OBJECT_STORES.get(scheme, scheme), rest.split("/", 1)[0]
+    scheme, rest = split_url(url)
+    return OBJECT_STORE_FOR_SCHEME.get(scheme, scheme), rest.split("/", 1)[0]
 
 
 def _backend(url: str):
     if is_local(url):
         return _LOCAL
-    scheme = url.split("://", 1)[0]
-    store = _OBJECT_STORES.get(scheme)
+    scheme = scheme_of(url)
+    store = OBJECT_STORE_FOR_SCHEME.get(scheme)
     if store is None or _bucket_key(url) in _UNCONDITIONAL:
         return _ProcessLocalBackend(scheme)
     from marin.storage import object_stores  # google / botocore are imported only once a bucket is used

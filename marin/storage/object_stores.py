@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin.storage.conditional import ConditionalWriteUnsupported, VersionedBlob
+from marin.storage.urls import split_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +62,6 @@ class _Transient(Exception):
         self.cause = cause
         self.maybe_applied = maybe_applied
 
-
-def split_bucket(url: str) -> tuple[str, str, str]:
-    """``gs://bucket/a/b`` -> ("gs", "bucket", "a/b")."""
-    scheme, _, rest = url.partition("://")
-    bucket, _, key = rest.partition("/")
-    if not bucket:
-        raise ValueError(f"{url}: expected {scheme}://BUCKET/PATH")
-    return scheme, bucket, key
 
 
 def _with_retries(url: str, attempt: Callable[[], Any], on_landed: Callable[[], Any], on_refused: Any) -> Any:

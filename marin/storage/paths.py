@@ -13,6 +13,8 @@ from typing import IO, Any
 
 import fsspec
 
+from marin.storage.urls import OBJECT_STORE_FOR_SCHEME, like_url, scheme_of
+
 _LOCAL_PROTOCOLS = ("file", "local")
 
 # gcsfs >= 2026 probes every bucket's type over gRPC, which GCS emulators cannot answer (with
@@ -20,9 +22,6 @@ _LOCAL_PROTOCOLS = ("file", "local")
 # when one is configured, before fsspec first imports gcsfs.
 if os.environ.get("STORAGE_EMULATOR_HOST"):
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-
-
-_EXTRA_FOR_PROTOCOL = {"gs": "gcs", "gcs": "gcs", "s3": "s3", "s3a": "s3"}
 
 
 class MissingBackend(ImportError):
@@ -36,17 +35,15 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     except (ImportError, ValueError) as e:
         if isinstance(e, ValueError) and "Protocol not known" not in str(e):
             raise
-        scheme = url.split("://", 1)[0]
-        extra = _EXTRA_FOR_PROTOCOL.get(scheme)
+        scheme = scheme_of(url)
+        extra = OBJECT_STORE_FOR_SCHEME.get(scheme)
         hint = f"install the '{extra}' extra: pip install -e '.[{extra}]'" if extra else str(e)
         raise MissingBackend(f"{url}: no filesystem for {scheme}:// ({hint})") from None
 
 
 def is_local(url: str) -> bool:
     """True for plain paths and ``file://`` URLs (where POSIX rename, link and flock exist)."""
-    if "://" not in url:
-        return True
-    return url.split("://", 1)[0] in _LOCAL_PROTOCOLS
+    return scheme_of(url) in ("", *_LOCAL_PROTOCOLS)
 
 
 def join(base: str, *parts: str) -> str:
@@ -111,12 +108,12 @@ def list_dir(url: str) -> list[str]:
         names = fs.ls(path, detail=False)
     except FileNotFoundError:
         return []
-    return sorted(_with_protocol(url, name) for name in names)
+    return sorted(like_url(url, name) for name in names)
 
 
 def glob(pattern: str) -> list[str]:
     fs, path = filesystem(pattern)
-    return sorted(_with_protocol(pattern, name) for name in fs.glob(path))
+    return sorted(like_url(pattern, name) for name in fs.glob(path))
 
 
 def delete(url: str, recursive: bool = False) -> None:
@@ -127,13 +124,3 @@ def delete(url: str, recursive: bool = False) -> None:
 
 def local_path(url: str) -> str:
     return url[len("file://") :] if url.startswith("file://") else url
-
-
-def _with_protocol(like: str, path: str) -> str:
-    """fsspec returns bare paths; give back URLs in the same form the caller used."""
-    if "://" not in like:
-        return path
-    scheme = like.split("://", 1)[0]
-    if scheme in _LOCAL_PROTOCOLS:
-        return f"file://{path}"
-    return f"{scheme}://{path.lstrip('/')}" if scheme != "memory" else f"memory://{path}"

@@ -28,7 +28,6 @@ import uuid
 from urllib.parse import urlparse
 
 from marin.storage.conditional import (
-    _OBJECT_STORES,
     backend_name,
     create_only,
     delete_if_version,
@@ -36,6 +35,7 @@ from marin.storage.conditional import (
     replace_if_version,
 )
 from marin.storage.paths import filesystem, is_local, join, local_path
+from marin.storage.urls import is_url, object_store, split_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +58,13 @@ def check_prefix(prefix: str, *, write: bool) -> None:
         if write:
             _check_local(prefix)
         return
-    scheme = prefix.split("://", 1)[0]
-    store = _OBJECT_STORES.get(scheme)
+    store = object_store(prefix)
     if store is None:  # memory:// and friends: nothing remote to check
         return
-    rest = prefix.split("://", 1)[1]
-    bucket = rest.split("/", 1)[0]
-    if not bucket:
-        raise StoreUnavailable(f"{prefix}: expected {scheme}://BUCKET/PATH")
+    try:
+        _, bucket, _ = split_bucket(prefix)
+    except ValueError as e:
+        raise StoreUnavailable(str(e)) from None
     if (store, bucket, write) in _checked:
         return
     filesystem(prefix)  # MissingBackend (one line) if the extra is not installed
@@ -92,7 +91,7 @@ def endpoint(prefix: str, store: str) -> str:
     if store == "gcs":
         emulator = os.environ.get("STORAGE_EMULATOR_HOST")
         if emulator:
-            return emulator if "://" in emulator else f"http://{emulator}"
+            return emulator if is_url(emulator) else f"http://{emulator}"
         return _DEFAULT_ENDPOINTS["gcs"]
     from marin.storage.object_stores import S3
 
@@ -120,8 +119,7 @@ def _check_reachable(prefix: str, store: str) -> None:
 
 
 def _check_bucket(prefix: str, store: str, bucket: str) -> None:
-    key = prefix.split("://", 1)[1].split("/", 1)[1] if "/" in prefix.split("://", 1)[1] else ""
-    scheme = prefix.split("://", 1)[0]
+    scheme, _, key = split_bucket(prefix)
     try:
         if store == "gcs":
             _list_gcs(prefix, bucket, key)

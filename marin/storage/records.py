@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Literal
 
 from marin.storage.paths import filesystem, is_local, local_path, open_url
+from marin.storage.urls import like_url
 
 logger = logging.getLogger(__name__)
 
@@ -108,18 +109,8 @@ def find_record_files(url: str) -> list[str]:
         rel = p[len(base) :].lstrip("/") if p.startswith(base) else p.rsplit("/", 1)[-1]
         if is_record_file(p) and not any(part.startswith((".", "_")) for part in rel.split("/")):
             keep.append(p)
-    return sorted(_as_url(url, p) for p in keep)
+    return sorted(like_url(url, p) for p in keep)
 
-
-def _as_url(like: str, path: str) -> str:
-    if "://" not in like:
-        return path
-    scheme = like.split("://", 1)[0]
-    if scheme in ("file", "local"):
-        return f"file://{path}"
-    if scheme == "memory" and like.startswith("memory:///"):
-        return f"memory://{path}"
-    return f"{scheme}://{path.lstrip('/')}"
 
 
 def decompressed(raw: IO[bytes], url: str) -> IO[bytes]:

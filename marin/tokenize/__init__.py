@@ -4,7 +4,6 @@ The format is described in ``marin.tokenize.cache_format`` and docs/token_cache.
 """
 
 from marin.tokenize.reader import CacheError, TokenCache
-from marin.tokenize.source import CacheTokenSource, TokenCacheSourceConfig
 from marin.tokenize.step import TokenizeConfig, tokenize_corpus
 from marin.tokenize.tokenizer import (
     TrainTokenizerConfig,
@@ -18,9 +17,7 @@ from marin.tokenize.writer import build_cache
 
 __all__ = [
     "CacheError",
-    "CacheTokenSource",
     "TokenCache",
-    "TokenCacheSourceConfig",
     "TokenizeConfig",
     "TrainTokenizerConfig",
     "build_bpe_tokenizer",

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from marin.storage import exists, join, read_text, write_atomic
+from marin.storage import exists, is_absolute, join, read_text, write_atomic
 from marin.validation import check, concrete
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
     candidate = join(name_or_path, TOKENIZER_FILE)
     if exists(candidate):
         return Tokenizer.from_str(read_text(candidate))
-    if "://" in name_or_path or os.path.exists(name_or_path) or name_or_path.startswith((".", "/")):
+    if is_absolute(name_or_path) or os.path.exists(name_or_path) or name_or_path.startswith("."):
         raise FileNotFoundError(f"{name_or_path}: no {TOKENIZER_FILE} there (expected a file or a directory holding one)")
     return _load_from_hub(name_or_path)
 

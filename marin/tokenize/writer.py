@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from marin.parallel import iter_tasks
 from marin.progress import progress_bar
 from marin.storage import filesystem, join, read_text, write_atomic
 from marin.storage.records import OnError, ReadStats
@@ -215,19 +216,10 @@ def build_cache(
 
 
 def _run_jobs(jobs: list[ShardJob], num_workers: int):
-    """Shards in this process (one worker) or as Ray tasks, at most ``num_workers`` in flight."""
-    if num_workers <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            yield build_shard(job)
+    """Ledgers of the shards as they finish: in this process (one worker) or as Ray tasks, at most
+    ``num_workers`` in flight."""
+    if num_workers <= 1 or len(jobs) <= 1:  # a bad record's own error (file:line, field) reaches the caller
+        yield from map(build_shard, jobs)
         return
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(build_shard).options(num_cpus=1, max_retries=2)
-    pending, queue = [], list(jobs)
-    while queue or pending:
-        while queue and len(pending) < num_workers:
-            pending.append(remote.remote(queue.pop(0)))
-        done, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(done[0])
+    for _, ledger in iter_tasks(build_shard, [(job,) for job in jobs], max_workers=num_workers, label="tokenize shard"):
+        yield ledger

@@ -6,7 +6,8 @@ Layout under ``<run>/checkpoints`` (any URL: local, gs://, s3:// via tensorstore
         params/embed/ ...            one zarr3 array per leaf of the TrainState pytree
         opt_state/1/mu/layers/wq/ ...
         step/  rng/
-        manifest.json                written LAST: step, kind, and shape/dtype/crc32 of every leaf
+        manifest.json                written LAST: step, kind, shape/dtype/crc32 of every leaf, and the
+                                     run's metadata (the model config: a checkpoint describes itself)
 
 A directory without ``manifest.json`` is an unfinished write (the process died mid-save) and is
 ignored. ``restore_latest`` tries complete checkpoints newest first; one whose arrays are missing,
@@ -47,7 +48,7 @@ import jax
 import numpy as np
 import tensorstore as ts
 
-from marin.storage import delete, exists, is_local, join, list_dir, open_url, read_bytes, write_atomic
+from marin.storage import delete, exists, is_local, join, list_dir, open_url, read_bytes, split_bucket, write_atomic
 from marin.storage.paths import local_path
 from marin.trainer import distributed
 
@@ -118,10 +119,9 @@ def list_checkpoints(base: str) -> list[tuple[int, str]]:
 def _kvstore(url: str) -> dict | None:
     if is_local(url):
         return {"driver": "file", "path": local_path(url)}
-    scheme, rest = url.split("://", 1)
+    scheme, bucket, path = split_bucket(url)
     if scheme not in _TENSORSTORE_SCHEMES:
         return None
-    bucket, _, path = rest.partition("/")
     return {"driver": "gcs" if scheme == "gs" else "s3", "bucket": bucket, "path": path.rstrip("/") + "/"}
 
 
@@ -159,8 +159,10 @@ def _crc32(array: np.ndarray) -> int:
 class Checkpointer:
     """Saves and restores ``TrainState``s under ``base`` (e.g. ``<output_path>/checkpoints``)."""
 
-    def __init__(self, base: str, config: CheckpointConfig):
+    def __init__(self, base: str, config: CheckpointConfig, metadata: dict | None = None):
         self.base, self.config = base, config
+        self.metadata = metadata or {}
+        """Stored in every manifest: the loop puts the model config here, so a checkpoint describes itself."""
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._pending: concurrent.futures.Future | None = None
         self._last_save = time.monotonic()
@@ -209,59 +211,99 @@ class Checkpointer:
         for w in writes:
             w.result()
         leaves = {n: {"shape": list(a.shape), "dtype": str(a.dtype), "crc32": _crc32(a)} for n, a in zip(names, arrays)}
-        manifest = {"format_version": FORMAT_VERSION, "step": step, "kind": kind, "time": time.time(), "leaves": leaves}
+        manifest = {"format_version": FORMAT_VERSION, "step": step, "kind": kind, "time": time.time(), "leaves": leaves,
+                    "metadata": self.metadata}
         write_atomic(join(target, "manifest.json"), json.dumps(manifest, indent=1))
         logger.info("saved %s checkpoint at step %d to %s in %.1fs", kind, step, target, time.monotonic() - start)
         self._delete_old_temporaries(step)
 
     def _delete_old_temporaries(self, newest: int) -> None:
         for step, url in list_checkpoints(self.base):
-            if step < newest and self._manifest(url).get("kind") == "temporary":
+            if step < newest and read_manifest(url).get("kind") == "temporary":
                 logger.info("deleting superseded temporary checkpoint %s", url)
                 delete(url, recursive=True)
 
-    @staticmethod
-    def _manifest(url: str) -> dict:
-        return json.loads(read_bytes(join(url, "manifest.json")))
-
     def restore_latest(self, template: Any) -> tuple[Any, int] | None:
-        """The newest intact checkpoint as a tree shaped like ``template`` (arrays or ShapeDtypeStructs),
-        with its step; None if there is none."""
-        for step, url in reversed(list_checkpoints(self.base)):
-            try:
-                return self.restore(url, template), step
-            except CorruptCheckpoint as e:
-                logger.warning("checkpoint %s is corrupt (%s); falling back to the previous one", url, e)
-        return None
+        """The newest intact checkpoint as a tree shaped like ``template``, with its step; None if none."""
+        return restore_latest(self.base, template)
 
-    def restore(self, url: str, template: Any) -> Any:
-        """The checkpoint at ``url`` shaped like ``template``; a template leaf with a ``NamedSharding``
-        (``jax.ShapeDtypeStruct(shape, dtype, sharding=...)`` or an array) is placed with it, whatever
-        mesh wrote the checkpoint, since the files hold whole arrays."""
+
+def read_manifest(url: str) -> dict:
+    try:
+        return json.loads(read_bytes(join(url, "manifest.json")))
+    except (OSError, ValueError) as e:
+        raise CorruptCheckpoint(f"{url}: unreadable manifest: {e}") from e
+
+
+def restore(url: str, template: Any, *, root: str | None = None, on_host: bool = False) -> Any:
+    """The checkpoint at ``url`` shaped like ``template``: the whole train state, or with ``root="params"``
+    only the parameters (the EMA, if the run kept one: it is what was evaluated), without reading the
+    optimizer state. Leaves come back as host arrays with ``on_host``; otherwise each is placed like its
+    template leaf (a ``NamedSharding`` on it is honoured whatever mesh wrote the checkpoint, since the files
+    hold whole arrays)."""
+    manifest = read_manifest(url)
+    names = leaf_names(template)
+    if root is not None:
+        root = "ema" if root == "params" and any(n.startswith("ema/") for n in manifest["leaves"]) else root
+        names = [f"{root}/{name}" for name in names]
+        missing = [n for n in names if n not in manifest["leaves"]]
+        if missing:
+            raise IncompatibleCheckpoint(f"{url}: no leaves {missing[:5]} (a different model?)")
+    elif sorted(names) != sorted(manifest["leaves"]):
+        missing, extra = set(names) - set(manifest["leaves"]), set(manifest["leaves"]) - set(names)
+        raise IncompatibleCheckpoint(f"{url}: leaves differ; missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}")
+    leaves = jax.tree.leaves(template)
+    arrays = [_read_leaf(url, name, manifest["leaves"][name], leaf) for name, leaf in zip(names, leaves)]
+    logger.info("restored checkpoint %s (step %d)", url, manifest["step"])
+    if not on_host:
+        arrays = [_place(a, leaf) for a, leaf in zip(arrays, leaves)]
+    return jax.tree.unflatten(jax.tree.structure(template), arrays)
+
+
+def restore_latest(base: str, template: Any, *, root: str | None = None, step: int | None = None,
+                   on_host: bool = False) -> tuple[Any, int] | None:
+    """``restore`` of the newest intact checkpoint under ``base`` (or of ``step``), with its step; None if
+    there is none. A corrupt checkpoint is skipped with a warning (falling back to the one before); one of a
+    different model is an error."""
+    candidates = [(s, url) for s, url in list_checkpoints(base) if step is None or s == step]
+    for found, url in reversed(candidates):
         try:
-            manifest = self._manifest(url)
-        except (OSError, ValueError) as e:
-            raise CorruptCheckpoint(f"unreadable manifest: {e}") from e
-        names, treedef = leaf_names(template), jax.tree.structure(template)
-        if sorted(names) != sorted(manifest["leaves"]):
-            missing, extra = set(names) - set(manifest["leaves"]), set(manifest["leaves"]) - set(names)
-            raise IncompatibleCheckpoint(f"{url}: leaves differ; missing {sorted(missing)[:5]}, extra {sorted(extra)[:5]}")
-        arrays = []
-        for name, leaf in zip(names, jax.tree.leaves(template)):
-            meta = manifest["leaves"][name]
-            if tuple(meta["shape"]) != tuple(leaf.shape) or meta["dtype"] != str(np.dtype(leaf.dtype)):
-                raise IncompatibleCheckpoint(
-                    f"{url}: {name} is {meta['dtype']}{meta['shape']}, expected {np.dtype(leaf.dtype)}{list(leaf.shape)}"
-                )
-            try:
-                array = _read_array(join(url, name), np.dtype(leaf.dtype), tuple(leaf.shape))
-            except (OSError, ValueError, RuntimeError) as e:  # tensorstore raises ValueError/RuntimeError subclasses
-                raise CorruptCheckpoint(f"{name}: {e}") from e
-            if array.shape != tuple(leaf.shape) or _crc32(array) != meta["crc32"]:
-                raise CorruptCheckpoint(f"{name}: checksum mismatch")
-            arrays.append(array)
-        logger.info("restored checkpoint %s (step %d)", url, manifest["step"])
-        return jax.tree.unflatten(treedef, [_place(a, leaf) for a, leaf in zip(arrays, jax.tree.leaves(template))])
+            return restore(url, template, root=root, on_host=on_host), found
+        except CorruptCheckpoint as e:
+            logger.warning("checkpoint %s is corrupt (%s); falling back to the previous one", url, e)
+    return None
+
+
+def restore_params(base: str, template: Any, step: int | None = None) -> tuple[Any, int]:
+    """Host copies of the parameters of the newest intact checkpoint under ``base`` (or of ``step``): what
+    evaluation, export and generation need, without the optimizer state's memory."""
+    restored = restore_latest(base, template, root="params", step=step, on_host=True)
+    if restored is None:
+        raise FileNotFoundError(f"{base}: no complete checkpoint" + (f" at step {step}" if step is not None else ""))
+    return restored
+
+
+def checkpoint_metadata(base: str, step: int | None = None) -> dict:
+    """What the run stored beside its newest checkpoint (or ``step``'s): ``{"model": <LlamaConfig as a
+    dict>, ...}``; empty for checkpoints written before metadata existed."""
+    candidates = [url for s, url in list_checkpoints(base) if step is None or s == step]
+    if not candidates:
+        raise FileNotFoundError(f"{base}: no complete checkpoint" + (f" at step {step}" if step is not None else ""))
+    return read_manifest(candidates[-1]).get("metadata", {})
+
+
+def _read_leaf(url: str, name: str, meta: dict, like: Any) -> np.ndarray:
+    if tuple(meta["shape"]) != tuple(like.shape) or meta["dtype"] != str(np.dtype(like.dtype)):
+        raise IncompatibleCheckpoint(
+            f"{url}: {name} is {meta['dtype']}{meta['shape']}, expected {np.dtype(like.dtype)}{list(like.shape)}"
+        )
+    try:
+        array = _read_array(join(url, name), np.dtype(like.dtype), tuple(like.shape))
+    except (OSError, ValueError, RuntimeError) as e:  # tensorstore raises ValueError/RuntimeError subclasses
+        raise CorruptCheckpoint(f"{name}: {e}") from e
+    if array.shape != tuple(like.shape) or _crc32(array) != meta["crc32"]:
+        raise CorruptCheckpoint(f"{name}: checksum mismatch")
+    return array
 
 
 def _place(array: np.ndarray, like: Any) -> jax.Array:
@@ -271,34 +313,3 @@ def _place(array: np.ndarray, like: Any) -> jax.Array:
     # Each device receives only its own slice of the host array (a process only materialises the
     # shards of its addressable devices, which is what a multi-host restore needs).
     return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
-
-
-def restore_params(base: str, template: Any, step: int | None = None) -> tuple[Any, int]:
-    """Only the parameters (``params/...`` leaves) of the newest intact checkpoint under ``base`` (or of
-    ``step``): what evaluation, export and generation need, without the optimizer state's memory.
-
-    Parameters are read as saved; an EMA, if the run kept one, is preferred (it is what was evaluated)."""
-    candidates = [(s, url) for s, url in list_checkpoints(base) if step is None or s == step]
-    if not candidates:
-        raise FileNotFoundError(f"{base}: no complete checkpoint" + (f" at step {step}" if step is not None else ""))
-    for found_step, url in reversed(candidates):
-        manifest = json.loads(read_bytes(join(url, "manifest.json")))
-        root = "ema" if any(name.startswith("ema/") for name in manifest["leaves"]) else "params"
-        names = [f"{root}/{name}" for name in leaf_names(template)]
-        missing = [n for n in names if n not in manifest["leaves"]]
-        if missing:
-            raise IncompatibleCheckpoint(f"{url}: no leaves {missing[:5]} (a different model?)")
-        try:
-            arrays = []
-            for name in names:
-                meta = manifest["leaves"][name]
-                array = _read_array(join(url, name), jax.numpy.dtype(meta["dtype"]), tuple(meta["shape"]))
-                if _crc32(array) != meta["crc32"]:
-                    raise CorruptCheckpoint(f"{name}: checksum mismatch")
-                arrays.append(array)
-        except (OSError, ValueError, RuntimeError) as e:  # unreadable data (tensorstore raises ValueError/
-            # RuntimeError subclasses): fall back to the previous checkpoint; programming errors surface.
-            logger.warning("checkpoint %s unreadable (%s); trying the previous one", url, e)
-            continue
-        return jax.tree.unflatten(jax.tree.structure(template), arrays), found_step
-    raise CorruptCheckpoint(f"{base}: no readable checkpoint")

@@ -1,7 +1,7 @@
 """Multi-host training: one process per host, all of them one JAX job (``jax.distributed``).
 
 A step that asks for ``ResourceConfig(hosts=N)`` runs as N Ray tasks (``marin.execution.ray_runner``),
-and each task finds the job's coordinates in its environment::
+and each task finds the job's coordinates in its environment (the contract is ``marin.multihost``)::
 
     MARIN_COORDINATOR_ADDRESS=10.0.0.2:8476   MARIN_NUM_PROCESSES=4   MARIN_PROCESS_ID=0..3
 
@@ -23,28 +23,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from marin.multihost import coordinates
+
 logger = logging.getLogger(__name__)
-
-ENV_COORDINATOR = "MARIN_COORDINATOR_ADDRESS"
-ENV_NUM_PROCESSES = "MARIN_NUM_PROCESSES"
-ENV_PROCESS_ID = "MARIN_PROCESS_ID"
-
-
-def coordinates(env: Mapping[str, str] = os.environ) -> tuple[str, int, int] | None:
-    """(coordinator address, number of processes, this process's id) from ``env``; None when unset."""
-    if ENV_COORDINATOR not in env:
-        return None
-    try:
-        address, count, index = env[ENV_COORDINATOR], int(env[ENV_NUM_PROCESSES]), int(env[ENV_PROCESS_ID])
-    except (KeyError, ValueError) as e:
-        raise ValueError(
-            f"{ENV_COORDINATOR} is set, so {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID} must be integers: {e}"
-        ) from None
-    if ":" not in address or not 0 <= index < count:
-        raise ValueError(f"bad multi-host coordinates: {ENV_COORDINATOR}={address!r} (want host:port), "
-                         f"{ENV_PROCESS_ID}={index} of {ENV_NUM_PROCESSES}={count}")  # fmt: skip
-    return address, count, index
-
 
 def initialize(env: Mapping[str, str] = os.environ) -> bool:
     """Join the multi-host job described by ``env`` (idempotent); False when there is none."""

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin.identity import result_dict, runtime_field
 from marin.storage import join
 from marin.trainer import distributed
 from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, restore_params
@@ -53,27 +54,31 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainerConfig:
+    """What a run computes, then how it runs (``runtime_field``s: never part of a step's identity)."""
+
     num_train_steps: int
     batch_size: int
     """Sequences per optimizer step (all devices together)."""
-    num_microbatches: int = 1
-    """Gradient accumulation: the batch runs as this many sequential microbatches."""
     precision: PrecisionPolicy = dataclasses.field(default_factory=PrecisionPolicy)
     z_loss: float = 0.0
     seed: int = 0
     """Seeds parameter init and the state's PRNG (the data has its own seed in DataConfig)."""
-    log_every: int = 10
-    eval_every: int | None = None
-    """Evaluate the validation sets every this many steps (and after the last); None: only at the end."""
     max_eval_sequences: int = 256
     """Sequences evaluated per validation set, from its start."""
-    eval_batch_size: int | None = None
+
+    num_microbatches: int = runtime_field(1)
+    """Gradient accumulation: the batch runs as this many sequential microbatches (losses and gradients
+    are sums, so the update equals one batch's to float rounding)."""
+    log_every: int = runtime_field(10)
+    eval_every: int | None = runtime_field(None)
+    """Evaluate the validation sets every this many steps (and after the last); None: only at the end."""
+    eval_batch_size: int | None = runtime_field(None)
     """Defaults to batch_size."""
-    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
-    tracker: TrackerConfig = dataclasses.field(default_factory=TrackerConfig)
-    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    checkpoint: CheckpointConfig = runtime_field(default_factory=CheckpointConfig)
+    tracker: TrackerConfig = runtime_field(default_factory=TrackerConfig)
+    mesh: MeshConfig = runtime_field(default_factory=MeshConfig)
     """Device mesh (data, fsdp, tensor sizes); the default puts every device on fsdp."""
-    sharding: ShardingSpec = "fsdp"
+    sharding: ShardingSpec = runtime_field("fsdp")
     """Rule table mapping logical axes to mesh axes: a preset ("dp", "fsdp", "tp", "fsdp_tp") or explicit
     pairs such as ``(("batch", ("data", "fsdp")), ("embed", "fsdp"))``. See ``marin/trainer/mesh.py``."""
 
@@ -275,7 +280,8 @@ def train(config: TrainLmConfig) -> TrainResult:
                                  context=context, shardings=shardings)  # fmt: skip
     eval_step = make_eval_step(model, trainer.precision, context=context,
                                param_shardings=shardings.params if shardings else None)  # fmt: skip
-    checkpointer = Checkpointer(join(config.output_path, "checkpoints"), trainer.checkpoint)
+    checkpointer = Checkpointer(join(config.output_path, "checkpoints"), trainer.checkpoint,
+                                metadata={"model": result_dict(model)})
     state = load_or_init(config, optimizer, checkpointer, shardings)
     start = int(state.step)
 

@@ -50,13 +50,13 @@ class OptimizerConfig:
     epsilon: float = 1e-8
     max_grad_norm: float | None = 1.0
     """Clip the global gradient norm to this; None disables clipping."""
-    schedule: str = "cosine"
+    schedule: str = "wsd"
     """One of constant, linear, cosine, wsd, wsd_s (formulas in the module docstring)."""
-    warmup: float = 0.01
+    warmup: float = 0.05
     """Warmup length: a fraction of the run if < 1, else a number of steps."""
     decay: float | None = None
     """wsd / wsd_s: length of the decay phase (fraction if < 1, else steps); default 0.2."""
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = 0.1
     """The schedule's floor as a fraction of the peak."""
     cycles: tuple[int, ...] = ()
     """wsd_s: steps at which all but the last cycle end (the last ends at num_train_steps)."""

@@ -16,7 +16,6 @@ import pytest
 from marin.storage import exists, glob, read_text
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 
 def _free_port() -> int:

@@ -70,7 +70,7 @@ EXERCISED: dict[str, tuple[str, str, str]] = {
     "python -m marin.export --checkpoint_path local_store/checkpoints/quickstart-nano-<hash> --output_path /tmp/hf "
     "--tokenizer local_store/tokenizers/bundled-bpe2k-<hash>": (
         QUICKSTART, "def test_generate_and_export_command_lines_on_the_trained_model(", "on the session's quickstart"),
-    'python -m marin.generate --checkpoint local_store/exports/quickstart-nano-<hash> --prompt "Once upon a time" '
+    'python -m marin.inference.sample --checkpoint local_store/exports/quickstart-nano-<hash> --prompt "Once upon a time" '
     "--max_new_tokens 20 --temperature 0": (
         QUICKSTART, "def test_generate_and_export_command_lines_on_the_trained_model(", "on the session's quickstart"),
     ".venv/bin/python benchmarks/attention_bench.py": (

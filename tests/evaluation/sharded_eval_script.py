@@ -13,7 +13,8 @@ import json  # noqa: E402
 
 import jax  # noqa: E402
 
-from marin.evaluation.step import EvalConfig, evaluate_model, load_model, place_params  # noqa: E402
+from marin.evaluation.step import EvalConfig, evaluate_model  # noqa: E402
+from marin.inference import load_model, place_params  # noqa: E402
 
 if __name__ == "__main__":
     export, held_out, task, out = sys.argv[1:5]

@@ -67,9 +67,10 @@ class HostConfig:
 def host_step(config: HostConfig) -> None:
     """One host of a multi-host step: join the jax.distributed job the runner described, all-gather every
     process's index through a real collective, and write what this host saw to ``host-<index>.json``."""
+    from marin import multihost
     from marin.trainer import distributed
 
-    coordinates = distributed.coordinates()
+    coordinates = multihost.coordinates()
     if coordinates is not None and coordinates[2] == config.fail_process:
         raise RuntimeError(f"process {coordinates[2]} was told to fail")
     distributed.initialize()

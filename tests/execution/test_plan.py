@@ -14,6 +14,7 @@ from marin.execution import (
     versioned,
 )
 from marin.execution.plan import instantiate_config, plan_steps
+from marin.identity import runtime_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,10 +191,17 @@ def test_plan_of_1000_steps_has_no_recursion_limit(shape):
     assert [p.name for p in plan.steps] == [s.name for s in steps]
 
 
-def test_versioned_with_identity_hashes_the_identity_and_runs_the_value():
-    fast = step("t", size=versioned({"batch": 8, "microbatches": 4}, identity={"batch": 8}))
-    slow = step("t", size=versioned({"batch": 8, "microbatches": 1}, identity={"batch": 8}))
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    batch: int
+    microbatches: int = runtime_field(1)
+
+
+def test_runtime_fields_of_a_versioned_dataclass_are_hashed_out_and_still_run():
+    fast = step("t", size=versioned(Batching(batch=8, microbatches=4)))
+    slow = step("t", size=versioned(Batching(batch=8, microbatches=1)))
     assert path_of(fast) == path_of(slow)
+    assert path_of(step("t", size=versioned(Batching(batch=16)))) != path_of(slow)
     planned = plan_steps([fast], "/p").steps[0]
     assert planned.version["config"]["size"] == {"batch": 8}
-    assert instantiate_config(planned).size == {"batch": 8, "microbatches": 4}
+    assert instantiate_config(planned).size == Batching(batch=8, microbatches=4)

@@ -8,9 +8,8 @@ from marin.execution import Executor, ExecutorStep, ResourceConfig
 from marin.trainer.data.mixture import MixtureStage
 from marin.trainer.mesh import MeshConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from experiments.defaults import (  # noqa: E402
+from experiments.defaults import (
     default_dedupe,
     default_download,
     default_eval,
@@ -20,7 +19,7 @@ from experiments.defaults import (  # noqa: E402
     default_train_tokenizer,
     mixture_stages,
 )
-from experiments.models import SimpleTrainConfig, llama_nano  # noqa: E402
+from experiments.models import SimpleTrainConfig, llama_nano
 
 
 def output_path(step: ExecutorStep) -> str:

@@ -12,9 +12,8 @@ import pytest
 from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
-from experiments import quickstart  # noqa: E402
+from experiments import quickstart
 
 
 @pytest.mark.slow
@@ -41,7 +40,7 @@ def test_quickstart_learns_exports_and_reruns_as_a_no_op(quickstart_run, tmp_pat
 def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, tmp_path):
     paths = quickstart_run["paths"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-m", "marin.generate", "--checkpoint", paths["export"], "--prompt",
+    out = subprocess.run([sys.executable, "-m", "marin.inference.sample", "--checkpoint", paths["export"], "--prompt",
                           "Once upon a time", "--max_new_tokens", "20", "--temperature", "0"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -8,9 +8,8 @@ from pathlib import Path
 from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
-from experiments import tootsie_8b  # noqa: E402
+from experiments import tootsie_8b
 
 
 def plan():
@@ -40,7 +39,7 @@ def test_dag_structure_and_phase_chaining():
 
 def test_versions_are_stable_across_processes():
     here = {s.identity for s in plan().steps}
-    code = ("import sys; sys.path.insert(0, '.'); from experiments import tootsie_8b; from marin.execution import Executor;"
+    code = ("from experiments import tootsie_8b; from marin.execution import Executor;"
             "print('\\n'.join(sorted(s.identity for s in Executor(prefix='gs://x').plan([*tootsie_8b.evals, "
             "*tootsie_8b.exports]).steps)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

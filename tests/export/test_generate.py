@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from marin.export.generate import GenerationConfig, generate
+from marin.inference import GenerationConfig, generate
 from marin.trainer.model.config import model_preset
 from marin.trainer.model.llama import forward, init_params
 
@@ -68,7 +68,7 @@ def tiny_export(tmp_path_factory):
 
 
 def test_cli_stops_before_stop_strings_and_stop_token_ids(tiny_export, capsys):
-    from marin.generate import main
+    from marin.inference.sample import main
     from marin.tokenize import eos_id, load_tokenizer
 
     path, cfg, params = tiny_export

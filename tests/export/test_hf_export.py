@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from marin.export import export_hf, import_hf
+from marin.inference import export_hf, import_hf
 from marin.trainer.model.config import Llama3RopeScaling, model_preset
 from marin.trainer.model.llama import forward, init_params
 

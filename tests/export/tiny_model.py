@@ -6,7 +6,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from marin.export import export_hf
+from marin.inference import export_hf
 from marin.tokenize.tokenizer import TrainTokenizerConfig, build_bpe_tokenizer
 from marin.trainer.model.config import model_preset
 from marin.trainer.model.llama import init_params

@@ -26,9 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 CLUSTERS = sorted(INFRA.glob("cluster-*.yaml"))
 TPU_CLUSTERS = [p for p in CLUSTERS if "tpu" in p.name]
-sys.path.insert(0, str(ROOT))
 
-from experiments import tootsie_8b  # noqa: E402
+from experiments import tootsie_8b
 
 def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())

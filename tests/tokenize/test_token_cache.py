@@ -288,7 +288,7 @@ def test_kill_and_resume_rebuilds_only_unfinished_shards_and_matches(corpus, tok
 
 
 def test_cache_is_a_trainer_token_source(corpus, tokenizer_path, tmp_path):
-    from marin.tokenize import TokenCacheSourceConfig
+    from marin.trainer.data import TokenCacheSourceConfig
     from marin.trainer.data.source import TokenSource
 
     _, files = corpus

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from marin import multihost
 from marin.trainer import distributed
 from marin.trainer.checkpoint import _read_array, list_checkpoints
 
@@ -62,8 +63,7 @@ def _metrics(run: Path) -> list[dict]:
 def runs(tmp_path_factory):  # ~30 s idle, ~90 s on a busy machine: three processes compile and train
     out = tmp_path_factory.mktemp("multihost")
     coordinator = f"127.0.0.1:{_free_port()}"
-    hosts = [_start(out / "two", {distributed.ENV_COORDINATOR: coordinator, distributed.ENV_NUM_PROCESSES: "2",
-                                  distributed.ENV_PROCESS_ID: str(i)}) for i in range(2)]  # fmt: skip
+    hosts = [_start(out / "two", multihost.host_env(coordinator, 2, i)) for i in range(2)]  # fmt: skip
     reports = [_finish(p) for p in hosts]
     single = _finish(_start(out / "one", {}))
     return out, reports, single
@@ -97,12 +97,11 @@ def test_two_processes_train_like_one(runs):
 
 
 def test_coordinates_come_from_the_environment_and_bad_ones_are_named():
-    assert distributed.coordinates({}) is None
-    env = {distributed.ENV_COORDINATOR: "10.0.0.2:8476", distributed.ENV_NUM_PROCESSES: "4",
-           distributed.ENV_PROCESS_ID: "3"}  # fmt: skip
-    assert distributed.coordinates(env) == ("10.0.0.2:8476", 4, 3)
+    assert multihost.coordinates({}) is None
+    env = multihost.host_env("10.0.0.2:8476", 4, 3)
+    assert multihost.coordinates(env) == ("10.0.0.2:8476", 4, 3)
     with pytest.raises(ValueError, match="MARIN_PROCESS_ID=4 of MARIN_NUM_PROCESSES=4"):
-        distributed.coordinates({**env, distributed.ENV_PROCESS_ID: "4"})
+        multihost.coordinates({**env, multihost.ENV_PROCESS_ID: "4"})
     with pytest.raises(ValueError, match="MARIN_NUM_PROCESSES"):
-        distributed.coordinates({distributed.ENV_COORDINATOR: "10.0.0.2:8476"})
+        multihost.coordinates({multihost.ENV_COORDINATOR: "10.0.0.2:8476"})
     assert distributed.initialize({}) is False

@@ -49,6 +49,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as pltriton
 
 from marin.trainer.attention.backends import register_attention_backend
+from marin.trainer.attention.tiling import from_kernel_layout, pad_segment_ids, tiling, to_kernel_layout
 
 # Finite, so fully masked tiles never produce inf - inf = nan (see the module docstring); 0.7 leaves
 # headroom for subtracting a running max without overflowing. Same choice as JAX's Pallas attention.
@@ -325,10 +326,7 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 def _tiling(seq: int, config: PallasAttentionConfig, platform: str) -> tuple[int, int, int]:
     """(block_q, block_k, padded seq). A short sequence gets blocks no longer than itself, rounded up to
     a legal size (16 for Triton's dot; 128 on TPU, where keys lie along the 128 lanes)."""
-    longest = max(128 if platform == "tpu" else 16, pl.next_power_of_2(seq))
-    block_q, block_k = min(config.block_q, longest), min(config.block_k, longest)
-    tile = max(block_q, block_k)  # both powers of two: a multiple of the other
-    return block_q, block_k, -(-seq // tile) * tile
+    return tiling(seq, config.block_q, config.block_k, min_block=128 if platform == "tpu" else 16)
 
 
 def unsupported_reason(q_shape, kv_shape, dtype, config: PallasAttentionConfig, platform: str) -> str | None:
@@ -374,15 +372,10 @@ def flash_attention(
     batch, seq, heads, head_dim = q.shape
     block_q, block_k, seq_pad = _tiling(seq, config, platform)
     kern = _Kernel(block_q, block_k, seq, head_dim**-0.5, platform)
-
-    def to_kernel(x):  # [batch, seq, heads, head_dim] -> [batch, heads, seq_pad, head_dim]
-        return jnp.pad(x, ((0, 0), (0, seq_pad - seq), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
-
     if segment_ids is not None:
-        # Edge padding puts padded rows in the last real document, so they too see a real key.
-        segment_ids = jnp.pad(segment_ids.astype(jnp.int32), ((0, 0), (0, seq_pad - seq)), mode="edge")
-    out = _flash(to_kernel(q), to_kernel(k), to_kernel(v), segment_ids, kern)
-    return out.transpose(0, 2, 1, 3)[:, :seq]  # [batch, seq, heads, head_dim]
+        segment_ids = pad_segment_ids(segment_ids, seq_pad)
+    q, k, v = (to_kernel_layout(x, seq_pad) for x in (q, k, v))
+    return from_kernel_layout(_flash(q, k, v, segment_ids, kern), seq)
 
 
 def _backend_unsupported_reason(q, k, v, segment_ids) -> str | None:

@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec
 
 from marin.trainer.attention.backends import register_attention_backend
 from marin.trainer.axes import BATCH, HEAD_DIM, HEADS, KV_HEADS, SEQ, ShardingContext, active_sharding, partition_spec
+from marin.trainer.attention.tiling import from_kernel_layout, pad_segment_ids, tiling, to_kernel_layout
 
 _LANES = 128  # splash's blocks must be multiples of the TPU's 128 lanes (its NUM_LANES)
 _SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16)
@@ -65,10 +66,7 @@ class SplashAttentionConfig:
 
 def _tiling(seq: int, config: SplashAttentionConfig) -> tuple[int, int, int]:
     """(block_q, block_kv, padded seq): powers of two, so the padded seq is a multiple of both blocks."""
-    longest = max(_LANES, 1 << (seq - 1).bit_length())
-    block_q, block_kv = min(config.block_q, longest), min(config.block_kv, longest)
-    tile = max(block_q, block_kv)
-    return block_q, block_kv, -(-seq // tile) * tile
+    return tiling(seq, config.block_q, config.block_kv, min_block=_LANES)
 
 
 def _kernel(heads: int, seq_pad: int, block_q: int, block_kv: int, interpret: bool):
@@ -90,20 +88,14 @@ def _splash_on_device(q, k, v, segment_ids, *, config: SplashAttentionConfig, in
     batch, seq, heads, head_dim = q.shape
     block_q, block_kv, seq_pad = _tiling(seq, config)
     kernel = _kernel(heads, seq_pad, block_q, block_kv, interpret)
-
-    def to_kernel(x):  # [batch, seq, heads, head_dim] -> [batch, heads, seq_pad, head_dim]
-        return jnp.pad(x, ((0, 0), (0, seq_pad - seq), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
-
-    q = to_kernel(q * jnp.asarray(head_dim**-0.5, q.dtype))  # splash expects q already scaled
-    k, v = to_kernel(k), to_kernel(v)
+    q = to_kernel_layout(q * jnp.asarray(head_dim**-0.5, q.dtype), seq_pad)  # splash expects q already scaled
+    k, v = to_kernel_layout(k, seq_pad), to_kernel_layout(v, seq_pad)
     if segment_ids is None:
         out = jax.vmap(kernel)(q, k, v)
     else:
-        # Edge padding puts padded queries in the last real document, so every row sees a real key.
-        segments = jnp.pad(segment_ids.astype(jnp.int32), ((0, 0), (0, seq_pad - seq)), mode="edge")
         one = lambda q, k, v, s: kernel(q, k, v, segment_ids=splash.SegmentIds(q=s, kv=s))  # noqa: E731
-        out = jax.vmap(one)(q, k, v, segments)
-    return out.transpose(0, 2, 1, 3)[:, :seq]  # [batch, seq, heads, head_dim]
+        out = jax.vmap(one)(q, k, v, pad_segment_ids(segment_ids, seq_pad))
+    return from_kernel_layout(out, seq)
 
 
 def _specs(context: ShardingContext) -> tuple[PartitionSpec, PartitionSpec, PartitionSpec]:

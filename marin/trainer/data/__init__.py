@@ -1,5 +1,6 @@
 """Training data: token sources, the Feistel shuffle, staged mixtures, packing and deterministic batches."""
 
+from marin.trainer.data.cache_source import CacheTokenSource, TokenCacheSourceConfig
 from marin.trainer.data.loader import (
     Batch,
     DataConfig,
@@ -27,6 +28,7 @@ __all__ = [
     "EOS",
     "ArrayTokenSource",
     "Batch",
+    "CacheTokenSource",
     "DataConfig",
     "EpochPermutation",
     "FeistelPermutation",
@@ -35,6 +37,7 @@ __all__ = [
     "NumpySourceConfig",
     "Prefetcher",
     "SyntheticSourceConfig",
+    "TokenCacheSourceConfig",
     "TokenSource",
     "TokenSourceConfig",
     "TrainBatches",

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
+from marin.identity import runtime_field
 from marin.trainer.data.mixture import Mixture, MixtureStage
 from marin.trainer.data.permutation import EpochPermutation, mix_seed
 from marin.trainer.data.source import TokenSource, TokenSourceConfig
@@ -45,7 +46,7 @@ class DataConfig:
     """Keys the shuffles and the mixture; same seed and step, same batch."""
     mixture_block_size: int = 2048
     """Slots per mixture block (exact proportions hold per block)."""
-    prefetch: int = 2
+    prefetch: int = runtime_field(2)
     """Batches built ahead of the step on a background thread (0: build inline)."""
 
     def __post_init__(self):

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
+
+from marin.identity import runtime_field
 
 _REMAT_POLICIES = ("none", "minimal", "full")
 
@@ -63,15 +66,16 @@ class LlamaConfig:
     """Use the token embedding (transposed) as the output projection."""
     initializer_range: float = 0.02
     """Standard deviation of the normal init of every matrix."""
-    scan_layers: bool | None = None
+    # How the model runs, not what it computes (``marin.identity``): never part of a step's identity, and not
+    # stored with checkpoints, so a model trained with one setting is used with another.
+    scan_layers: bool | None = runtime_field(None)
     """Run the layer stack with ``jax.lax.scan`` (one compiled block) instead of unrolling it. None: scan
     on accelerators (compile time stays flat in depth), unroll on CPU, where XLA fuses across layers and
-    skips the scan's per-layer slicing of stacked weights and gradients: +14% tokens/s on nano and ~+12% on
-    small, and faster compiles (benchmarks/trainer_bench.py, measured side by side)."""
-    remat: str = "none"
+    skips the scan's per-layer slicing of stacked weights (faster there; docs/trainer.md)."""
+    remat: str = runtime_field("none")
     """Rematerialisation per block: "none" (save everything), "minimal" (save matmul outputs, recompute
     the elementwise work), "full" (save only each block's input, recompute the whole block)."""
-    attention_backend: str = "default"
+    attention_backend: str = runtime_field("default")
     """A name from ``marin.trainer.attention.ATTENTION_BACKENDS``; "default" picks one per platform."""
 
     def __post_init__(self):
@@ -94,6 +98,14 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig.remat must be one of {_REMAT_POLICIES}, got {self.remat!r}")
         if self.initializer_range <= 0:
             raise ValueError(f"LlamaConfig.initializer_range must be > 0, got {self.initializer_range}")
+
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> LlamaConfig:
+        """Inverse of ``dataclasses.asdict`` / ``marin.identity.result_dict`` (a checkpoint's stored config)."""
+        fields = dict(fields)
+        if fields.get("rope_scaling"):
+            fields["rope_scaling"] = Llama3RopeScaling(**fields["rope_scaling"])
+        return cls(**fields)
 
     @property
     def resolved_head_dim(self) -> int:

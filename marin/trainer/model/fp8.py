@@ -1,71 +1,25 @@
 """FP8 matmuls with per-tensor dynamic scaling: ``PrecisionPolicy(matmul_dtype="float8")``.
 
-The torchtitan lesson (issue 7: +33% throughput from FP8 linear layers at equal loss) is that on Hopper
-GPUs a transformer's linear layers can run on FP8 tensor cores with nothing more than per-tensor scales.
-This module is that recipe (torchao's "tensorwise" scaling with dynamic scales) for the model's one
-matmul helper, ``dense``:
+The torchtitan / torchao "tensorwise" recipe for the model's one matmul helper, ``dense``:
 
     y = fp8_matmul(x, w, out_dtype)     # x [tokens, in], w [in, out] -> y [tokens, out] in out_dtype
 
-Forward, each operand is quantized to ``float8_e4m3fn`` (3 mantissa bits, max 448) with a scale
-computed from its *current* absolute maximum, and the product accumulates in fp32::
+Forward, each operand is quantized to ``float8_e4m3fn`` (max 448) with a scale from its current absolute
+maximum, and the product accumulates in fp32::
 
     scale_x = 448 / amax(x)                       # per tensor: one scalar
     q_x     = e4m3(clip(x * scale_x, -448, 448))  # clip = saturate: a cast past 448 is NaN, not inf
     y       = dot(q_x, q_w, preferred_element_type=f32) / (scale_x * scale_w)
 
-Backward (a ``jax.custom_vjp``), the incoming gradient is quantized to ``float8_e5m2`` (2 mantissa bits,
-max 57344: gradients need range more than precision, Micikevicius et al. 2022, "FP8 formats for deep
-learning") and multiplied with the saved e4m3 operands: ``dx = g @ w^T``, ``dw = x^T @ g``. Per-tensor
-scales make the quantization of ``x^T`` the same as that of ``x``, so the forward's FP8 operands are the
-residuals (1 byte per element, half of bf16). Hopper multiplies e5m2 by e4m3 but not e5m2 by e5m2, which
-no matmul here asks for.
+Backward (a ``jax.custom_vjp``), the incoming gradient is quantized to ``float8_e5m2`` (range over
+precision, Micikevicius et al. 2022) and multiplied with the saved e4m3 operands; per-tensor scales make
+the quantization of ``x^T`` that of ``x``, so the forward's FP8 operands are the residuals.
 
-Worked example (exact values; run it)::
-
-    x = [[1.0, -2.0], [0.5, 4.0]]      amax 4    scale 448/4 = 112   q_x = [[112, -224], [56, 448]]
-    w = [[0.3], [0.1]]                  amax 0.3  scale 448/0.3       q_w = [[448], [149.33 -> 144]]
-    dot(q_x, q_w) = [[112·448 - 224·144], [56·448 + 448·144]] = [[17920], [89600]]
-    y = dot / (112 · 1493.33)         = [[0.1071], [0.5357]]      fp32: [[0.1], [0.55]]
-
-The 0.1 -> 0.107 is e4m3's rounding of 0.1·1493.3 = 149.3 to 144 (steps of 16 between 128 and 256; at
-most 2^-4 = 6% of a value), magnified by the cancellation in that row. On random matrices the error is
-statistical: ~2.6% RMS per e4m3 operand and ~5.2% per e5m2 gradient, so products come out with ~3.7%
-relative (Frobenius) error forward and ~5.9% backward, whatever the contraction length; yet a 100-step
-run of a tiny model ends 0.016 nats from the bf16 run's loss of 1.43 (``tests/trainer/test_fp8.py``).
-
-Guards: amax is floored at ``fp8_max · 2^-126``, so an all-zero tensor gets a finite scale (2^126; its
-zeros stay zeros) instead of 448/0 = inf (whose 0·inf would be NaN), and the scale of a tiny tensor and
-its inverse stay normal fp32 numbers; the clip keeps every quantized value within ±fp8 max, so scaling
-never overflows, whether amax is 1e-30 or 1e30. A tensor holding inf or NaN still gives NaN: the loop
-stops on a non-finite loss, as it would in bf16.
-
-What stays in higher precision: norms, embeddings, RoPE, attention (scores, softmax, values: the
-attention backend's own precision), the loss, and the lm_head. The lm_head is excluded, as torchtitan
-keeps its ``output`` projection out of float8: its product feeds the softmax directly, so its error lands
-on the loss undiluted by later layers, and with tied embeddings it *is* the (high-precision) embedding
-table. It is a small share of a large model's FLOPs (7% of Llama 3 8B's matmul parameters) but most of a
-nano model's, one more reason small models gain nothing here.
-
-Where it runs fast. On CPU, XLA emulates FP8 (it widens the operands, so the numerics are exactly FP8's
-and the speed is not): every test here checks numerics only. FP8 tensor cores exist on NVIDIA Hopper
-(H100/H200) and later; there XLA rewrites these dots into cuBLASLt FP8 GEMMs, which want matmul dims that
-are multiples of 16 (all presets' are). To measure the speedup on an H100/H200, A/B the same config with
-the option off and on, nothing else changed, and compare tokens/s (not MFU: its peak is bf16's)::
-
-    .venv/bin/python benchmarks/trainer_bench.py --configs small --peers jax --peak 989e12 \\
-        --jax-variant bf16='{"compute_dtype": "bfloat16"}' \\
-        --jax-variant fp8='{"compute_dtype": "bfloat16", "matmul_dtype": "float8"}'
-
-(989e12 is H100 SXM's dense bf16 peak; the script rewrites ``benchmarks/results/trainer_bench.json``, so
-keep a copy of this CPU's numbers.) ``small`` is too narrow for FP8 to pay, so then measure where it can:
-two short ``train_lm`` runs of ``llama_1b`` or ``llama_8b`` with ``TrainerConfig(precision=
-PrecisionPolicy(matmul_dtype=...))`` "default" vs "float8", comparing ``throughput/tokens_per_s`` in each
-``metrics.jsonl`` once compilation is past. Check that FP8 GEMMs ran: the compiled step's HLO
-(``train_step.lower(state, batch).compile().as_text()``) has ``__cublas$lt$matmul$f8`` custom calls.
-Expect little at small widths: the amax reductions and casts are memory-bound work that only large
-matmuls amortise. Under FSDP/TP each amax is a max over the tensor's shards, so XLA adds one scalar
-all-reduce per quantized tensor (torchtitan batches the weights' into one; not done here).
+Guards: amax is floored at ``fp8_max · 2^-126`` (an all-zero tensor gets a finite scale instead of 448/0),
+and the clip keeps every quantized value within ±fp8 max. Norms, embeddings, RoPE, attention, the loss and
+the lm_head stay in higher precision (the lm_head feeds the softmax directly, as torchtitan keeps its
+output projection out of float8). A worked example with exact values, the measured error, and how to
+measure the speedup on Hopper GPUs are in docs/fp8.md. On CPU, XLA emulates FP8: numerics only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""python -m marin.generate --checkpoint PATH --prompt "Once upon a time" [--max_new_tokens 64]
+"""python -m marin.inference.sample --checkpoint PATH --prompt "Once upon a time" [--max_new_tokens 64]
    [--temperature 0.8] [--top_p 0.9] [--top_k 50] [--seed 0] [--tokenizer TOK] [--num_samples 1]
    [--stop "." --stop " The"] [--stop_token_id 42]
 
@@ -10,6 +10,8 @@ before the first stop token or stop string (searched in the generated text only,
 
 import argparse
 import logging
+
+from marin.logs import configure_logging
 
 
 def main(argv=None) -> None:
@@ -27,10 +29,9 @@ def main(argv=None) -> None:
     parser.add_argument("--stop_token_id", type=int, action="append", default=[],
                         help="stop token id (repeatable; the end-of-document token always stops), not printed")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+    configure_logging(logging.WARNING)
 
-    from marin.evaluation.step import load_model, place_params
-    from marin.export.generate import GenerationConfig, decode_until, generate
+    from marin.inference import GenerationConfig, decode_until, generate, load_model, place_params
     from marin.tokenize import eos_id, load_tokenizer
 
     cfg, params, _ = load_model(args.checkpoint, None)

@@ -1,8 +1,7 @@
 """Token caches as the trainer's data: ``type: cache`` in a ``DataConfig`` opens a ``TokenCache``.
 
-The trainer defines the ``TokenSource`` protocol and imports nothing from here; registering the cache
-as one more ``TokenSourceConfig`` choice keeps the dependency pointing from tokenize to the trainer's
-protocol, never back.
+The trainer reads the token-cache format (``marin.tokenize.reader``); the data steps that write it never
+import the trainer.
 """
 
 from __future__ import annotations

@@ -1,0 +1,31 @@
+"""``results.json``'s record of the eval's own settings, and the Markdown table logged at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+
+def config_record(config: Any, max_len: int) -> dict[str, Any]:
+    """The eval's own settings (an ``EvalConfig``; the model's are under ``model``), so a number can be
+    traced to what produced it without the executor's records."""
+    record = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "model"}
+    record.update(max_len=max_len, validation=dict(config.validation), tasks=list(config.tasks),
+                  unigram_baseline=dict(config.unigram_baseline))  # fmt: skip
+    return json.loads(json.dumps(record, default=str))  # executor paths and the like as plain strings
+
+
+def format_table(results: dict[str, Any]) -> str:
+    lines = ["| set | loss | perplexity | bits/byte | unigram bits/byte |", "|---|---|---|---|---|"]
+    for name, r in results["validation"].items():
+        unigram = f"{r['unigram_bits_per_byte']:.4f}" if "unigram_bits_per_byte" in r else "-"
+        lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | {unigram} |")
+    if results["tasks"]:
+        lines += ["", "| task | k-shot | items | acc | acc 95% CI | acc_norm | chance |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for name, r in results["tasks"].items():
+            lo, hi = r["acc"]["ci95"]
+            lines.append(f"| {name} | {r['num_fewshot']} | {r['items']} | {r['acc']['value']:.3f} | "
+                         f"[{lo:.3f}, {hi:.3f}] | {r['acc_norm']['value']:.3f} | {r['chance']:.3f} |")  # fmt: skip
+    return "\n".join(lines)
