@@ -26,7 +26,9 @@ from marin.extract.config import ExtractConfig, ExtractorConfig
 from marin.extract.extractors import extract_text, extractor_version
 from marin.extract.pages import PAGE_SUFFIXES, RawPage, decode_html, read_pages
 from marin.parallel import run_tasks
-from marin.shards import (
+from marin.storage import delete, join, write_atomic
+from marin.storage.records import ReadStats, RecordWriter
+from marin.storage.shards import (
     Shard,
     fingerprint_of,
     finished_summary,
@@ -36,8 +38,6 @@ from marin.shards import (
     read_done,
     with_suffix,
 )
-from marin.storage import delete, join, write_atomic
-from marin.storage.records import ReadStats, RecordWriter
 
 logger = logging.getLogger(__name__)
 DOCUMENTS_DIR = "documents"

@@ -21,7 +21,9 @@ import time
 from marin.parallel import run_tasks
 from marin.quality.config import ClassifyConfig
 from marin.quality.model import fasttext_line, load_model, model_labels, predict_scores
-from marin.shards import (
+from marin.storage import delete, exists, join, write_atomic
+from marin.storage.records import RECORD_SUFFIXES, RecordWriter, read_records
+from marin.storage.shards import (
     Shard,
     fingerprint_of,
     finished_summary,
@@ -31,8 +33,6 @@ from marin.shards import (
     read_done,
     with_suffix,
 )
-from marin.storage import delete, exists, join, write_atomic
-from marin.storage.records import RECORD_SUFFIXES, RecordWriter, read_records
 
 logger = logging.getLogger(__name__)
 ATTRIBUTES_DIR = "attributes"

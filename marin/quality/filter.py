@@ -31,9 +31,17 @@ import numpy as np
 from marin.parallel import run_tasks
 from marin.quality.classify import ATTRIBUTES_DIR, attribute_rel
 from marin.quality.config import AttributeRule, FilterConfig
-from marin.shards import Shard, fingerprint_of, finished_summary, list_shards, mark_done, prepare_work, read_done
 from marin.storage import delete, join, write_atomic
 from marin.storage.records import RECORD_SUFFIXES, RecordWriter, read_documents, read_records
+from marin.storage.shards import (
+    Shard,
+    fingerprint_of,
+    finished_summary,
+    list_shards,
+    mark_done,
+    prepare_work,
+    read_done,
+)
 
 logger = logging.getLogger(__name__)
 DOCUMENTS_DIR = "documents"

@@ -23,9 +23,9 @@ import time
 
 from marin.quality.config import TrainClassifierConfig
 from marin.quality.model import LABEL_PREFIX, fasttext_line, predict_scores, train_fasttext
-from marin.shards import fingerprint_of, finished_summary, list_shards
 from marin.storage import join, write_atomic
 from marin.storage.records import RECORD_SUFFIXES, read_records
+from marin.storage.shards import fingerprint_of, finished_summary, list_shards
 
 logger = logging.getLogger(__name__)
 METRICS = "metrics.json"

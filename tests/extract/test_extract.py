@@ -12,8 +12,8 @@ import pytest
 from marin.extract import ExtractConfig, ExtractorConfig, decode_html, extract_pages
 from marin.extract.measure import word_counts
 from marin.extract.step import extract_shard
-from marin.shards import fingerprint_of, list_shards, prepare_work
 from marin.storage.records import RecordError, read_records, write_records
+from marin.storage.shards import fingerprint_of, list_shards, prepare_work
 from marin.storage.warc import WarcError, read_warc
 from tests.extract.conftest import tree_bytes
 

@@ -19,7 +19,8 @@ import json
 import logging
 import re
 
-from marin.storage import delete, exists, filesystem, join, read_text, write_atomic
+from marin.storage.paths import delete, exists, filesystem, join, read_text, write_atomic
+from marin.storage.urls import like_url
 
 logger = logging.getLogger(__name__)
 _KNOWN_SUFFIX = re.compile(r"\.(jsonl|json|warc|html|htm)(\.gz|\.zst)?$|\.parquet$", re.IGNORECASE)
@@ -57,21 +58,10 @@ def list_shards(input_path: str, *, suffixes: tuple[str, ...], field: str) -> li
     for p in sorted(found):
         rel = p[len(base) :].lstrip("/")
         if p.lower().endswith(suffixes) and not any(part.startswith((".", "_")) for part in rel.split("/")):
-            shards.append(Shard(index=len(shards), url=_as_url(input_path, p), rel=rel))
+            shards.append(Shard(index=len(shards), url=like_url(input_path, p), rel=rel))
     if not shards:
         raise FileNotFoundError(f"{field}: no input files ({', '.join(suffixes)}) under {input_path}")
     return shards
-
-
-def _as_url(like: str, path: str) -> str:
-    if "://" not in like:
-        return path
-    scheme = like.split("://", 1)[0]
-    if scheme in ("file", "local"):
-        return f"file://{path}"
-    if scheme == "memory":
-        return f"memory://{path}"
-    return f"{scheme}://{path.lstrip('/')}"
 
 
 _RUN_ONLY = {"output_path": "", "max_workers": None, "use_ray": True, "batch_docs": 1}
