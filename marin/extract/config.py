@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from marin.identity import runtime_field
 from marin.validation import check
 
 EXTRACTOR_NAMES = ("resiliparse", "trafilatura")
@@ -57,9 +58,9 @@ class ExtractConfig:
     ("web" for files at the root)."""
     on_error: Literal["raise", "skip"] = "raise"
     """Malformed input records (bad JSON, no HTML field): fail naming file and line, or skip and count."""
-    max_workers: int | None = None
+    max_workers: int | None = runtime_field(None)
     """Ray tasks in flight at once (None: as many as the cluster has CPUs). No effect on the result."""
-    use_ray: bool = True
+    use_ray: bool = runtime_field(True)
     """False runs every shard in this process, one after another (notebooks, debugging)."""
 
     def __post_init__(self):

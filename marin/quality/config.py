@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from marin.identity import runtime_field
 from marin.validation import check, concrete
 
 
@@ -91,11 +92,11 @@ class ClassifyConfig:
     max_chars: int = 5_000
     """Characters of each document scored (its start); match the training step's ``max_chars``."""
     text_field: str = "text"
-    batch_docs: int = 2_000
+    batch_docs: int = runtime_field(2_000)
     """Documents per ``predict`` call (memory vs. call overhead; no effect on the scores)."""
-    max_workers: int | None = None
+    max_workers: int | None = runtime_field(None)
     """Ray tasks in flight at once (None: as many as the cluster has CPUs). No effect on the result."""
-    use_ray: bool = True
+    use_ray: bool = runtime_field(True)
 
     def __post_init__(self):
         check("ClassifyConfig", "attribute", self.attribute, lambda v: v.isidentifier(), "an identifier")
@@ -143,9 +144,9 @@ class FilterConfig:
     output_path: str
     rules: tuple[AttributeRule, ...]
     """All must pass; a dropped document's reason is the first rule it fails."""
-    max_workers: int | None = None
+    max_workers: int | None = runtime_field(None)
     """Ray tasks in flight at once (None: as many as the cluster has CPUs). No effect on the result."""
-    use_ray: bool = True
+    use_ray: bool = runtime_field(True)
 
     def __post_init__(self):
         known, rules = concrete(self.rules)

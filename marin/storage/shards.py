@@ -64,17 +64,19 @@ def list_shards(input_path: str, *, suffixes: tuple[str, ...], field: str) -> li
     return shards
 
 
-_RUN_ONLY = {"output_path": "", "max_workers": None, "use_ray": True, "batch_docs": 1}
-
-
 def fingerprint_of(config) -> str:
-    """A digest of a config dataclass without its output path and run-only fields (workers, batch sizes)."""
+    """A digest of a config dataclass without its output path and its runtime fields (those declared with
+    ``marin.identity.runtime_field``: worker counts, batch sizes), which never change outputs."""
     import hashlib
 
-    names = {f.name for f in dataclasses.fields(config)}
-    plain = dataclasses.replace(config, **{k: v for k, v in _RUN_ONLY.items() if k in names})
-    text = json.dumps(dataclasses.asdict(plain), sort_keys=True, default=str)
+    plain = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+             if f.name != "output_path" and not f.metadata.get("marin.runtime")}  # fmt: skip
+    text = json.dumps(plain, sort_keys=True, default=_plain)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _plain(value):
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else str(value)
 
 
 def finished_summary(summary_url: str, fingerprint: str) -> dict | None:
