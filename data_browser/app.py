@@ -23,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from data_browser import experiments as exp
-from data_browser import training
+from data_browser import training, web_steps
 from data_browser.access import Forbidden, resolve
 from data_browser.config import BrowserConfig
 from data_browser.readers import (ReadFailure, Record, find_by_ids, first_record, is_record_file, page, preview_text,
@@ -108,7 +108,7 @@ def create_app(config: BrowserConfig) -> FastAPI:
         if fs.isdir(p):
             state = dir_state(path)
             return render("listing.html", path=path, entries=listing(path), state=state,
-                          parent=_parent(path, roots))
+                          parent=_parent(path, roots), web_step=web_steps.step_kind(path, config.max_json_bytes))
         if not fs.exists(p):
             raise FileNotFoundError(path)
         if is_record_file(path):
@@ -232,6 +232,7 @@ def create_app(config: BrowserConfig) -> FastAPI:
         table = training.results_table(data["results"])
         return {**data, "results_table": [r.__dict__ for r in table.rows] if table else None}
 
+    web_steps.register(app, roots=roots, render=render, config=config)  # extract/filter step views (issue 16)
     return app
 
 

@@ -19,7 +19,10 @@ from experiments import quickstart
 @pytest.mark.slow
 def test_quickstart_learns_exports_and_reruns_as_a_no_op(quickstart_run, tmp_path):
     result, paths, steps = quickstart_run["result"], quickstart_run["paths"], quickstart_run["steps"]
-    assert len(result.ran) == len(result.plan.steps) == 9
+    assert len(result.ran) == len(result.plan.steps) == 16
+    web = json.loads((Path(paths["filtered"]) / "summary.json").read_text())
+    # The web chain kept the English high-quality pages and dropped the rest, for a reason each.
+    assert 0.5 < web["kept_fraction"] < 0.8 and set(web["dropped"]) == {"lang.en<0.5", "quality.hq<0.3"}, web
 
     results = json.loads((Path(paths["evaluation"]) / "results.json").read_text())
     for name, r in results["validation"].items():
@@ -33,7 +36,7 @@ def test_quickstart_learns_exports_and_reruns_as_a_no_op(quickstart_run, tmp_pat
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(os.listdir(paths["export"]))
 
     again = Executor(prefix=quickstart_run["prefix"]).run([steps["evaluation"], steps["export"]])
-    assert again.ran == [] and len(again.skipped) == 9
+    assert again.ran == [] and len(again.skipped) == 16
 
 
 @pytest.mark.slow
@@ -61,4 +64,4 @@ def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
                           str(tmp_path / "s")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     actions = [line.split()[0] for line in out.stdout.splitlines() if line[:5] in ("run  ", "skip ", "wait ")]
-    assert actions == ["run"] * 9 and not (tmp_path / "s").exists()
+    assert actions == ["run"] * 16 and not (tmp_path / "s").exists()
