@@ -56,6 +56,8 @@ EXERCISED: dict[str, tuple[str, str, str]] = {
     "pip install -e '.[report]'": (COMMANDS, "def test_documented_extras_exist_and_dev_installs_them(", "as above"),
     "python experiments/hello_world.py --prefix gs://my-bucket/lab": (
         COMMANDS, "def test_hello_world_on_a_gs_prefix(", "a bucket on the GCS emulator"),
+    "python experiments/exp16_dclm_filtering.py --dry_run true": (
+        "tests/experiments/test_exp16_dclm_filtering.py", "def test_dclm_filtering_dry_runs_anywhere(", ""),
     "python experiments/exp11_mixture_shift.py --dry_run true": (COMMANDS, "def test_exp11_dry_run_reuses_the_quickstart(", ""),
     "python -m marin.report experiments/exp11_mixture_shift.py --prefix ./local_store --out reports/exp11.md": (
         REPORT, "def test_cli_entry_point_runs_as_a_module(", "the same CLI on a hand-made exp7 prefix (exp11 must train first)"),
