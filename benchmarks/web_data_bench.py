@@ -2,6 +2,8 @@
 
     python benchmarks/web_data_bench.py [--pages_per_domain 1000] [--workers 2] [--repeat_docs 10]
 
+- extractors: resiliparse vs trafilatura on the bundled pages: share of main-text words recovered, share of
+  boilerplate words leaked (``marin.extract.measure``), pages/s in one process.
 - extract: pages/s of ``extract_pages`` (reading WARC, charset detection, extraction, writing documents and
   skips) vs ``extract_text`` over the same pages already decoded in memory: one process vs
   ``use_ray=False``, and ``workers`` processes (multiprocessing) vs ``workers`` Ray tasks.
@@ -23,9 +25,10 @@ import time
 
 from marin.corpus import CorpusConfig, generate_corpus
 from marin.extract import ExtractConfig, ExtractorConfig, decode_html, extract_pages, extract_text
+from marin.extract.measure import word_counts
 from marin.quality import ClassifyConfig, FastTextConfig, TrainClassifierConfig, classify_documents, train_classifier
 from marin.quality.model import fasttext_line, load_model
-from marin.storage.records import find_record_files, read_documents, write_records
+from marin.storage.records import find_record_files, read_documents, read_records, write_records
 from marin.storage.shards import list_shards
 from marin.storage.warc import read_warc
 
@@ -44,6 +47,31 @@ def _predict_chunk(args) -> int:
 
 def _split(items: list, n: int) -> list[list]:
     return [items[i::n] for i in range(n)]
+
+
+def compare_extractors(root: str) -> dict:
+    """Main-text words recovered, boilerplate words leaked and pages/s (one process) per extractor."""
+    truth = {r["id"]: r for r in read_records(os.path.join(root, "ground_truth", "web_pages.jsonl.gz"))}
+    shards = list_shards(os.path.join(root, "web"), suffixes=(".warc.gz",), field="web")
+    pages = [(p.record_id, decode_html(p.payload, p.content_type)[0]) for s in shards for p in read_warc(s.url)]
+    pages = [(pid, html) for pid, html in pages if html is not None]
+    out = {}
+    for name, fast in (("resiliparse", False), ("trafilatura", False), ("trafilatura", True)):
+        config = ExtractorConfig(name=name, fast=fast)
+        totals = [0, 0, 0, 0]
+        start = time.perf_counter()
+        texts = [(pid, extract_text(html, config)) for pid, html in pages]
+        seconds = time.perf_counter() - start
+        for pid, text in texts:
+            if truth[pid]["expect"] == "text":
+                counts = word_counts(text, truth[pid]["main_text"], truth[pid]["boilerplate_text"])
+                totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        out[name + (" fast" if fast else "")] = {
+            "recovered": round(totals[0] / totals[1], 3),
+            "leaked": round(totals[2] / totals[3], 3),
+            "pages_per_s": round(len(pages) / seconds, 1),
+        }
+    return out
 
 
 def bench_extract(root: str, work: str, workers: int) -> dict:
@@ -69,19 +97,34 @@ def bench_extract(root: str, work: str, workers: int) -> dict:
     t = time.perf_counter()
     extract_pages(ExtractConfig(input_path=os.path.join(root, "web"), output_path=f"{work}/xn", max_workers=workers))
     step_n = time.perf_counter() - t
-    return {"pages": pages, "files": len(shards),
-            "one_core": {"plain_loop_pages_per_s": round(len(htmls) / loop_1, 1),
-                         "step_pages_per_s": round(pages / step_1, 1), "ratio": round(loop_1 / step_1, 3)},
-            f"{workers}_workers": {"plain_loop_pages_per_s": round(len(htmls) / loop_n, 1),
-                                   "step_pages_per_s": round(pages / step_n, 1), "ratio": round(loop_n / step_n, 3)}}
+    return {
+        "pages": pages,
+        "files": len(shards),
+        "one_core": {
+            "plain_loop_pages_per_s": round(len(htmls) / loop_1, 1),
+            "step_pages_per_s": round(pages / step_1, 1),
+            "ratio": round(loop_1 / step_1, 3),
+        },
+        f"{workers}_workers": {
+            "plain_loop_pages_per_s": round(len(htmls) / loop_n, 1),
+            "step_pages_per_s": round(pages / step_n, 1),
+            "ratio": round(loop_n / step_n, 3),
+        },
+    }
 
 
 def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
     model_dir = f"{work}/model"
-    train_classifier(TrainClassifierConfig(datasets={"hq": (os.path.join(root, "quality", "reference"),),
-                                                     "web": (os.path.join(root, "quality", "web_sample"),)},
-                                           output_path=model_dir, fasttext=FastTextConfig(epoch=10, dim=16,
-                                                                                          bucket=20_000)))
+    train_classifier(
+        TrainClassifierConfig(
+            datasets={
+                "hq": (os.path.join(root, "quality", "reference"),),
+                "web": (os.path.join(root, "quality", "web_sample"),),
+            },
+            output_path=model_dir,
+            fasttext=FastTextConfig(epoch=10, dim=16, bucket=20_000),
+        )
+    )
     docs = [d for f in find_record_files(f"{work}/x1/documents") for d in read_documents(f)]
     # More documents than the corpus has, as several shards, so that workers have something to share.
     files = max(2 * workers, 8)
@@ -101,19 +144,30 @@ def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
         pool.map(_predict_chunk, [(model, chunk) for chunk in _split(lines, workers)])
         loop_n = time.perf_counter() - t
     t = time.perf_counter()
-    classify_documents(ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/c1",
-                                      use_ray=False))
+    classify_documents(
+        ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/c1", use_ray=False)
+    )
     step_1 = time.perf_counter() - t
     t = time.perf_counter()
-    classify_documents(ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/cn",
-                                      max_workers=workers))
+    classify_documents(
+        ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/cn", max_workers=workers)
+    )
     step_n = time.perf_counter() - t
     n = len(lines)
-    return {"documents": n, "files": files,
-            "one_core": {"predict_docs_per_s": round(n / loop_1, 1), "step_docs_per_s": round(n / step_1, 1),
-                         "ratio": round(loop_1 / step_1, 3)},
-            f"{workers}_workers": {"predict_docs_per_s": round(n / loop_n, 1), "step_docs_per_s": round(n / step_n, 1),
-                                   "ratio": round(loop_n / step_n, 3)}}
+    return {
+        "documents": n,
+        "files": files,
+        "one_core": {
+            "predict_docs_per_s": round(n / loop_1, 1),
+            "step_docs_per_s": round(n / step_1, 1),
+            "ratio": round(loop_1 / step_1, 3),
+        },
+        f"{workers}_workers": {
+            "predict_docs_per_s": round(n / loop_n, 1),
+            "step_docs_per_s": round(n / step_n, 1),
+            "ratio": round(loop_n / step_n, 3),
+        },
+    }
 
 
 def main() -> None:
@@ -129,10 +183,22 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="web-bench-")
     try:
         root = f"{work}/corpus"
-        generate_corpus(CorpusConfig(output_path=root, train_docs_per_domain=10, validation_docs_per_domain=5,
-                                     eval_items_per_task=10, contaminated_docs_per_task=1,
-                                     web_pages_per_domain=args.pages_per_domain, web_shards_per_domain=4))
-        result = {"cpus": os.cpu_count(), "extract": bench_extract(root, work, args.workers)}
+        generate_corpus(
+            CorpusConfig(
+                output_path=root,
+                train_docs_per_domain=10,
+                validation_docs_per_domain=5,
+                eval_items_per_task=10,
+                contaminated_docs_per_task=1,
+                web_pages_per_domain=args.pages_per_domain,
+                web_shards_per_domain=4,
+            )
+        )
+        result = {
+            "cpus": os.cpu_count(),
+            "extractors": compare_extractors(root),
+            "extract": bench_extract(root, work, args.workers),
+        }
         result["classify"] = bench_classify(root, work, args.workers, args.repeat_docs)
         print(json.dumps(result, indent=2))
     finally:

@@ -358,7 +358,7 @@ def make_page(rng: random.Random, *, seed: int, domain: str, kind: str, index: i
         body, tail = f'<body><div id="app"></div><noscript></noscript><script>{script}</script>', "</body></html>"
         blocks = []
     main_text = blocks_text(blocks)
-    boilerplate = " ".join([_used(head + body + tail, bp), script, _STYLE]) if kind != "script_only" else script
+    boilerplate = " ".join([site, _used(head + body + tail, bp), script, _STYLE]) if kind != "script_only" else script
     document_html = head + body + tail
     encoding = "cp1252" if kind == "non_utf8" else "utf-8"
     data = document_html.encode(encoding)

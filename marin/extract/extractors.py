@@ -6,7 +6,7 @@
 - ``trafilatura``: ``extract(..., output_format="markdown")``; tables come out as Markdown rows.
 
 Both return "" when they find no text. Which is the default, and why, is measured in docs/extract.md
-(``benchmarks/extract_bench.py``).
+(``benchmarks/web_data_bench.py``).
 """
 
 from __future__ import annotations
