@@ -57,7 +57,7 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120) -> dict[str,
     corpus = ExecutorStep(
         name="corpus/bundled",
         fn=generate_corpus,
-        config=CorpusConfig(output_path=this_output_path(), seed=versioned(0)),
+        config=CorpusConfig(output_path=this_output_path(), seed=versioned(0), web_pages_per_domain=versioned(1000)),
         description="the deterministic bundled corpus (stand-in for web data)",
     )
     raw = default_download("bundled", corpus)
