@@ -122,7 +122,7 @@ def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
                 "web": (os.path.join(root, "quality", "web_sample"),),
             },
             output_path=model_dir,
-            fasttext=FastTextConfig(epoch=10, dim=16, bucket=20_000),
+            fasttext=FastTextConfig(),  # the lab default: dim 64, word bigrams, 200k buckets
         )
     )
     docs = [d for f in find_record_files(f"{work}/x1/documents") for d in read_documents(f)]

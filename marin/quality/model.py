@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
-
-import numpy as np
 
 from marin.quality.config import FastTextConfig
 from marin.storage import filesystem, is_local, local_path, read_bytes
 
 LABEL_PREFIX = "__label__"
-_PUNCT = re.compile(r"([^\w\s])")
 _MODELS: dict[str, object] = {}
 
 
 def fasttext_line(text: str, max_chars: int) -> str:
-    """The document as fastText reads it: its first ``max_chars`` characters, lower-cased, punctuation split
-    from words (``"Now!!!"`` -> ``"now ! ! !"``), on one line."""
-    return " ".join(_PUNCT.sub(r" \1 ", text[:max_chars].lower()).split())
+    """The document as fastText reads it: its first ``max_chars`` characters, lower-cased, on one line
+    (fastText splits words on whitespace itself; only a newline would end the line). Kept to two C-level
+    string operations: this runs once per document and must stay cheap next to ``predict``."""
+    return text[:max_chars].lower().replace("\n", " ")
 
 
 def train_fasttext(train_file: str, config: FastTextConfig):
@@ -84,8 +81,6 @@ def predict_scores(model, lines: list[str]) -> list[dict[str, float]]:
     if not lines:
         return []
     labels, probs = model.predict(lines, k=-1)
-    out = []
-    for names, values in zip(labels, probs, strict=True):
-        values = np.minimum(np.asarray(values, dtype=np.float64), 1.0)
-        out.append({n.removeprefix(LABEL_PREFIX): round(float(v), 6) for n, v in sorted(zip(names, values))})
-    return out
+    cut = len(LABEL_PREFIX)
+    return [{n[cut:]: round(min(v, 1.0), 6) for n, v in sorted(zip(names, values.tolist(), strict=True))}
+            for names, values in zip(labels, probs, strict=True)]  # fmt: skip
