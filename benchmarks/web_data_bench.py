@@ -8,7 +8,8 @@
   skips) vs ``extract_text`` over the same pages already decoded in memory: one process vs
   ``use_ray=False``, and ``workers`` processes (multiprocessing) vs ``workers`` Ray tasks.
 - classify: documents/s of ``classify_documents`` (reading documents, scoring, writing attribute files) vs
-  fastText's own ``predict(list, k=-1)`` on the same texts already on one line in memory, likewise.
+  fastText's own ``predict(list, k=-1)`` on the same texts already on one line in memory, and vs a plain
+  script that reads each file, predicts on its list and writes the scores; likewise on one and N cores.
 
 Ray is started before any timing. Prints one JSON object; docs/data_quality.md records the numbers.
 """
@@ -43,6 +44,20 @@ def _predict_chunk(args) -> int:
     model_path, lines = args
     labels, _ = load_model(model_path).predict(lines, k=-1)
     return len(labels)
+
+
+def _plain_script(args) -> int:
+    """What a user would write without the step: read each file, predict on its list, write the scores."""
+    model_path, files, out_dir = args
+    model = load_model(model_path)
+    n = 0
+    for i, url in enumerate(files):
+        docs = list(read_documents(url))
+        labels, probs = model.predict([fasttext_line(d["text"], 5_000) for d in docs], k=-1)
+        rows = [{"id": d["id"], "scores": dict(zip(ls, ps.tolist(), strict=True))}
+                for d, ls, ps in zip(docs, labels, probs, strict=True)]  # fmt: skip
+        n += write_records(f"{out_dir}/{os.getpid()}-{i}.jsonl.gz", rows)
+    return n
 
 
 def _split(items: list, n: int) -> list[list]:
@@ -143,6 +158,15 @@ def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
         t = time.perf_counter()
         pool.map(_predict_chunk, [(model, chunk) for chunk in _split(lines, workers)])
         loop_n = time.perf_counter() - t
+    shard_files = sorted(find_record_files(f"{work}/docs"))
+    t = time.perf_counter()
+    _plain_script((model, shard_files, f"{work}/plain1"))
+    script_1 = time.perf_counter() - t
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pool.map(_predict_chunk, [(model, lines[:10])] * workers)
+        t = time.perf_counter()
+        pool.map(_plain_script, [(model, chunk, f"{work}/plainn") for chunk in _split(shard_files, workers)])
+        script_n = time.perf_counter() - t
     t = time.perf_counter()
     classify_documents(
         ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/c1", use_ray=False)
@@ -159,13 +183,17 @@ def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
         "files": files,
         "one_core": {
             "predict_docs_per_s": round(n / loop_1, 1),
+            "plain_script_docs_per_s": round(n / script_1, 1),
             "step_docs_per_s": round(n / step_1, 1),
-            "ratio": round(loop_1 / step_1, 3),
+            "ratio_to_predict": round(loop_1 / step_1, 3),
+            "ratio_to_plain_script": round(script_1 / step_1, 3),
         },
         f"{workers}_workers": {
             "predict_docs_per_s": round(n / loop_n, 1),
+            "plain_script_docs_per_s": round(n / script_n, 1),
             "step_docs_per_s": round(n / step_n, 1),
-            "ratio": round(loop_n / step_n, 3),
+            "ratio_to_predict": round(loop_n / step_n, 3),
+            "ratio_to_plain_script": round(script_n / step_n, 3),
         },
     }
 
