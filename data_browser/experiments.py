@@ -47,12 +47,11 @@ class StepView:
     fn: str | None
     browsable: bool = True
     """False when the output lies outside the browser's roots (no link is shown)."""
+    duration: float | None = dataclasses.field(init=False)
+    """Seconds from start to finish, None until both are known (a field, so the API sends it)."""
 
-    @property
-    def duration(self) -> float | None:
-        if self.started is None or self.finished is None:
-            return None
-        return self.finished - self.started
+    def __post_init__(self):
+        self.duration = None if self.started is None or self.finished is None else self.finished - self.started
 
 
 def list_experiments(root: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Pages for the web-data steps: what an extract or filter step did, and one document before and after.
+"""Data for the web-data step pages (``data_browser.pages.web_steps_page``): an extract or filter step's
+counts and documents, and one document before and after.
 
     /webstep?path=<step output>                 pass/drop counts by reason, a page of documents to open
     /webstep/doc?path=<step output>&id=<doc id>  extract: the raw HTML beside the extracted text;
@@ -16,8 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 
-from data_browser.access import resolve
-from data_browser.readers import ReadFailure, find_by_ids, page, read_bounded
+from data_browser.readers import ReadFailure, find_by_ids, read_bounded
 from marin.execution.status import INFO_FILE
 from marin.storage import exists, join, read_bytes
 from marin.storage.records import RECORD_SUFFIXES, read_records
@@ -29,7 +29,7 @@ MAX_HTML_CHARS = 200_000
 _PAGE_SUFFIXES = WARC_SUFFIXES + RECORD_SUFFIXES + (".html", ".htm")
 
 
-def _json(url: str, max_bytes: int) -> dict:
+def read_json(url: str, max_bytes: int) -> dict:
     try:
         return json.loads(read_bounded(url, max_bytes))
     except (ValueError, UnicodeDecodeError) as e:
@@ -42,7 +42,7 @@ def step_kind(path: str, max_bytes: int) -> str | None:
     if not exists(url):
         return None
     try:
-        summary = _json(url, max_bytes)
+        summary = read_json(url, max_bytes)
     except ReadFailure:
         return None
     if "pages_in" in summary and "skipped" in summary:
@@ -53,7 +53,7 @@ def step_kind(path: str, max_bytes: int) -> str | None:
 
 
 def _config(path: str, max_bytes: int) -> dict:
-    info = _json(join(path, INFO_FILE), max_bytes)
+    info = read_json(join(path, INFO_FILE), max_bytes)
     config = info.get("config")
     if not isinstance(config, dict):
         raise ReadFailure(f"{join(path, INFO_FILE)}: no resolved config")
@@ -68,7 +68,7 @@ def _find_doc(files: list[str], doc_id: str, max_scan: int, max_line: int) -> tu
     return None
 
 
-def _record_files(root: str) -> list[str]:
+def record_files(root: str) -> list[str]:
     if not exists(root):
         return []
     return [s.url for s in list_shards(root, suffixes=RECORD_SUFFIXES, field=root)]
@@ -96,11 +96,11 @@ def _raw_page(input_path: str, rel: str, record: int, html_field: str) -> str:
 
 def extract_doc(path: str, doc_id: str, config, check: Callable[[str], str]) -> dict:
     step = _config(path, config.max_json_bytes)
-    found = _find_doc(_record_files(join(path, "documents")), doc_id, config.max_search_records, config.max_line_bytes)
+    found = _find_doc(record_files(join(path, "documents")), doc_id, config.max_search_records, config.max_line_bytes)
     kept = found is not None
     if not kept:
         found = _find_doc(
-            _record_files(join(path, "skipped")), doc_id, config.max_search_records, config.max_line_bytes
+            record_files(join(path, "skipped")), doc_id, config.max_search_records, config.max_line_bytes
         )
     if found is None:
         raise FileNotFoundError(f"document {doc_id!r} in {path}")
@@ -124,8 +124,8 @@ def extract_doc(path: str, doc_id: str, config, check: Callable[[str], str]) -> 
 
 def filter_doc(path: str, doc_id: str, config, check: Callable[[str], str]) -> dict:
     step = _config(path, config.max_json_bytes)
-    summary = _json(join(path, SUMMARY), config.max_json_bytes)
-    found = _find_doc(_record_files(join(path, "decisions")), doc_id, config.max_search_records, config.max_line_bytes)
+    summary = read_json(join(path, SUMMARY), config.max_json_bytes)
+    found = _find_doc(record_files(join(path, "decisions")), doc_id, config.max_search_records, config.max_line_bytes)
     if found is None:
         raise FileNotFoundError(f"document {doc_id!r} in {path}/decisions")
     decision_url, decision = found
@@ -161,58 +161,3 @@ def filter_doc(path: str, doc_id: str, config, check: Callable[[str], str]) -> d
         "rules": rules,
         "attributes": attrs,
     }
-
-
-def register(app, *, roots: list[str], render, config) -> None:
-    """Add the web-step routes to the browser's app."""
-
-    def check(url: str) -> str:
-        return resolve(url, roots)
-
-    def step_data(path: str, offset: int) -> dict:
-        path = check(path)
-        kind = step_kind(path, config.max_json_bytes)
-        if kind is None:
-            raise ReadFailure(f"{path}: not the output of an extract or filter step (no summary.json of one)")
-        summary = _json(join(path, SUMMARY), config.max_json_bytes)
-        listing = "documents" if kind == "extract" else "decisions"
-        files = _record_files(join(path, listing))
-        rows, more = page(files[0], offset, config.records_per_page, config.max_line_bytes) if files else ([], False)
-        skipped_files = _record_files(join(path, "skipped")) if kind == "extract" else []
-        skipped = page(skipped_files[0], 0, config.records_per_page, config.max_line_bytes)[0] if skipped_files else []
-        return {
-            "path": path,
-            "kind": kind,
-            "summary": summary,
-            "rows": [r.data for r in rows],
-            "skipped": [r.data for r in skipped],
-            "offset": offset,
-            "more": more,
-            "file": files[0] if files else None,
-        }
-
-    @app.get("/webstep")
-    def webstep(path: str, offset: int = 0):
-        data = step_data(path, max(offset, 0))
-        return render("webstep.html", **data, page_size=config.records_per_page)
-
-    @app.get("/api/webstep")
-    def api_webstep(path: str, offset: int = 0):
-        return step_data(path, max(offset, 0))
-
-    def doc_data(path: str, id: str) -> dict:
-        path = check(path)
-        kind = step_kind(path, config.max_json_bytes)
-        if kind == "extract":
-            return {"path": path, **extract_doc(path, id, config, check)}
-        if kind == "filter":
-            return {"path": path, **filter_doc(path, id, config, check)}
-        raise ReadFailure(f"{path}: not the output of an extract or filter step")
-
-    @app.get("/webstep/doc")
-    def webstep_doc(path: str, id: str):
-        return render("webdoc.html", **doc_data(path, id))
-
-    @app.get("/api/webstep/doc")
-    def api_webstep_doc(path: str, id: str):
-        return doc_data(path, id)
