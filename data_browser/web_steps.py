@@ -99,9 +99,7 @@ def extract_doc(path: str, doc_id: str, config, check: Callable[[str], str]) -> 
     found = _find_doc(record_files(join(path, "documents")), doc_id, config.max_search_records, config.max_line_bytes)
     kept = found is not None
     if not kept:
-        found = _find_doc(
-            record_files(join(path, "skipped")), doc_id, config.max_search_records, config.max_line_bytes
-        )
+        found = _find_doc(record_files(join(path, "skipped")), doc_id, config.max_search_records, config.max_line_bytes)
     if found is None:
         raise FileNotFoundError(f"document {doc_id!r} in {path}")
     _, row = found
