@@ -92,9 +92,7 @@ quality_model = big(
     )
 )
 lang = big(default_classify(f"{SNAPSHOT.lower()}-lang", pool / "documents", LID_MODEL, attribute="lang"))
-quality = big(
-    default_classify(f"{SNAPSHOT.lower()}-quality", pool / "documents", quality_model, attribute="quality")
-)
+quality = big(default_classify(f"{SNAPSHOT.lower()}-quality", pool / "documents", quality_model, attribute="quality"))
 filtered = big(
     default_filter(
         f"dclm-{SNAPSHOT.lower()}",

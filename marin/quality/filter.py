@@ -85,7 +85,7 @@ def score_of(attrs: dict, rule: AttributeRule, where: str) -> float:
 def collect_scores(config: FilterConfig, shard: Shard, rules: tuple[AttributeRule, ...]) -> list[list[float]]:
     """The scores each top-percent rule ranks, for one shard."""
     out: list[list[float]] = [[] for _ in rules]
-    for doc, attrs in _rows(config, shard):
+    for _doc, attrs in _rows(config, shard):
         for i, rule in enumerate(rules):
             out[i].append(score_of(attrs, rule, shard.url))
     return out

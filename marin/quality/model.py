@@ -56,7 +56,8 @@ def load_model(url: str):
 
     fs, path = filesystem(url)
     info = fs.info(path)
-    key = f"{url}|{info.get('size')}|{info.get('mtime') or info.get('etag') or info.get('generation') or info.get('updated')}"
+    stamp = info.get("mtime") or info.get("etag") or info.get("generation") or info.get("updated")
+    key = f"{url}|{info.get('size')}|{stamp}"
     if key not in _MODELS:
         if is_local(url):
             path = local_path(url)

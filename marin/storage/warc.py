@@ -50,7 +50,7 @@ def read_warc(url: str) -> Iterator[WarcResponse]:
     number = 0
     with open_url(url, "rb") as raw:
         try:
-            for number, record in enumerate(ArchiveIterator(raw), 1):
+            for number, record in enumerate(ArchiveIterator(raw), 1):  # noqa: B007 (named in the error)
                 if record.rec_type != "response":
                     continue
                 headers = record.rec_headers
