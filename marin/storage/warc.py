@@ -1,4 +1,4 @@
-"""WARC files (what Common Crawl ships): HTTP responses with their headers, read and written via ``warcio``.
+"""WARC files (what Common Crawl ships): HTTP responses with their headers, read with FastWARC, written with warcio.
 
     for page in read_warc("gs://bucket/crawl/CC-MAIN-...-00000.warc.gz"):
         page.record_id, page.url, page.content_type, page.payload     # payload: the raw body bytes
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import zlib
 from collections.abc import Iterable, Iterator
 
 from marin.storage.paths import open_url, write_atomic
@@ -43,32 +44,81 @@ def is_warc_file(url: str) -> bool:
 
 
 def read_warc(url: str) -> Iterator[WarcResponse]:
-    """The response records of one WARC file (plain or gzip-compressed per record), in file order."""
-    from warcio.archiveiterator import ArchiveIterator
-    from warcio.exceptions import ArchiveLoadFailed
+    """The response records of one WARC file (plain or gzip-compressed per record), in file order.
 
-    number = 0
+    Read with FastWARC (C++, installed with resiliparse; ~25x faster than warcio here). Each record's block is
+    read whole and checked against its Content-Length (FastWARC hands out a cut last record as if it were
+    whole), then split into HTTP headers and body here, undoing chunked transfer and gzip/deflate encoding."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    number, seen = 0, 0
     with open_url(url, "rb") as raw:
         try:
-            for number, record in enumerate(ArchiveIterator(raw), 1):  # noqa: B007 (named in the error)
-                if record.rec_type != "response":
+            for record in ArchiveIterator(raw, parse_http=False):
+                seen += 1
+                if record.record_type != WarcRecordType.response:
                     continue
-                headers = record.rec_headers
-                content_type = record.http_headers.get_header("Content-Type", "") if record.http_headers else ""
-                payload = record.content_stream().read()
-                # warcio hands out a cut last record as if it were whole; its block reader knows what is missing.
-                missing = getattr(record.raw_stream, "limit", 0)
-                if missing:
-                    raise EOFError(f"the file ends {missing} bytes before the end of this record")
+                number += 1
+                block = record.reader.read()
+                if len(block) < record.content_length:
+                    raise EOFError(
+                        f"the file ends {record.content_length - len(block)} bytes before the end of this record"
+                    )
+                content_type, payload = http_body(block)
+                headers = record.headers
                 yield WarcResponse(
-                    record_id=(headers.get_header("WARC-Record-ID") or "").strip("<>"),
-                    url=headers.get_header("WARC-Target-URI") or "",
-                    date=headers.get_header("WARC-Date") or "",
+                    record_id=(headers.get("WARC-Record-ID") or "").strip("<>"),
+                    url=headers.get("WARC-Target-URI") or "",
+                    date=headers.get("WARC-Date") or "",
                     content_type=content_type,
                     payload=payload,
                 )
-        except (ArchiveLoadFailed, EOFError, OSError, ValueError) as e:
-            raise WarcError(f"{url}: record {number + 1}: not a readable WARC record ({e})") from e
+        except (EOFError, OSError, ValueError, zlib.error) as e:
+            raise WarcError(f"{url}: response record {number}: not a readable WARC record ({e})") from e
+    if seen == 0 and _size(url) > 0:
+        raise WarcError(f"{url}: no WARC records in a non-empty file (not a WARC?)")
+
+
+def http_body(block: bytes) -> tuple[str, bytes]:
+    """(Content-Type, body) of an HTTP response as stored in a WARC block, transfer and content encodings undone."""
+    head, sep, body = block.partition(b"\r\n\r\n")
+    if not sep:
+        head, sep, body = block.partition(b"\n\n")
+    headers: dict[str, str] = {}
+    for line in head.decode("latin-1").splitlines()[1:]:
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = _dechunk(body)
+    encoding = headers.get("content-encoding", "").lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            body = zlib.decompress(body, 47 if "gzip" in encoding else 15)
+        except zlib.error:  # mislabelled (often: already decoded by the crawler); keep the bytes as stored
+            pass
+    return headers.get("content-type", ""), body
+
+
+def _dechunk(body: bytes) -> bytes:
+    out, pos = [], 0
+    while pos < len(body):
+        line_end = body.find(b"\r\n", pos)
+        if line_end < 0:
+            break
+        size = int(body[pos:line_end].split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            break
+        out.append(body[line_end + 2 : line_end + 2 + size])
+        pos = line_end + 2 + size + 2
+    return b"".join(out)
+
+
+def _size(url: str) -> int:
+    from marin.storage.paths import filesystem
+
+    fs, path = filesystem(url)
+    return fs.size(path)
 
 
 def write_warc(url: str, pages: Iterable[WarcResponse], *, gzip: bool | None = None) -> int:

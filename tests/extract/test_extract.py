@@ -170,7 +170,24 @@ def test_a_truncated_warc_file_is_an_error_naming_it(web_corpus, tmp_path):
     cut = tmp_path / "in" / "cut.warc"
     cut.parent.mkdir()
     cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(Exception, match="cut.warc: record"):
+    with pytest.raises(Exception, match="cut.warc: response record"):
         extract_pages(ExtractConfig(input_path=str(cut), output_path=str(tmp_path / "o"), use_ray=False))
     with pytest.raises(WarcError):
         list(read_warc(str(cut)))
+
+
+def test_http_bodies_are_decoded_as_warc_readers_do(tmp_path):
+    import gzip as gz
+
+    from marin.storage.warc import http_body
+
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    )
+    assert http_body(chunked) == ("text/html", b"hello world")
+    zipped = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n" + gz.compress(b"<p>zipped</p>")
+    assert http_body(zipped) == ("", b"<p>zipped</p>")
+    (tmp_path / "junk.warc").write_bytes(b"not a warc at all\n" * 10)
+    with pytest.raises(WarcError, match="junk.warc"):
+        list(read_warc(str(tmp_path / "junk.warc")))
