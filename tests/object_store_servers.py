@@ -26,6 +26,8 @@ import threading
 import time
 import urllib.request
 
+from tests.requirements import require_object_stores
+
 GCS_BUCKET = "marin-test-gcs"
 S3_BUCKET = "marin-test-s3"
 
@@ -119,7 +121,7 @@ def start_servers(log_dir: str) -> Servers:
     except ImportError as e:
         servers.gcs_missing = f"gs:// tests need {e.name} (pip install -e '.[dev]')"
     except (OSError, RuntimeError) as e:  # e.g. no bundled binary for this platform: skip, don't break Ray tests
-        # (unless MARIN_REQUIRE_OBJECT_STORES=1, as in `make test`: then CI fails instead of silently skipping)
+        # (unless MARIN_REQUIRE_ALL=1, as in `make test`: then CI fails instead of silently skipping)
         servers.gcs_missing = f"fake-gcs-server could not start: {e}"
     try:
         import moto.server  # noqa: F401
@@ -136,9 +138,10 @@ def start_servers(log_dir: str) -> Servers:
     except (OSError, RuntimeError) as e:
         servers.s3_missing = f"moto server could not start: {e}"
     missing = [m for m in (servers.gcs_missing, servers.s3_missing) if m]
-    if missing and os.environ.get("MARIN_REQUIRE_OBJECT_STORES") == "1":  # set by `make test`, hence CI
+    if missing and require_object_stores():  # MARIN_REQUIRE_ALL=1 is set by `make test`, hence CI
         servers.stop()
-        raise RuntimeError("object-store servers required (MARIN_REQUIRE_OBJECT_STORES=1): " + "; ".join(missing))
+        raise RuntimeError("object-store servers required (MARIN_REQUIRE_ALL=1 or MARIN_REQUIRE_OBJECT_STORES=1): "
+                           + "; ".join(missing))
     return servers
 
 

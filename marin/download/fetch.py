@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 
 from marin.download.sources import RemoteFile
-from marin.storage import delete, exists, filesystem, is_local, join, read_text, write_atomic
+from marin.storage import check_fence, delete, exists, filesystem, is_local, join, read_text, write_atomic
 from marin.storage.paths import local_path
 
 logger = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ def _remote_tmp(dest: str) -> str:
 
 
 def _finish(dest: str) -> None:
+    check_fence(dest)  # a task whose lease was lost must not publish into the new holder's output
     if is_local(dest):
         os.replace(_partial(dest), local_path(dest))
     else:

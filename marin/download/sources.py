@@ -91,6 +91,7 @@ def list_url_files(source: str, patterns: tuple[str, ...] = (), files: tuple[str
     """Files under an fsspec URL. ``files`` names them explicitly (needed for http(s) servers that do not
     list directories); otherwise a directory is searched recursively, a glob expanded, a file taken as is."""
     from marin.storage import filesystem, join
+    from marin.storage.fence import METADATA_PREFIX
 
     is_http = source.startswith(("http://", "https://"))
     kind = "http" if is_http else "fsspec"
@@ -116,7 +117,9 @@ def list_url_files(source: str, patterns: tuple[str, ...] = (), files: tuple[str
     for path in sorted(found):
         rel = path[len(base) :].lstrip("/") if path.startswith(base) else path.rsplit("/", 1)[-1]
         url = f"{scheme_of(source)}://{path}" if is_url(source) else path
-        if selected(rel, patterns, ()):
+        # A step's executor files (.executor_status, _info, _lease, _manifest) describe that step, not data:
+        # copied, they would overwrite this step's own.
+        if selected(rel, patterns, ()) and not any(part.startswith(METADATA_PREFIX) for part in rel.split("/")):
             out.append(RemoteFile(path=rel, url=url, kind=kind))
     return Listing(_with_sizes(out))
 

@@ -6,7 +6,12 @@ For each step, in dependency order:
     FAILED                             -> error, unless force_run_failed
     lease held by a live executor      -> wait for its result (poll), take over if its lease goes stale
     otherwise                          -> take the lease, write RUNNING, run fn(config) as a Ray task,
-                                          then, if the lease is still ours, write SUCCESS
+                                          then, if the lease is still ours, write the output manifest
+                                          and SUCCESS
+
+A lease lost while its step runs (the heartbeat finds it taken over or gone) cancels the step's task at
+once; the executor writes no status over the new holder's and waits for the new holder's result instead.
+The task also fences itself (``marin.execution.fence``).
 
 A failed step marks everything downstream DEP_FAILED while independent branches go on; the run then
 raises ``StepsFailed`` listing the failures.
@@ -17,19 +22,34 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from marin.execution import experiment
+from marin.execution.fence import FenceSpec, read_fenced_reason
 from marin.execution.lease import Heartbeat, Lease, LeaseConfig, new_owner_id, read_lease, try_acquire
-from marin.execution.ray_runner import InfeasibleResources
+from marin.execution.manifest import OutputChanged, verify_output, write_manifest
 from marin.execution.plan import Plan, PlannedStep, instantiate_config, plan_steps
-from marin.execution.status import StepState, append_event, current_state, last_message, mark_waiting, write_info
+from marin.execution.ray_runner import InfeasibleResources
+from marin.execution.status import (
+    StepState,
+    append_event,
+    current_state,
+    last_message,
+    mark_waiting,
+    running_attempt,
+    write_info,
+)
 from marin.execution.step import ExecutorStep
 from marin.storage import check_prefix
 
 logger = logging.getLogger(__name__)
+
+
+_MAX_FENCE_RESUBMITS = 2
+"""How often a step whose task fenced itself while its lease stayed ours is run again before it fails."""
 
 
 class StepsFailed(RuntimeError):
@@ -56,6 +76,8 @@ class RunResult:
     skipped: list[str]
     waited: list[str]
     record_url: str | None
+    lease_losses: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Steps whose lease this executor lost while running them (their task was cancelled), and why."""
 
 
 class Executor:
@@ -189,7 +211,7 @@ class Executor:
         run.loop()
         if run.failed:
             raise StepsFailed(run.failed)
-        return RunResult(plan, run.ran, skipped, run.waited, record_url)
+        return RunResult(plan, run.ran, skipped, run.waited, record_url, run.lease_losses)
 
     def _start_runner(self):
         if self._runner is None:
@@ -220,7 +242,12 @@ class _Run:
         self.ran: list[str] = []
         self.waited: list[str] = []
         self.runner = runner
-        self.heartbeat = Heartbeat(executor.lease_config)
+        self.lease_losses: dict[str, str] = {}
+        self.verified: set[str] = set()
+        self.resubmits: dict[str, int] = {}
+        self._task_of: dict[Lease, Any] = {}  # read by the heartbeat thread
+        self._task_lock = threading.Lock()
+        self.heartbeat = Heartbeat(executor.lease_config, on_lost=self._cancel_task_of)
 
     def loop(self) -> None:
         try:
@@ -238,7 +265,8 @@ class _Run:
                 self._poll_watched()
         finally:
             self.heartbeat.stop()
-            for _, lease in self.in_flight.values():  # interrupted: let others take over at once
+            for ref, (_, lease) in self.in_flight.items():  # interrupted: stop the task, let others take over
+                self._cancel(ref)
                 lease.release()
 
     def _launch_ready(self) -> None:
@@ -251,7 +279,23 @@ class _Run:
                 if self.ex.max_concurrent and len(self.in_flight) >= self.ex.max_concurrent:
                     return
                 self.pending.remove(p)
+                problem = self._verify_deps(p)
+                if problem is not None:
+                    self._failed(p, problem)
+                    continue
                 self._start(p)
+
+    def _verify_deps(self, p: PlannedStep) -> str | None:
+        """Check each dependency against its manifest once per run (``marin.execution.manifest``)."""
+        for dep in p.deps:
+            if dep.identity in self.verified:
+                continue
+            try:
+                verify_output(dep.output_path)
+            except OutputChanged as e:
+                return f"dependency {dep.identity} is not its committed output: {e}"
+            self.verified.add(dep.identity)
+        return None
 
     def _start(self, p: PlannedStep) -> None:
         lease = try_acquire(p.output_path, self.ex.owner, self.ex.lease_config)
@@ -274,17 +318,46 @@ class _Run:
             return
         config = instantiate_config(p)
         write_info(p.output_path, _info(p, config))
-        append_event(p.output_path, StepState.RUNNING, owner=self.ex.owner)
+        if not append_event(p.output_path, StepState.RUNNING, owner=self.ex.owner, attempt=lease.attempt,
+                            expect=_not_succeeded):  # a holder we just replaced finished after all
+            self._drop(lease)
+            self._succeeded(p, waited=True)
+            return
         logger.info("start   %s -> %s", p.identity, p.output_path)
+        self._submit(p, config, lease)
+
+    def _submit(self, p: PlannedStep, config: Any, lease: Lease) -> None:
+        lc = self.ex.lease_config
+        fence = FenceSpec(output_path=p.output_path, owner=self.ex.owner, attempt=lease.attempt,
+                          check_s=lc.fence_check_s, stop_after_s=lc.fence_stop_after_s)
         try:
-            ref = self.runner.submit(p.name, p.step.fn, config, p.step.resource_config, p.step.pip_extras)
+            ref = self.runner.submit(p.name, p.step.fn, config, p.step.resource_config, p.step.pip_extras, fence)
         except Exception as e:  # e.g. an unpicklable config or a bad runtime env
             message = f"could not submit: {type(e).__name__}: {e}"
-            append_event(p.output_path, StepState.FAILED, message=message, owner=self.ex.owner)
+            append_event(p.output_path, StepState.FAILED, message=message, owner=self.ex.owner,
+                         expect=_ours(lease))
             self._drop(lease)
             self._failed(p, message)
             return
         self.in_flight[ref] = (p, lease)
+        with self._task_lock:
+            self._task_of[lease] = ref
+        if lease.lost:  # lost between submission and registration: the heartbeat could not cancel it
+            self._cancel(ref)
+
+    def _cancel_task_of(self, lease: Lease) -> None:
+        """Heartbeat thread: ``lease`` was just found lost; stop its task now."""
+        with self._task_lock:
+            ref = self._task_of.get(lease)
+        if ref is not None:
+            logger.error("lease %s lost (%s); cancelling its task", lease.url, lease.lost_reason)
+            self._cancel(ref)
+
+    def _cancel(self, ref) -> None:
+        try:
+            self.runner.cancel(ref)
+        except Exception:  # noqa: BLE001 - already finished, or the cluster is gone: nothing left to stop
+            logger.debug("cancel failed", exc_info=True)
 
     def _drop(self, lease: Lease) -> None:
         self.heartbeat.remove(lease)
@@ -292,20 +365,52 @@ class _Run:
 
     def _finish(self, ref) -> None:
         p, lease = self.in_flight.pop(ref)
-        self.heartbeat.remove(lease)
+        with self._task_lock:
+            self._task_of.pop(lease, None)
         error = self.runner.outcome(ref)
-        if error is None and not lease.refresh():  # fencing: only the lease holder may mark success
-            error = "lease lost to another executor while running; not marking SUCCESS"
-        if error is None:
-            append_event(p.output_path, StepState.SUCCESS, owner=self.ex.owner)
-            lease.release()
-            self.ran.append(p.identity)
-            self._succeeded(p)
-            return
         if not lease.lost:
-            append_event(p.output_path, StepState.FAILED, message=error, owner=self.ex.owner)
+            lease.refresh()  # fencing: only the lease holder may write the final status
+        if lease.lost:
+            self.heartbeat.remove(lease)
+            self._lost(p, lease, error)
+            return
+        if error is not None:
+            fenced = read_fenced_reason(p.output_path, lease.attempt)
+            if fenced is not None and self.resubmits.get(p.identity, 0) < _MAX_FENCE_RESUBMITS:
+                # The task stopped itself because our heartbeat was late (a starved or briefly cut-off
+                # executor) although nobody took the lease over: the lease is still ours, run it again.
+                self.resubmits[p.identity] = self.resubmits.get(p.identity, 0) + 1
+                logger.warning("%s stopped itself (%s) but its lease is still ours; resubmitting", p.identity, fenced)
+                self._submit(p, instantiate_config(p), lease)
+                return
+            if fenced is not None:
+                error = f"stopped by its lease fence: {fenced}"
+        self.heartbeat.remove(lease)
+        if error is None:
+            write_manifest(p.output_path, owner=self.ex.owner, attempt=lease.attempt)
+            # Still ours after the manifest's listing, and nobody has started another attempt since.
+            if lease.refresh() and append_event(p.output_path, StepState.SUCCESS, owner=self.ex.owner,
+                                                expect=_ours(lease)):
+                lease.release()
+                self.ran.append(p.identity)
+                self._succeeded(p)
+            else:
+                self._lost(p, lease, None)
+            return
+        if not append_event(p.output_path, StepState.FAILED, message=error, owner=self.ex.owner, expect=_ours(lease)):
+            self._lost(p, lease, error)
+            return
         lease.release()
         self._failed(p, error)
+
+    def _lost(self, p: PlannedStep, lease: Lease, outcome: str | None) -> None:
+        """Our lease on ``p`` was taken over or removed: write nothing there, wait for the new holder."""
+        reason = lease.lost_reason or "lease lost"
+        self.lease_losses[p.identity] = reason
+        logger.error("LOST    %s: %s; its task was cancelled (outcome: %s); waiting for the new holder",
+                     p.identity, reason, outcome or "finished")  # fmt: skip
+        lease.release()
+        self.watching.append(p)
 
     def _poll_watched(self) -> None:
         for p in list(self.watching):
@@ -339,6 +444,15 @@ class _Run:
             lease.release()
         self.failed[p.identity] = message
         logger.error("DEP_FAILED %s: %s", p.identity, message)
+
+
+def _not_succeeded(events: list[dict[str, Any]]) -> bool:
+    return not events or events[-1]["state"] != StepState.SUCCESS.value
+
+
+def _ours(lease: Lease):
+    """Guard for a final status: the last attempt started on this step is still the one holding ``lease``."""
+    return lambda events: running_attempt(events) == lease.attempt and events[-1]["state"] == StepState.RUNNING.value
 
 
 def _info(p: PlannedStep, config: Any) -> dict[str, Any]:

@@ -2,13 +2,17 @@
 
 The lease is a small JSON file in the step's output directory:
 
-    {"owner": "host:4242:9f2c1a", "acquired": 1763780000.0, "heartbeat": 1763780030.0}
+    {"owner": "host:4242:9f2c1a", "attempt": "5d1e...", "acquired": 1763780000.0, "heartbeat": 1763780030.0}
+
+``attempt`` is new at every acquisition (take-overs included): the step's task checks that the lease still
+carries its attempt (``marin.execution.fence``).
 
 1. Acquire: ``create_only`` (``O_EXCL``-style link locally; generation/ETag preconditions on object
    stores). Exactly one racer wins.
 2. Hold: a heartbeat thread rewrites ``heartbeat`` with ``replace_if_version``, i.e. only if the file is
    still the version this holder last wrote. A failed swap means someone took the lease over: the
-   lease is marked lost and the executor will not write SUCCESS (fencing).
+   lease is marked lost: the executor cancels the step's task and writes no status over the new holder's
+   (fencing; the task also watches the lease itself, ``marin.execution.fence``).
 3. Take over: a lease whose heartbeat is older than ``stale_after`` belongs to a dead executor; it is
    replaced with a compare-and-swap against the stale version, so exactly one taker wins.
 4. Release: ``delete_if_version`` after the final status is written.
@@ -25,9 +29,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
-from marin.storage import create_only, delete_if_version, join, read_versioned, replace_if_version
 from marin.execution.status import LEASE_FILE
+from marin.storage import create_only, delete_if_version, join, read_versioned, replace_if_version
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +43,17 @@ class LeaseConfig:
     """How often the holder refreshes its lease."""
     stale_after_s: float = 90.0
     """A lease not refreshed for this long is considered abandoned and may be taken over."""
+
+    @property
+    def fence_check_s(self) -> float:
+        """How often a step's task re-reads its lease (and the longest a fenced write trusts an old read)."""
+        return min(self.heartbeat_s, (self.stale_after_s - self.heartbeat_s) / 4)
+
+    @property
+    def fence_stop_after_s(self) -> float:
+        """Heartbeat age at which a step's task stops itself: two checks before anyone may take over, so a
+        task whose executor stopped heartbeating (paused, partitioned) is gone before a new holder starts."""
+        return self.stale_after_s - 2 * self.fence_check_s
 
     def __post_init__(self):
         if self.heartbeat_s <= 0:
@@ -55,23 +71,26 @@ def new_owner_id() -> str:
 class Lease:
     """A held lease on one step directory. ``lost`` turns true once another owner replaced it."""
 
-    def __init__(self, url: str, owner: str, version: str, acquired: float):
+    def __init__(self, url: str, owner: str, version: str, acquired: float, attempt: str):
         self.url = url
         self.owner = owner
+        self.attempt = attempt
         self._version = version
         self._acquired = acquired
         self._lock = threading.Lock()
         self.lost = False
+        self.lost_reason: str | None = None
 
     def refresh(self) -> bool:
         """Rewrite the heartbeat; returns False (and marks the lease lost) if it was taken over."""
         with self._lock:
             if self.lost:
                 return False
-            blob = replace_if_version(self.url, _encode(self.owner, self._acquired), self._version)
+            blob = replace_if_version(self.url, _encode(self.owner, self._acquired, self.attempt), self._version)
             if blob is None:
                 self.lost = True
-                logger.error("lease %s was taken over by another executor; this run will not mark it done", self.url)
+                self.lost_reason = "lease taken over by another executor (or deleted) while its step ran"
+                logger.error("lease %s was taken over or removed; this run will not mark it done", self.url)
                 return False
             self._version = blob.version
             return True
@@ -97,9 +116,10 @@ def try_acquire(output_path: str, owner: str, config: LeaseConfig) -> Lease | No
     """Take the step's lease if it is free or stale. None if a live executor holds it."""
     url = lease_url(output_path)
     now = time.time()
-    blob = create_only(url, _encode(owner, now))
+    attempt = uuid.uuid4().hex
+    blob = create_only(url, _encode(owner, now, attempt))
     if blob is not None:
-        return Lease(url, owner, blob.version, now)
+        return Lease(url, owner, blob.version, now, attempt)
     current = read_versioned(url)
     if current is None:  # released between our two calls: race for it again next poll
         return None
@@ -110,12 +130,12 @@ def try_acquire(output_path: str, owner: str, config: LeaseConfig) -> Lease | No
         return None
     if doc is None and not _garbage_is_stale(url, current.version, config, now):
         return None
-    blob = replace_if_version(url, _encode(owner, now), current.version)
+    blob = replace_if_version(url, _encode(owner, now, attempt), current.version)
     if blob is None:
         return None
     previous = doc["owner"] if doc else "an unreadable lease"
     logger.warning("took over stale lease %s from %s", url, previous)
-    return Lease(url, owner, blob.version, now)
+    return Lease(url, owner, blob.version, now, attempt)
 
 
 _first_seen_garbage: dict[tuple[str, str], float] = {}
@@ -127,10 +147,12 @@ def _garbage_is_stale(url: str, version: str, config: LeaseConfig, now: float) -
 
 
 class Heartbeat:
-    """One daemon thread refreshing every lease this executor holds."""
+    """One daemon thread refreshing every lease this executor holds; ``on_lost(lease)`` is called (on that
+    thread) as soon as a refresh finds the lease taken over or gone."""
 
-    def __init__(self, config: LeaseConfig):
+    def __init__(self, config: LeaseConfig, on_lost: Callable[[Lease], None] | None = None):
         self._config = config
+        self._on_lost = on_lost
         self._leases: set[Lease] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -155,13 +177,20 @@ class Heartbeat:
                 leases = list(self._leases)
             for lease in leases:
                 try:
-                    lease.refresh()
+                    held = lease.refresh()
                 except Exception:  # a transient store error must not kill the heartbeat thread
                     logger.exception("heartbeat for %s failed; will retry", lease.url)
+                    continue
+                if not held and self._on_lost is not None:
+                    self.remove(lease)
+                    try:
+                        self._on_lost(lease)
+                    except Exception:
+                        logger.exception("reacting to the loss of %s failed", lease.url)
 
 
-def _encode(owner: str, acquired: float) -> bytes:
-    return json.dumps({"owner": owner, "acquired": acquired, "heartbeat": time.time()}).encode()
+def _encode(owner: str, acquired: float, attempt: str) -> bytes:
+    return json.dumps({"owner": owner, "attempt": attempt, "acquired": acquired, "heartbeat": time.time()}).encode()
 
 
 def _decode(data: bytes) -> dict | None:

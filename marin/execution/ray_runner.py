@@ -12,6 +12,10 @@ TPUs, whole slices through ``ray.util.tpu``), asks host 0 for a coordinator addr
 per host with the ``jax.distributed`` coordinates in its environment (``marin.multihost``).
 The executor sees only the gang's task: it succeeds when every host did; a host whose function raised
 fails it at once (the other hosts are cancelled); a host that died (preemption) restarts the whole gang.
+
+Every task body (a single-host step, a gang and each of its hosts) runs under the step's lease fence
+(``marin.execution.fence``): it stops itself once the lease is lost. ``RayRunner.cancel`` is the
+executor's side: a force-cancel that kills the worker and, for a gang, its hosts.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import os
 import socket
 from typing import Any
 
+from marin.execution.fence import FenceSpec, StepFence, run_fenced
 from marin.execution.step import ResourceConfig
 from marin.logs import configure_logging
 from marin.multihost import host_env
 from marin.parallel import init_ray
+from marin.storage import LeaseLost
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +45,11 @@ AUTOSCALING_ENV = "MARIN_AUTOSCALING"
 left to the autoscaler (with a warning) instead of failing fast. infra/cluster-*.yaml set it on the head."""
 
 
-def _call_step_fn(fn, config, env: dict[str, str] | None = None) -> None:
+def _call_step_fn(fn, config, env: dict[str, str] | None = None, fence: FenceSpec | None = None) -> None:
     """The Ray task body. Returns nothing: steps communicate through files under the prefix."""
     configure_logging()
     os.environ.update(env or {})
-    fn(config)
+    run_fenced(fn, config, fence)
 
 
 def _coordinator_address() -> str:
@@ -64,20 +70,31 @@ class _HostLost(Exception):
     """A host of a gang died (its worker or node), as opposed to its function raising."""
 
 
-def _run_gang(step_name: str, fn, config, resources: ResourceConfig) -> None:
+def _run_gang(step_name: str, fn, config, resources: ResourceConfig, fence: FenceSpec | None = None) -> None:
     """The body of a multi-host step's task: run ``fn(config)`` on ``resources.hosts`` hosts together,
     restarting all of them when one is lost, at most ``resources.max_retries`` times."""
     configure_logging()
+    if fence is None:
+        return _run_gang_attempts(step_name, fn, config, resources, None)
+    # On a lost lease the gang cancels its hosts and releases their reservation (each host's own fence
+    # also kills that host); it is not SIGKILLed itself, so the placement group is not leaked.
+    with StepFence(fence, on_lost=lambda: None) as watch:
+        return _run_gang_attempts(step_name, fn, config, resources, watch)
+
+
+def _run_gang_attempts(step_name: str, fn, config, resources: ResourceConfig, watch: StepFence | None) -> None:
     for attempt in range(resources.max_retries + 1):
         try:
-            return _run_gang_once(step_name, fn, config, resources)
+            return _run_gang_once(step_name, fn, config, resources, watch)
         except _HostLost as e:
             logger.warning("%s: attempt %d of %d lost a host (%s)", step_name, attempt + 1, resources.max_retries + 1, e)
             last = e
     raise RuntimeError(f"{step_name}: a host was lost in each of {resources.max_retries + 1} attempts; last: {last}")
 
 
-def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig) -> None:
+def _run_gang_once(
+    step_name: str, fn, config, resources: ResourceConfig, watch: StepFence | None
+) -> None:
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -87,6 +104,7 @@ def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig) -> Non
             pg, index = bundles[i]
             return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
 
+        fence = watch.spec if watch is not None else None
         coordinator = ray.get(ray.remote(_coordinator_address).options(num_cpus=0, scheduling_strategy=on(0)).remote())
         envs = _host_envs(coordinator, resources)
         # A fresh process per host: jax.distributed must be initialised before anything touches JAX's
@@ -95,22 +113,40 @@ def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig) -> Non
         # max_calls=1 retires it after the call.
         host, options = ray.remote(max_calls=1)(_call_step_fn), {**_host_options(resources), "max_retries": 0}
         refs = {host.options(**options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i),
-                             runtime_env={"env_vars": envs[i]}).remote(fn, config, envs[i]): i
+                             runtime_env={"env_vars": envs[i]}).remote(fn, config, envs[i], fence): i
                 for i in range(resources.hosts)}  # fmt: skip
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            try:
-                ray.get(done[0])
-            except ray.exceptions.RayTaskError as e:
-                _cancel(pending)
-                cause = e.cause if getattr(e, "cause", None) is not None else e
-                raise RuntimeError(f"host {refs[done[0]]} of {resources.hosts}: {type(cause).__name__}: {cause}") from None
-            except ray.exceptions.RayError as e:
-                _cancel(pending)
-                raise _HostLost(f"host {refs[done[0]]}: {type(e).__name__}: {e}") from None
+        try:
+            _wait_hosts(step_name, refs, resources, watch)
+        except KeyboardInterrupt:  # the executor cancelled this gang (RayRunner.cancel): kill every host
+            _cancel(list(refs))
+            raise
     finally:
         release()
+
+
+def _wait_hosts(step_name: str, refs: dict, resources: ResourceConfig, watch: StepFence | None) -> None:
+    """Wait for every host; the first failure, or the loss of the lease, cancels the rest."""
+    import ray
+
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=watch.spec.check_s if watch else None)
+        if watch is not None and watch.lost is not None:
+            _cancel(pending + done)
+            raise LeaseLost(f"{step_name}: {watch.lost}; cancelled its {resources.hosts} hosts")
+        if not done:
+            continue
+        try:
+            ray.get(done[0])
+        except ray.exceptions.RayTaskError as e:
+            _cancel(pending)
+            cause = e.cause if getattr(e, "cause", None) is not None else e
+            raise RuntimeError(f"host {refs[done[0]]} of {resources.hosts}: {type(cause).__name__}: {cause}") from None
+        except ray.exceptions.RayError as e:
+            _cancel(pending)
+            if watch is not None:  # a host stopped by its own lease fence is no host to restart
+                watch.confirm()
+            raise _HostLost(f"host {refs[done[0]]}: {type(e).__name__}: {e}") from None
 
 
 def _reserve_hosts(resources: ResourceConfig):
@@ -168,6 +204,7 @@ class RayRunner:
         self._num_cpus = num_cpus
         self._ray = None
         self._remote = None
+        self._gangs: set = set()
 
     def start(self) -> None:
         if self._ray is not None:
@@ -206,18 +243,27 @@ class RayRunner:
             f"{_ELSEWHERE}"
         )
 
-    def submit(self, step_name: str, fn, config, resources: ResourceConfig, pip_extras: tuple[str, ...]):
+    def submit(self, step_name: str, fn, config, resources: ResourceConfig, pip_extras: tuple[str, ...],
+               fence: FenceSpec | None = None):
         runtime_env = {"pip": extra_requirements(pip_extras)} if pip_extras else None
         if resources.hosts > 1:  # the gang task holds nothing itself; its hosts hold the resources
             options = {"num_cpus": 0, "name": step_name, "max_retries": resources.max_retries, "retry_exceptions": False}
             if runtime_env:
                 options["runtime_env"] = runtime_env  # inherited by the host tasks it starts
-            return self._gang.options(**options).remote(step_name, fn, config, resources)
+            ref = self._gang.options(**options).remote(step_name, fn, config, resources, fence)
+            self._gangs.add(ref)
+            return ref
         options: dict[str, Any] = resources.as_ray_options()
         options.update(name=step_name, max_retries=resources.max_retries, retry_exceptions=False)
         if runtime_env:
             options["runtime_env"] = runtime_env
-        return self._remote.options(**options).remote(fn, config)
+        return self._remote.options(**options).remote(fn, config, None, fence)
+
+    def cancel(self, ref) -> None:
+        """Stop a submitted step now. A single-host task's worker is killed (``force``). A gang task is
+        interrupted instead, so that it force-cancels every host and releases their reservation."""
+        gang = ref in self._gangs
+        self._ray.cancel(ref, force=not gang, recursive=True)
 
     def wait(self, refs: list, timeout: float | None) -> list:
         if not refs:

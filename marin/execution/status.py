@@ -5,7 +5,10 @@
     {"state": "RUNNING", "time": 1763780000.1, "message": null, "owner": "host:123:9f2c"}
     {"state": "SUCCESS", "time": 1763780004.7, "message": null, "owner": "host:123:9f2c"}
 
-The file is rewritten whole on each event (object stores cannot append) by the lease holder only.
+The file is rewritten whole on each event (object stores cannot append) by the lease holder only, with a
+compare-and-swap (``append_event``). RUNNING events carry the lease ``attempt``; the final event of an
+attempt is written only while the last RUNNING is still that attempt's, so an executor that lost its
+lease cannot write over its successor's history.
 ``.executor_info`` is one JSON document describing the step (schema below, ``format_version`` 1).
 """
 
@@ -14,9 +17,10 @@ from __future__ import annotations
 import enum
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
-from marin.storage import create_only, join, read_bytes, write_atomic
+from marin.storage import create_only, join, read_bytes, read_versioned, replace_if_version, write_atomic
 
 STATUS_FILE = ".executor_status"
 INFO_FILE = ".executor_info"
@@ -48,6 +52,10 @@ def read_events(output_path: str) -> list[dict[str, Any]]:
         raw = read_bytes(url)
     except FileNotFoundError:
         return []
+    return _parse_events(url, raw)
+
+
+def _parse_events(url: str, raw: bytes) -> list[dict[str, Any]]:
     events = []
     for lineno, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
         if not line.strip():
@@ -95,14 +103,54 @@ def state_summary(output_path: str) -> tuple[str | None, str | None, float | Non
     return last["state"], last.get("message"), started, finished
 
 
-def event_line(state: StepState, message: str | None = None, owner: str | None = None) -> str:
-    return json.dumps({"state": state.value, "time": time.time(), "message": message, "owner": owner}) + "\n"
+def event_line(state: StepState, message: str | None = None, owner: str | None = None,
+               attempt: str | None = None) -> str:  # fmt: skip
+    event = {"state": state.value, "time": time.time(), "message": message, "owner": owner}
+    if attempt is not None:
+        event["attempt"] = attempt
+    return json.dumps(event) + "\n"
 
 
-def append_event(output_path: str, state: StepState, message: str | None = None, owner: str | None = None) -> None:
-    """Add an event; only the step's lease holder calls this, so read-modify-write is safe."""
-    lines = "".join(json.dumps(e) + "\n" for e in read_events(output_path))
-    write_atomic(status_path(output_path), lines + event_line(state, message, owner))
+def append_event(
+    output_path: str,
+    state: StepState,
+    message: str | None = None,
+    owner: str | None = None,
+    *,
+    attempt: str | None = None,
+    expect: Callable[[list[dict[str, Any]]], bool] | None = None,
+) -> bool:
+    """Add an event with a compare-and-swap on the status file; only the step's lease holder calls this.
+
+    ``expect(events)`` guards the write: if it returns False for the current history nothing is written
+    and the call returns False. The swap makes the guard exact: a status written by a new lease holder
+    between our read and our write makes the write fail and the guard is evaluated again.
+    """
+    url = status_path(output_path)
+    for _ in range(_CAS_ATTEMPTS):
+        blob = read_versioned(url)
+        events = _parse_events(url, blob.data) if blob is not None else []
+        if expect is not None and not expect(events):
+            return False
+        data = ("".join(json.dumps(e) + "\n" for e in events) + event_line(state, message, owner, attempt)).encode()
+        if blob is None:
+            written = create_only(url, data)
+        else:
+            written = replace_if_version(url, data, blob.version)
+        if written is not None:
+            return True
+    raise RuntimeError(f"{url}: the status file kept changing during {_CAS_ATTEMPTS} attempts to add {state.value}")
+
+
+_CAS_ATTEMPTS = 20
+
+
+def running_attempt(events: list[dict[str, Any]]) -> str | None:
+    """The ``attempt`` of the last RUNNING event (None if there is none or it predates attempts)."""
+    for event in reversed(events):
+        if event["state"] == StepState.RUNNING.value:
+            return event.get("attempt")
+    return None
 
 
 def mark_waiting(output_path: str, owner: str) -> None:

@@ -9,6 +9,8 @@ Besides plain reads and writes the executor needs two stronger primitives, kept 
   where the version is a backend token (a content digest under a lock locally, a generation on GCS,
   an ETag on S3; ``marin.storage.object_stores``).
 
+A step's task guards its output directory with ``marin.storage.fence``: once its lease is lost every write
+helper here refuses (``LeaseLost``) instead of writing into the new holder's output.
 ``check_prefix`` (``marin.storage.preflight``) turns an unreachable endpoint, a missing bucket or a
 permission error into one line naming the URL before any step runs; docs/storage.md has the details.
 Record files (JSONL plain/.gz/.zst and Parquet) are streamed by ``marin.storage.records``.
@@ -23,6 +25,7 @@ from marin.storage.conditional import (
     read_versioned,
     replace_if_version,
 )
+from marin.storage.fence import LeaseLost, check_fence, guard_prefix, unguard_prefix
 from marin.storage.paths import (
     MissingBackend,
     delete,
@@ -40,7 +43,6 @@ from marin.storage.paths import (
     write_atomic,
 )
 from marin.storage.preflight import StoreUnavailable, check_prefix
-from marin.storage.urls import is_absolute, is_url, object_store, scheme_of, split_bucket, split_url
 from marin.storage.records import (
     ReadStats,
     RecordError,
@@ -50,9 +52,11 @@ from marin.storage.records import (
     read_records,
     write_records,
 )
+from marin.storage.urls import is_absolute, is_url, object_store, scheme_of, split_bucket, split_url
 
 __all__ = [
     "ConditionalWriteUnsupported",
+    "LeaseLost",
     "MissingBackend",
     "ReadStats",
     "RecordError",
@@ -60,6 +64,7 @@ __all__ = [
     "StoreUnavailable",
     "VersionedBlob",
     "backend_name",
+    "check_fence",
     "check_prefix",
     "create_only",
     "delete",
@@ -68,6 +73,7 @@ __all__ = [
     "filesystem",
     "find_record_files",
     "glob",
+    "guard_prefix",
     "is_absolute",
     "is_local",
     "is_url",
@@ -83,6 +89,7 @@ __all__ = [
     "read_text",
     "read_versioned",
     "replace_if_version",
+    "unguard_prefix",
     "scheme_of",
     "split_bucket",
     "split_url",

@@ -26,6 +26,7 @@ import os
 import threading
 import uuid
 
+from marin.storage.fence import check_fence
 from marin.storage.paths import filesystem, is_local, local_path
 from marin.storage.urls import OBJECT_STORE_FOR_SCHEME, scheme_of, split_url
 
@@ -85,6 +86,8 @@ def mark_unconditional(url: str, reason: str) -> None:
 
 
 def _dispatch(url: str, op: str, *args):
+    if op != "read":
+        check_fence(url)
     backend = _backend(url)
     try:
         return getattr(backend, op)(url, *args)

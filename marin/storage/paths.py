@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import fsspec
 
+from marin.storage.fence import check_fence
 from marin.storage.urls import OBJECT_STORE_FOR_SCHEME, like_url, scheme_of
 
 _LOCAL_PROTOCOLS = ("file", "local")
@@ -62,7 +63,9 @@ def exists(url: str) -> bool:
 
 
 def open_url(url: str, mode: str = "rb", **kwargs: Any) -> IO:
-    """Open any URL; in write mode local parent directories are created first."""
+    """Open any URL; in write mode local parent directories are created first (and fences checked)."""
+    if any(c in mode for c in "wax"):
+        check_fence(url)
     if "w" in mode and is_local(url):
         os.makedirs(os.path.dirname(local_path(url)) or ".", exist_ok=True)
     return fsspec.open(url, mode, **kwargs).open()
@@ -79,6 +82,7 @@ def read_text(url: str) -> str:
 
 def write_atomic(url: str, data: bytes | str) -> None:
     """Replace the whole file at ``url`` so readers see the old or the new content, never a mix."""
+    check_fence(url)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     if is_local(url):
         path = local_path(url)
@@ -97,6 +101,7 @@ def write_atomic(url: str, data: bytes | str) -> None:
 
 
 def makedirs(url: str) -> None:
+    check_fence(url)
     fs, path = filesystem(url)
     fs.makedirs(path, exist_ok=True)
 
@@ -117,6 +122,7 @@ def glob(pattern: str) -> list[str]:
 
 
 def delete(url: str, recursive: bool = False) -> None:
+    check_fence(url)
     fs, path = filesystem(url)
     if fs.exists(path):
         fs.rm(path, recursive=recursive)

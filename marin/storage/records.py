@@ -32,6 +32,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Literal
 
+from marin.storage.fence import check_fence
 from marin.storage.paths import filesystem, is_local, local_path, open_url
 from marin.storage.urls import like_url
 
@@ -375,6 +376,7 @@ def _temp_sibling(url: str) -> str:
 
 
 def _move_into_place(tmp: str, url: str) -> None:
+    check_fence(url)
     if is_local(url):
         os.replace(local_path(tmp), local_path(url))
         return

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from marin.parallel import iter_tasks
 from marin.progress import progress_bar
-from marin.storage import filesystem, join, read_text, write_atomic
+from marin.storage import check_fence, filesystem, join, read_text, write_atomic
 from marin.storage.records import OnError, ReadStats
 from marin.tokenize.cache_format import (
     FORMAT_VERSION,
@@ -128,6 +128,7 @@ class _AtomicFile:
             self._fs.rm(self._tmp_path)
             return False
         _, final_path = filesystem(self.url)
+        check_fence(self.url)  # a task whose lease was lost must not publish into the new holder's output
         self._fs.mv(self._tmp_path, final_path)
         return False
 

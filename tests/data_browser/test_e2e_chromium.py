@@ -11,14 +11,15 @@ import pytest
 
 from data_browser.app import create_app
 from data_browser.config import BrowserConfig
+from tests.requirements import require_module, require_path
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason="needs Debian chromium (make test installs it with apt-get)")
+require_path(CHROMIUM, "Debian chromium (make test installs it with apt-get: make chromium)")
+require_module("playwright.sync_api", "playwright (the dev extra)")
 
 
 @pytest.fixture(scope="module")

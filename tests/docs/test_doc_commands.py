@@ -1,4 +1,4 @@
-"""Commands shown in docs/ that no other test ran: run here as a reader would (see test_docs.py's table)."""
+"""Specific checks of some documented commands (test_run_doc_commands.py runs every one as written)."""
 
 import json
 import os

@@ -4,7 +4,9 @@ import math
 
 import pytest
 
-lm_eval = pytest.importorskip("lm_eval", reason="needs lm-eval (the eval extra, installed by make test)")
+from tests.requirements import require_module
+
+lm_eval = require_module("lm_eval", "lm-eval (the eval extra, installed by make test)")
 
 
 @pytest.mark.slow

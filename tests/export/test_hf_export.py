@@ -6,12 +6,14 @@ import jax
 import numpy as np
 import pytest
 
+from tests.requirements import require_module
+
 from marin.inference import export_hf, import_hf
 from marin.trainer.model.config import Llama3RopeScaling, model_preset
 from marin.trainer.model.llama import forward, init_params
 
-torch = pytest.importorskip("torch", reason="needs CPU torch (the export-test extra, installed by make test)")
-transformers = pytest.importorskip("transformers", reason="needs transformers (the export-test extra)")
+torch = require_module("torch", "CPU torch (the export-test extra, installed by make test)")
+transformers = require_module("transformers", "transformers (the export-test extra)")
 
 CONFIGS = {
     "untied": dataclasses.replace(model_preset("nano"), vocab_size=512, num_layers=2, num_kv_heads=2, seq_len=64),

@@ -211,6 +211,47 @@ def test_remat_policies_give_the_same_gradients(tiny, remat):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), base, other)
 
 
+def _grad_temp_bytes(cfg):
+    """XLA's temp buffer size for the loss gradient, compiled from shapes alone."""
+    params = jax.eval_shape(lambda k: init_params(cfg, k, jnp.float32), jax.random.PRNGKey(0))
+    ids = jax.ShapeDtypeStruct((8, cfg.seq_len), jnp.int32)
+    batch = {"input_ids": ids, "targets": ids, "segment_ids": ids,
+             "loss_mask": jax.ShapeDtypeStruct((8, cfg.seq_len), jnp.float32)}  # fmt: skip
+    grad = jax.jit(jax.grad(lambda p, b: next_token_loss(cfg, p, b)[0]))
+    return grad.lower(params, batch).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_remat_lowers_peak_temp_memory_of_the_layer_scan():
+    """8 scanned layers, seq 256, batch 8: without remat the backward keeps every layer's activations
+    (attention scores dominate). Measured temp memory: none 268 MB, minimal 74 MB (3.6x less), full
+    45 MB (5.9x less); asserted with margin: >= 3x and >= 5x. (Unrolled layers, the CPU default, gain
+    ~3% on XLA:CPU: docs/trainer.md.)"""
+    cfg = tiny_model(num_layers=8, seq_len=256, scan_layers=True)
+    none, minimal, full = (_grad_temp_bytes(dataclasses.replace(cfg, remat=r)) for r in ("none", "minimal", "full"))
+    assert none >= 3 * minimal, (none, minimal)
+    assert none >= 5 * full, (none, full)
+
+
+def test_z_loss_adds_its_formula_to_the_loss(tiny):
+    """``z_loss * logsumexp(logits)**2`` per unmasked target, summed: checked against numpy on the
+    model's own logits, with a mask so masked positions provably do not count."""
+    params = init(tiny, 0)
+    tokens = _tokens(tiny)
+    mask = np.ones(tokens.shape, np.float32)
+    mask[0, :10] = 0.0
+    batch = {"input_ids": tokens, "targets": jnp.roll(tokens, -1, 1), "segment_ids": jnp.zeros_like(tokens),
+             "loss_mask": jnp.asarray(mask)}  # fmt: skip
+    logits = np.asarray(model_forward(tiny, params, tokens, batch["segment_ids"]), np.float64)
+    log_z = np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1)) + logits.max(-1)
+    target = np.take_along_axis(logits, np.asarray(batch["targets"])[..., None], -1)[..., 0]
+    for weight in (0.0, 1e-4, 0.1):
+        expected = np.sum(mask * (log_z - target + weight * log_z**2))
+        loss, count = next_token_loss(tiny, params, batch, z_loss=weight)
+        np.testing.assert_allclose(float(loss), expected, rtol=2e-6)
+        assert float(count) == mask.sum()
+    assert float(next_token_loss(tiny, params, batch, z_loss=0.1)[0]) > float(next_token_loss(tiny, params, batch)[0])
+
+
 def test_presets_registry():
     assert isinstance(model_preset("small"), LlamaConfig)
     with pytest.raises(KeyError, match="unknown model preset"):

@@ -1,5 +1,7 @@
 """The jitted step: gradient accumulation equals the big batch, precision policy, donation, EMA."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,6 +68,28 @@ def test_precision_policy_keeps_fp32_params_under_bf16_compute(tiny):
     assert metrics["loss"].dtype == jnp.float32 and np.isfinite(float(metrics["loss"]))
     with pytest.raises(ValueError, match="compute_dtype must be one of"):
         PrecisionPolicy(compute_dtype="fp8")
+
+
+def _matmul_operand_types(cfg, compute_dtype):
+    """(lhs, rhs) element types of every dot_general in the lowered train step (forward and backward)."""
+    policy = PrecisionPolicy(compute_dtype=compute_dtype)
+    opt, tx, state = _state(cfg, policy=policy)
+    step = make_train_step(cfg, tx, opt.lr_schedule(100), StepConfig(precision=policy))
+    text = step.lower(state, _batch(cfg)).as_text()
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    return [tuple(re.findall(r"tensor<[^>]*x(\w+)>", line.rsplit(":", 1)[1].split("->")[0])) for line in dots]
+
+
+def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny):
+    """Every matmul of the jitted step (projections, MLP, lm_head, attention scores and values, forward
+    and backward) takes bf16 operands under the bf16 policy, except exactly two per layer: the backward
+    of the attention scores (dq and dk), whose cotangent is the softmax gradient, which JAX's XLA
+    attention keeps in fp32. The fp32 policy has no bf16 matmul, so the test sees the policy."""
+    bf16, fp32 = _matmul_operand_types(tiny, "bfloat16"), _matmul_operand_types(tiny, "float32")
+    assert len(bf16) == len(fp32) > 10 * tiny.num_layers  # the whole step, not a fragment of it
+    assert all(types == ("f32", "f32") for types in fp32), set(fp32)
+    not_bf16 = [types for types in bf16 if types != ("bf16", "bf16")]
+    assert not_bf16 == [("f32", "bf16")] * (2 * tiny.num_layers), not_bf16
 
 
 def test_step_donates_state_counts_steps_and_updates_ema(tiny):

@@ -1,0 +1,327 @@
+"""Fencing against live "zombie" lease holders, on local disk, the GCS server and the S3 server.
+
+A zombie is an executor whose lease was taken over while its step's task still runs. The scenarios:
+
+- the executor is paused (SIGSTOP) mid-step: its heartbeats stop, the task's own fence stops the task
+  before the lease can be taken over, a second executor takes over and commits, and the paused executor,
+  resumed, finds its lease lost, writes no status and reuses the new holder's result;
+- the lease file is deleted under a running step (no grace period at all): the executor cancels the task
+  within a heartbeat and waits for the new holder;
+- executor *and* task are paused (a frozen VM) across the whole take-over and commit: resumed, the task
+  writes nothing more;
+- files that appear or change in a committed output afterwards (a write that was in flight across such a
+  pause) are removed, or refuse the dependent step, by the output manifest.
+
+Every final output is compared with an undisturbed run's. Lease timings: heartbeat 0.25 s, stale after 3 s,
+so the task re-reads its lease every 0.25 s and stops itself at a heartbeat age of 2.5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from marin.execution import (
+    Executor,
+    ExecutorStep,
+    LeaseConfig,
+    StepsFailed,
+    this_output_path,
+)
+from marin.execution.fence import FENCED_PREFIX
+from marin.execution.manifest import (
+    MANIFEST_FILE,
+    OutputChanged,
+    list_output,
+    verify_output,
+)
+from marin.execution.plan import plan_steps
+from marin.execution.status import LEASE_FILE, read_events
+from marin.storage import (
+    delete,
+    join,
+    read_bytes,
+    read_text,
+    read_versioned,
+    write_atomic,
+)
+from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
+from tests.execution.zombie_dag import PART_S, PARTS, writer_step
+
+pytestmark = pytest.mark.usefixtures("ray_address")
+ROOT = Path(__file__).resolve().parents[2]
+FAST = LeaseConfig(heartbeat_s=0.25, stale_after_s=3.0)
+FLAGS = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "3", "--poll_s", "0.1")
+CANCEL_BOUND_S = FAST.fence_stop_after_s + FAST.fence_check_s + 1.5
+"""Heartbeat age at which a paused executor's task is gone: the fence's stop age, one more check, and
+slack for a loaded 2-core machine (Ray's kill, the store's latency)."""
+
+
+def launch(ray_address, prefix, calls, log):
+    env = {**os.environ, "RAY_ADDRESS": ray_address, "ZOMBIE_CALLS": str(calls), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "execution" / "zombie_dag.py"), "--prefix", prefix,
+                             *FLAGS], cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def wait_for(predicate, what, timeout=120, proc=None, log=None):
+    deadline = time.time() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"executor exited while waiting for {what}:\n{Path(log).read_text()[-3000:]}")
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def output_of(prefix, calls):
+    return plan_steps([writer_step(str(calls))], prefix).steps[0].output_path
+
+
+def contents(output_path):
+    """{relative path: bytes} of the step's files (the executor's own excluded)."""
+    return {rel: read_bytes(join(output_path, rel)) for rel in list_output(output_path)}
+
+
+def undisturbed(prefix, tmp_path):
+    calls = tmp_path / "calls-undisturbed"
+    result = Executor(prefix=prefix + "-undisturbed", lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
+    out = contents(result.plan.steps[0].output_path)
+    assert sorted(out) == sorted([f"part-{i:02d}.json" for i in range(PARTS)] + ["result.json"])
+    return out
+
+
+def fenced_markers(output_path):
+    """The ``.executor_fenced-<attempt>`` records of every attempt that ran (by the RUNNING events)."""
+    attempts = [e["attempt"] for e in read_events(output_path) if e["state"] == "RUNNING"]
+    found = [read_versioned(join(output_path, FENCED_PREFIX + a)) for a in attempts]
+    return [json.loads(blob.data) for blob in found if blob is not None]
+
+
+def store_name(prefix):
+    return prefix.split("://")[0] if "://" in prefix else "local"
+
+
+def is_gone(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_paused_executors_task_stops_before_takeover_and_the_executor_writes_nothing_after(
+    tmp_path, ray_address, store_prefix
+):
+    expected = undisturbed(store_prefix, tmp_path)
+    calls, log = tmp_path / "calls", tmp_path / "a.log"
+    out = output_of(store_prefix, calls)
+    a = launch(ray_address, store_prefix, calls, log)
+    try:
+        wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes", proc=a, log=log)
+        zombie = read_trace(str(calls), "starts")[0]["pid"]
+        os.kill(a.pid, signal.SIGSTOP)  # a long pause: heartbeats stop, the task runs on
+        stopped_at = time.time()
+        result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
+        assert result.ran == [result.plan.steps[0].identity]
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert a.wait(timeout=120) == 0, log.read_text()[-3000:]
+
+    events = read_events(out)
+    takeover = next(e for e in events if e["state"] == "RUNNING" and e["owner"] == result_owner(events))
+    [marker] = fenced_markers(out)
+    assert "heartbeat" in marker["reason"] and marker["pid"] == zombie
+    assert marker["time"] < takeover["time"], "the zombie task must be gone before the new holder starts"
+    assert marker["time"] - stopped_at < CANCEL_BOUND_S, marker["time"] - stopped_at
+    assert is_gone(zombie)
+    zombie_writes = [w for w in read_trace(str(calls), "writes") if w["pid"] == zombie]
+    assert zombie_writes and max(w["time"] for w in zombie_writes) < takeover["time"]
+    assert [e["state"] for e in events] == ["WAITING", "RUNNING", "RUNNING", "SUCCESS"], events
+    assert events[-1]["owner"] == takeover["owner"] != events[1]["owner"]
+    assert "LOST" in log.read_text() and "reused" in log.read_text()
+    assert contents(out) == expected
+    print(json.dumps({"stop_to_fenced_s": round(marker["time"] - stopped_at, 3), "store": store_name(store_prefix)}))
+
+
+def result_owner(events):
+    return [e for e in events if e["state"] == "SUCCESS"][-1]["owner"]
+
+
+def test_deleting_the_lease_cancels_the_running_task_within_a_heartbeat(tmp_path, store_prefix):
+    expected = undisturbed(store_prefix, tmp_path)
+    calls = tmp_path / "calls"
+    out = output_of(store_prefix, calls)
+    outcome = {}
+    a = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1)
+    thread = threading.Thread(target=lambda: outcome.update(result=a.run([writer_step(str(calls))])))
+    thread.start()
+    wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes")
+    zombie = read_trace(str(calls), "starts")[0]["pid"]
+    delete(join(out, LEASE_FILE))  # an operator "unsticking" a step, or a store losing the object
+    deleted_at = time.time()
+    result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
+    thread.join(60)
+    assert not thread.is_alive()
+
+    identity = result.plan.steps[0].identity
+    assert result.ran == [identity]
+    a_result = outcome["result"]
+    assert a_result.ran == [] and a_result.waited == [identity] and identity in a_result.lease_losses
+    zombie_writes = [w["time"] for w in read_trace(str(calls), "writes") if w["pid"] == zombie]
+    assert max(zombie_writes) - deleted_at < FAST.heartbeat_s + 1.0, "the zombie kept writing"
+    wait_for(lambda: is_gone(zombie), "the zombie's worker to die", timeout=5)
+    events = read_events(out)
+    assert [e["state"] for e in events] == ["WAITING", "RUNNING", "RUNNING", "SUCCESS"], events
+    assert contents(out) == expected
+
+
+@pytest.mark.slow
+def test_a_frozen_executor_and_task_resume_after_the_commit_and_write_nothing(tmp_path, ray_address, store_prefix):
+    """The hard case: the task itself is paused (with its executor) across the take-over and the new
+    holder's commit. Resumed, its next write re-reads the lease first (the last read is older than a check)
+    and the fence stops it."""
+    expected = undisturbed(store_prefix, tmp_path)
+    calls, log = tmp_path / "calls", tmp_path / "a.log"
+    out = output_of(store_prefix, calls)
+    a = launch(ray_address, store_prefix, calls, log)
+    zombie = None
+    try:
+        # Stop right after a write returned (the trace line follows it), i.e. inside the step's sleep: a
+        # write in flight across the pause is the case the manifest test covers.
+        wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes", proc=a, log=log)
+        zombie = read_trace(str(calls), "starts")[0]["pid"]
+        for pid in (zombie, a.pid):
+            os.kill(pid, signal.SIGSTOP)
+        result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
+        committed = contents(out)
+        resumed_at = time.time()
+        os.kill(zombie, signal.SIGCONT)
+        wait_for(lambda: is_gone(zombie), "the resumed zombie to stop", timeout=10)
+        stopped_after = time.time() - resumed_at
+    finally:
+        for pid in (zombie, a.pid):
+            if pid is not None and not is_gone(pid):
+                os.kill(pid, signal.SIGCONT)
+    assert a.wait(timeout=120) == 0, log.read_text()[-3000:]
+    assert result.ran == [result.plan.steps[0].identity]
+    assert all(w["time"] < resumed_at for w in read_trace(str(calls), "writes") if w["pid"] == zombie)
+    [marker] = fenced_markers(out)
+    assert marker["pid"] == zombie and "gone" in marker["reason"], marker
+    assert contents(out) == committed == expected
+    assert verify_output(out).extra == []
+    print(json.dumps({"resume_to_stopped_s": round(stopped_after, 3), "store": store_name(store_prefix)}))
+
+
+def test_late_writes_into_a_committed_output_are_removed_or_refuse_the_dependent_step(tmp_path, store_prefix):
+    calls = tmp_path / "calls"
+    writer = writer_step(str(calls))
+    executor = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1)
+    executor.run([writer])
+    out = output_of(store_prefix, calls)
+    manifest = json.loads(read_text(join(out, MANIFEST_FILE)))
+    assert sorted(manifest["files"]) == sorted([f"part-{i:02d}.json" for i in range(PARTS)] + ["result.json"])
+    committed = contents(out)
+
+    write_atomic(join(out, "part-99.json"), '{"part": 99}')  # a zombie's late new file
+    reader = ExecutorStep(name="fence/reader", fn=reader_step,
+                          config=ReaderConfig(calls_dir=str(calls), input_path=writer / "result.json",
+                                              output_path=this_output_path()))  # fmt: skip
+    executor.run([reader])
+    assert contents(out) == committed  # removed before anyone read the dependency
+
+    write_atomic(join(out, "part-03.json"), '{"part": "zombie"}')  # a zombie's late overwrite
+    other = ExecutorStep(name="fence/reader2", fn=reader_step,
+                         config=ReaderConfig(calls_dir=str(calls), input_path=writer / "result.json",
+                                             output_path=this_output_path()))  # fmt: skip
+    with pytest.raises(StepsFailed, match=r"changed \['part-03.json'\]"):
+        executor.run([other])
+    with pytest.raises(OutputChanged, match="part-03.json"):
+        verify_output(out)
+    assert len(read_trace(str(calls), "reader")) == 1  # the second reader never ran
+
+
+def test_outputs_written_before_manifests_existed_stay_readable(tmp_path):
+    out = str(tmp_path / "old-step")
+    write_atomic(join(out, "result.json"), "{}")
+    assert verify_output(out) is None and os.path.exists(join(out, "result.json"))
+
+
+def test_timing_constants_keep_the_zombie_ahead_of_the_takeover():
+    for config in (FAST, LeaseConfig(), LeaseConfig(heartbeat_s=1, stale_after_s=1.5)):
+        assert config.heartbeat_s < config.fence_stop_after_s
+        assert config.fence_stop_after_s + config.fence_check_s < config.stale_after_s
+    # The step outlives the window the tests open (2 parts, then a pause of stop_after + a check) with room.
+    assert PART_S * (PARTS - 2) > 2 * (FAST.fence_stop_after_s + FAST.fence_check_s)
+
+
+def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
+    """In process, no Ray: the storage guard and the verdicts of ``StepFence`` on each store."""
+    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
+    from marin.execution.lease import new_owner_id, try_acquire
+    from marin.storage import LeaseLost, conditional
+
+    out = join(store_prefix, "fenced-step")
+    lease = try_acquire(out, new_owner_id(), FAST)
+    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    stopped = []
+    with StepFence(spec, on_lost=lambda: stopped.append(time.time())) as fence:
+        write_atomic(join(out, "part-0.json"), "{}")  # ours: allowed
+        blob = read_versioned(join(out, LEASE_FILE))
+        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
+        # Another executor's process (no guard there): straight to the store's compare-and-swap.
+        lease_url = join(out, LEASE_FILE)
+        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), blob.version) is not None
+        time.sleep(0.1)  # the last proof is now older than check_s: the next write re-reads the lease
+        with pytest.raises(LeaseLost, match="attempt other"):
+            write_atomic(join(out, "part-1.json"), "{}")
+        with pytest.raises(LeaseLost):
+            delete(join(out, "part-0.json"))
+        with pytest.raises(PermissionError, match="belong to the executor"):  # never a step's to write
+            write_atomic(join(out, ".executor_status"), "{}")
+        write_atomic(join(store_prefix, "elsewhere.json"), "{}")  # nor is anything outside the step
+        assert fence.lost and len(stopped) == 1
+    assert "attempt other" in read_fenced_reason(out, lease.attempt)
+    write_atomic(join(out, "part-1.json"), "{}")  # the guard ends with the task
+    with pytest.raises(LeaseLost, match="not starting"), StepFence(spec, on_lost=lambda: stopped.append(0)):
+        pass  # a retry of the lost attempt does not start, and is not killed (Ray would retry it again)
+    assert len(stopped) == 1
+
+
+def test_a_lost_lease_stops_every_host_of_a_gang(tmp_path):
+    """Two hosts; the lease is deleted under them. The executor's heartbeat cancels the gang, which kills
+    both hosts (each host's own fence would too); then, the lease being free, it takes it again."""
+    from marin.execution import ResourceConfig
+    from tests.execution.zombie_dag import GangConfig, gang_writer
+
+    calls = tmp_path / "calls"
+    step = ExecutorStep(name="fence/gang", fn=gang_writer,
+                        config=GangConfig(calls_dir=str(calls), output_path=this_output_path()),
+                        resources=ResourceConfig(num_cpus=0.5, hosts=2))  # fmt: skip
+    executor = Executor(prefix=str(tmp_path / "store"), lease=FAST, poll_s=0.1)
+    out = executor.plan([step]).steps[0].output_path
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=executor.run([step])))
+    thread.start()
+    wait_for(lambda: len(read_trace(str(calls), "gang-writes")) >= 4, "both hosts to write")
+    hosts = {t["pid"] for t in read_trace(str(calls), "gang-starts")}
+    assert len(hosts) == 2
+    delete(join(out, LEASE_FILE))
+    deleted_at = time.time()
+    wait_for(lambda: all(is_gone(pid) for pid in hosts), "both hosts to stop", timeout=10)
+    stopped_after = time.time() - deleted_at
+    thread.join(120)
+    assert not thread.is_alive()
+    result = outcome["result"]
+    assert result.plan.steps[0].identity in result.lease_losses
+    late = [t for t in read_trace(str(calls), "gang-writes") if t["pid"] in hosts and t["time"] > deleted_at + 1.0]
+    assert late == [], late
+    assert stopped_after < FAST.heartbeat_s + FAST.fence_check_s + 2.0, stopped_after
+    assert [e["state"] for e in read_events(out)] == ["WAITING", "RUNNING", "RUNNING", "SUCCESS"]
+    print(json.dumps({"gang_hosts_stopped_after_s": round(stopped_after, 3)}))

@@ -1,0 +1,70 @@
+"""A slow writer step for the fencing tests, and the experiment an executor runs it from in a subprocess.
+
+    RAY_ADDRESS=... ZOMBIE_CALLS=/tmp/calls python tests/execution/zombie_dag.py --prefix gs://bucket/lab
+
+``slow_writer`` writes ``part-NN.json`` one at a time, then ``result.json``; the content depends only on
+the config, so every complete run writes the same files. Each write leaves a trace line (pid, time, part)
+in ``<ZOMBIE_CALLS>/writes.jsonl`` *after* it returned, so the test can tell who wrote what, and when.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+from marin.execution import ExecutorStep, executor_main, this_output_path
+from marin.storage import join, write_atomic
+from tests.chaos.fault_steps import read_trace, trace
+
+PARTS = 24
+PART_S = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterConfig:
+    calls_dir: str
+    output_path: str
+    parts: int = PARTS
+    part_s: float = PART_S
+
+
+def slow_writer(config: WriterConfig) -> None:
+    trace(config.calls_dir, "starts")
+    for i in range(config.parts):
+        time.sleep(config.part_s)
+        write_atomic(join(config.output_path, f"part-{i:02d}.json"), json.dumps({"part": i}))
+        trace(config.calls_dir, "writes", part=i)
+    write_atomic(join(config.output_path, "result.json"), json.dumps({"parts": config.parts}))
+    trace(config.calls_dir, "writes", part="result")
+
+
+def writer_step(calls_dir: str) -> ExecutorStep:
+    return ExecutorStep(name="fence/writer", fn=slow_writer,
+                        config=WriterConfig(calls_dir=calls_dir, output_path=this_output_path()),
+                        resources={"num_cpus": 0.5})  # fmt: skip
+
+
+if __name__ == "__main__":
+    executor_main(steps=[writer_step(os.environ["ZOMBIE_CALLS"])])
+
+
+@dataclasses.dataclass(frozen=True)
+class GangConfig:
+    calls_dir: str
+    output_path: str
+    first_attempt_s: float = 60.0
+
+
+def gang_writer(config: GangConfig) -> None:
+    """One host of a gang: writes a part every 0.1 s; the first attempt runs long enough to be fenced."""
+    first = len(read_trace(config.calls_dir, "gang-starts")) < 2  # both hosts of attempt 1 trace first
+    trace(config.calls_dir, "gang-starts")
+    deadline = time.time() + (config.first_attempt_s if first else 0.5)
+    i = 0
+    while time.time() < deadline:
+        time.sleep(0.1)
+        write_atomic(join(config.output_path, f"host-{os.getpid()}-{i:03d}.json"), "{}")
+        trace(config.calls_dir, "gang-writes")
+        i += 1
