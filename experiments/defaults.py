@@ -1,4 +1,5 @@
-"""Step builders that experiments compose in a few lines: download → dedupe → tokenize → train → eval → export.
+"""Step builders that experiments compose in a few lines: download → (extract → classify → filter) → dedupe →
+tokenize → train → eval → export.
 
     raw = default_download("fineweb-edu", "hf://datasets/HuggingFaceFW/fineweb-edu", revision="87f0914")
     docs = default_dedupe("fineweb-edu", raw, eval_sets=[...])
@@ -29,6 +30,17 @@ from marin.evaluation.instruct import InstructEvalConfig, evaluate_instruct
 from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.execution import ExecutorStep, InputName, ResourceConfig, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
+from marin.extract import ExtractConfig, ExtractorConfig, extract_pages
+from marin.quality import (
+    AttributeRule,
+    ClassifyConfig,
+    FastTextConfig,
+    FilterConfig,
+    TrainClassifierConfig,
+    classify_documents,
+    filter_documents,
+    train_classifier,
+)
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
 from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
 from marin.trainer.checkpoint import CheckpointConfig
@@ -71,6 +83,63 @@ def default_download(name: str, source: Input, *, revision: str | None = None, p
         config=DownloadConfig(source=_input(source), revision=versioned(revision), patterns=versioned(tuple(patterns)),
                               files=versioned(tuple(files)), output_path=this_output_path()),
         description=f"download {source}",
+        resources=CPU_DATA,
+    )
+
+
+def default_extract(name: str, pages: Input, *, extractor: str = "resiliparse", markdown: bool = True,
+                    min_chars: int = 50, max_workers: int | None = None) -> ExecutorStep:
+    """``extracted/<name>``: HTML pages (WARC, records with an ``html`` field, .html files) to text documents."""
+    return ExecutorStep(
+        name=f"extracted/{name}",
+        fn=extract_pages,
+        config=ExtractConfig(input_path=_input(pages), output_path=this_output_path(),
+                             extractor=versioned(ExtractorConfig(name=extractor, markdown=markdown)),
+                             min_chars=versioned(min_chars), max_workers=max_workers),
+        description=f"extract text from {name} pages with {extractor}",
+        resources=CPU_DATA,
+    )
+
+
+def default_train_classifier(name: str, datasets: Mapping[str, Sequence[Input]], *,
+                             fasttext: FastTextConfig = FastTextConfig(), max_docs_per_label: int | None = 20_000,
+                             max_chars: int = 5_000) -> ExecutorStep:
+    """``classifiers/<name>``: a fastText classifier on labelled document sets, held-out P/R in metrics.json."""
+    return ExecutorStep(
+        name=f"classifiers/{name}",
+        fn=train_classifier,
+        config=TrainClassifierConfig(datasets={label: _inputs(paths) for label, paths in datasets.items()},
+                                     output_path=this_output_path(), fasttext=versioned(fasttext),
+                                     max_docs_per_label=versioned(max_docs_per_label),
+                                     max_chars=versioned(max_chars)),
+        description=f"train the {name} classifier on {', '.join(datasets)}",
+        resources=CPU_DATA,
+    )
+
+
+def default_classify(name: str, documents: Input, classifier: Input, *, attribute: str,
+                     max_chars: int = 5_000) -> ExecutorStep:
+    """``attributes/<name>``: a score per label of ``classifier`` for every document, beside each shard."""
+    return ExecutorStep(
+        name=f"attributes/{name}",
+        fn=classify_documents,
+        config=ClassifyConfig(input_path=_input(documents), model_path=_input(classifier),
+                              output_path=this_output_path(), attribute=versioned(attribute),
+                              max_chars=versioned(max_chars)),
+        description=f"score {attribute} of every document",
+        resources=CPU_DATA,
+    )
+
+
+def default_filter(name: str, documents: Input, attributes: Sequence[Input], rules: Sequence[AttributeRule]
+                   ) -> ExecutorStep:
+    """``filtered/<name>``: the documents whose attributes pass every rule (thresholds or top-k percent)."""
+    return ExecutorStep(
+        name=f"filtered/{name}",
+        fn=filter_documents,
+        config=FilterConfig(input_path=_input(documents), attribute_paths=_inputs(attributes),
+                            output_path=this_output_path(), rules=versioned(tuple(rules))),
+        description=f"keep documents passing {', '.join(r.name for r in rules)}",
         resources=CPU_DATA,
     )
 

@@ -1,8 +1,15 @@
 """The browser's page families, one ``APIRouter`` each; ``data_browser.app`` includes them (see its docstring)."""
 
-from data_browser.pages import experiment_page, listing, records, sft_page, training_page
+from data_browser.pages import experiment_page, listing, records, sft_page, training_page, web_steps_page
 
-ROUTERS = (listing.router, records.router, experiment_page.router, training_page.router, sft_page.router)
+ROUTERS = (
+    listing.router,
+    records.router,
+    experiment_page.router,
+    training_page.router,
+    web_steps_page.router,
+    sft_page.router,
+)
 """Included in this order by ``create_app``."""
 
 __all__ = ["ROUTERS"]

@@ -12,6 +12,7 @@ from data_browser import experiments as exp
 from data_browser import sft
 from data_browser.readers import is_record_file, preview_text
 from data_browser.web import BrowserState, State, page, safe
+from data_browser.web_steps import step_kind
 from marin.execution.status import STATUS_FILE
 from marin.storage import exists, filesystem, join
 
@@ -66,6 +67,7 @@ def browse(state: State, path: str):
     if fs.isdir(p):
         return state.render(
             "listing.html", **list_data(state, path), state=dir_state(state, path), parent=state.parent(path),
+            web_step=step_kind(path, state.config.max_json_bytes),  # extract/filter step pages (issue 16)
             sft_cache=safe(lambda: sft.is_sft_cache(path), False),
         )
     if not fs.exists(p):

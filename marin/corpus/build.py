@@ -11,7 +11,15 @@ Layout under the output directory (every record is ``{"id", "text", "source"}``)
     eval/<task>.jsonl                            multiple-choice tasks (``marin.corpus.tasks``)
     ground_truth/duplicates.jsonl                planted duplicates: {"kind", "original", "copy", "jaccard"}
     ground_truth/contaminated.jsonl              training docs holding eval items: {"id", "eval_id", "task"}
+    web/<domain>/shard-0000{0,1}.warc.gz         raw HTML pages with boilerplate, low-quality and broken ones
+    quality/reference/<domain>.jsonl.gz          high-quality reference text (a quality classifier's positives)
+    quality/web_sample/<domain>.jsonl.gz         random web text, already extracted (its negatives)
+    langid/<lang>.jsonl.gz                       labelled samples in five languages
+    ground_truth/web_pages.jsonl.gz              per page: kind, quality, language, main text, boilerplate
     manifest.json                                config, counts and bytes per file
+
+The web part (``marin.corpus.web``, ``marin.corpus.web_sets``) is what extraction and quality filtering
+are measured on: every page's main text and boilerplate are known.
 
 What is planted in the training split, so that dedupe can be measured against a known answer:
 
@@ -56,11 +64,22 @@ class CorpusConfig:
     """Exact copies planted, as a fraction of the originals."""
     near_duplicate_fraction: float = 0.04
     contaminated_docs_per_task: int = 10
+    web_pages_per_domain: int = 1000
+    """Raw HTML pages per domain under ``web/`` (``marin.corpus.web``); 0 writes no web part."""
+    web_shards_per_domain: int = 2
+    reference_docs_per_domain: int = 500
+    """High-quality reference documents per domain (a quality classifier's positives), and as many documents
+    of random web text (its negatives)."""
+    langid_docs_per_language: int = 300
+    """Labelled samples per language for a language classifier."""
 
     def __post_init__(self):
         for field in ("train_docs_per_domain", "validation_docs_per_domain", "train_shards_per_domain",
                       "eval_items_per_task"):
             check("CorpusConfig", field, getattr(self, field), lambda v: v >= 1, ">= 1")
+        for field in ("web_pages_per_domain", "reference_docs_per_domain", "langid_docs_per_language"):
+            check("CorpusConfig", field, getattr(self, field), lambda v: v >= 0, ">= 0")
+        check("CorpusConfig", "web_shards_per_domain", self.web_shards_per_domain, lambda v: v >= 1, ">= 1")
         for field in ("exact_duplicate_fraction", "near_duplicate_fraction"):
             check("CorpusConfig", field, getattr(self, field), lambda v: 0 <= v < 1, "in [0, 1)")
         _, items = concrete(self.eval_items_per_task)
@@ -167,6 +186,7 @@ def generate_corpus(cfg: CorpusConfig) -> dict:
         val = [{"id": f"{domain}-val-{i:06d}", "text": make(vrng), "source": domain}
                for i in range(cfg.validation_docs_per_domain)]
         manifest["files"].update(_write_shards(cfg.output_path, f"validation/{domain}", val, 1))
+    _write_web(cfg, manifest)
     write_records(join(cfg.output_path, "ground_truth", "duplicates.jsonl"), duplicates)
     write_records(join(cfg.output_path, "ground_truth", "contaminated.jsonl"), contaminated)
     manifest["planted"] = {
@@ -178,6 +198,33 @@ def generate_corpus(cfg: CorpusConfig) -> dict:
     write_atomic(join(cfg.output_path, "manifest.json"), json.dumps(manifest, indent=2))
     logger.info("wrote corpus to %s: %s", cfg.output_path, manifest["planted"])
     return manifest
+
+
+def _write_web(cfg: CorpusConfig, manifest: dict) -> None:
+    """Raw web pages, reference text and language samples (``marin.corpus.web_sets``)."""
+    from marin.corpus.web_sets import write_langid, write_reference, write_web_pages, write_web_sample
+
+    truth = []
+    for domain, make in sorted(DOMAINS.items()):
+        if cfg.web_pages_per_domain:
+            files, rows = write_web_pages(cfg.output_path, cfg.seed, domain, make, cfg.web_pages_per_domain,
+                                          cfg.web_shards_per_domain)
+            manifest["files"].update(files)
+            truth += rows
+        if cfg.reference_docs_per_domain:
+            manifest["files"].update(write_reference(cfg.output_path, cfg.seed, domain, make,
+                                                     cfg.reference_docs_per_domain))
+            manifest["files"].update(write_web_sample(cfg.output_path, cfg.seed, domain, make,
+                                                      cfg.reference_docs_per_domain))
+    if cfg.langid_docs_per_language:
+        manifest["files"].update(write_langid(cfg.output_path, cfg.seed, cfg.langid_docs_per_language,
+                                              lambda rng: DOMAINS[rng.choice(sorted(DOMAINS))](rng)))
+    if truth:
+        write_records(join(cfg.output_path, "ground_truth", "web_pages.jsonl.gz"), truth)
+        kinds: dict[str, int] = {}
+        for row in truth:
+            kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+        manifest["web_pages"] = dict(sorted(kinds.items()))
 
 
 def _write_shards(root: str, rel_dir: str, docs: list[dict], num_shards: int) -> dict[str, int]:

@@ -97,7 +97,7 @@ def test_exp11_dry_run_reuses_the_quickstart(tmp_path):
     out = subprocess.run([sys.executable, "experiments/exp11_mixture_shift.py", "--dry_run", "true", "--prefix",
                           str(tmp_path / "lab")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert len(re.findall(r"^run ", out.stdout, re.M)) == 10 and not (tmp_path / "lab").exists()
+    assert len(re.findall(r"^run ", out.stdout, re.M)) == 17 and not (tmp_path / "lab").exists()  # 15 + 2 new
 
 
 def test_documented_extras_exist_and_dev_installs_them():
