@@ -48,7 +48,7 @@ NOT_RUN: dict[str, str] = {
 SCRATCH_DIRS = {"local_store", "reports", "site", "wandb", ".pytest_cache", "build", "dist"}
 """Outputs of the commands: never linked from the repository, created in the scratch copy."""
 COPIED_DIRS = {"benchmarks"}
-"""Directories commands write into (``benchmarks/results/``): a real dir of links in the scratch copy."""
+"""Directories whose scripts write beside themselves (``benchmarks/results/``): their files are copied."""
 
 # First the steps whose outputs other commands read.
 FIRST = ("make quickstart", "python experiments/hello_world.py")
@@ -89,9 +89,9 @@ def scratch_copy(scratch: Path, with_venv: bool = True) -> None:
             continue
         if entry.name in COPIED_DIRS:
             (scratch / entry.name).mkdir()
-            for child in entry.iterdir():
-                if child.name != "results":
-                    (scratch / entry.name / child.name).symlink_to(child)
+            for child in entry.iterdir():  # copies: a script resolving its own path must find the scratch copy
+                if child.is_file():
+                    shutil.copy2(child, scratch / entry.name / child.name)
             continue
         (scratch / entry.name).symlink_to(entry)
 
