@@ -4,7 +4,12 @@ glibc serves allocations above its mmap threshold (at most 32 MB) with a fresh `
 them with ``munmap`` on free, so every step re-faults and zero-fills its big temporaries (attention
 scores, logits: 64 MB each for the ``small`` preset). Profiled on the lab's 2-core machines that was
 ~12% of a ``small`` training step spent in the kernel (``clear_page_erms``). Disabling mmap for
-malloc and raising the trim threshold keeps those pages in the heap, reused step after step.
+malloc and switching trimming off keeps those pages in the heap, reused step after step.
+
+The trim threshold must be unbounded, not merely large: a step frees gigabytes at once (the ``small``
+step's heap top is past 2 GiB), and any finite threshold below that hands the top back with ``brk`` and
+re-faults it on the next step (0.5M page faults, ~1.5 s of kernel time per ``small`` step). ``mallopt``
+takes an int, and glibc stores it as a ``size_t``, so -1 means "never".
 
 Process-wide and glibc-only; ``train()`` calls it on the CPU backend. Elsewhere (macOS, musl) it is a
 no-op with a debug message.
@@ -36,7 +41,7 @@ def keep_large_buffers_mapped() -> bool:
     settings = (
         (_M_ARENA_MAX, 1),  # one heap: threads' large blocks are reused across threads
         (_M_MMAP_MAX, 0),  # never serve malloc with mmap (so no munmap on free)
-        (_M_TRIM_THRESHOLD, 2**31 - 1),  # never give the heap's top back to the OS
+        (_M_TRIM_THRESHOLD, -1),  # never give the heap's top back to the OS (-1 is SIZE_MAX in glibc)
         (_M_TOP_PAD, 256 << 20),  # grow the heap in 256 MB steps
     )
     _done = all(mallopt(option, value) == 1 for option, value in settings)

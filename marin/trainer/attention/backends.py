@@ -8,11 +8,10 @@ Every backend computes causal, grouped-query attention with optional packing mas
 
 ``reference`` is plain jnp and the oracle the others are tested against; ``xla`` calls
 ``jax.nn.dot_product_attention`` (XLA's implementation on every platform: jax 0.10 uses cuDNN only when
-asked with ``implementation="cudnn"``, which is the ``cudnn`` backend: GPU, bf16/fp16); ``blockwise`` runs ``xla`` per block of queries over only the
-keys that block can see, skipping the masked upper triangle (the CPU default: measured 33-40% less time
-than ``xla`` for fwd+bwd at seq 512, and each block's score buffer stays small). ``pallas.py`` and
-``splash.py`` register their kernels here with ``@register_attention_backend``; nothing else in the
-model changes.
+asked with ``implementation="cudnn"``, which is the ``cudnn`` backend: GPU, bf16/fp16); ``blockwise``
+(``blockwise.py``, the CPU default) attends per block of queries over only the keys that block can see,
+skipping the masked upper triangle, with a hand-written backward. ``pallas.py`` and ``splash.py`` register
+their kernels here with ``@register_attention_backend``; nothing else in the model changes.
 
 Choosing a backend. ``"default"`` is the platform's choice (TPU ``splash``, GPU ``xla``, CPU
 ``blockwise``); any other name is an explicit choice. A backend may register an ``unsupported_reason``
@@ -34,6 +33,8 @@ from typing import Protocol
 import jax
 import jax.numpy as jnp
 
+from marin.trainer.attention.blockwise import blockwise_attention
+
 logger = logging.getLogger(__name__)
 
 
@@ -54,8 +55,6 @@ _UNSUPPORTED_CHECKS: dict[str, UnsupportedReasonFn] = {}
 _PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "blockwise", "gpu": "xla", "tpu": "splash"}
 FALLBACK_BACKEND = "xla"
 """What a default backend that cannot serve the inputs falls back to: it takes any shape and dtype."""
-BLOCKWISE_QUERY_BLOCK = 128
-"""Query rows per block of the ``blockwise`` backend (64-128 measured best on 2 CPU cores at seq 512)."""
 
 
 def register_attention_backend(
@@ -169,20 +168,4 @@ def cudnn_attention(q, k, v, segment_ids):
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="cudnn")
 
 
-@register_attention_backend("blockwise")
-def blockwise_attention(q, k, v, segment_ids):
-    """``xla`` attention per block of queries, each over keys ``[0, block end)`` only: exact (a full
-    softmax per query row), with roughly half the score FLOPs and memory of the full square at long seq.
-
-    Up to two blocks the saving (a quarter of the scores at most) does not pay for the extra calls and
-    the concatenation (measured: nano at seq 256 ran ~15% slower split in two), so that is one ``xla`` call.
-    """
-    seq = q.shape[1]
-    if seq <= 2 * BLOCKWISE_QUERY_BLOCK:
-        return xla_attention(q, k, v, segment_ids)
-    outs = []
-    for start in range(0, seq, BLOCKWISE_QUERY_BLOCK):
-        stop = min(start + BLOCKWISE_QUERY_BLOCK, seq)
-        mask = attention_mask(segment_ids, seq, start, stop)  # [batch or 1, 1, stop - start, stop]
-        outs.append(jax.nn.dot_product_attention(q[:, start:stop], k[:, :stop], v[:, :stop], mask=mask))
-    return jnp.concatenate(outs, axis=1)  # [batch, seq, heads, head_dim]
+register_attention_backend("blockwise")(blockwise_attention)  # the CPU default; see blockwise.py
