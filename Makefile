@@ -9,7 +9,7 @@ export RAY_AUTH_MODE := disabled
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: quickstart test test-fast bench browse clean chromium
+.PHONY: quickstart test test-fast lint bench browse clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,13 @@ chromium:
 # CI must not pass by skipping: with MARIN_REQUIRE_ALL=1 a missing test dependency (the gs:// and s3://
 # servers, CPU torch + transformers from export-test, lm-eval and playwright from dev, Debian chromium) is an
 # error naming it (tests/requirements.py). Every one of them is installed by the two prerequisites.
-test: $(VENV)/.installed-dev chromium
+test: $(VENV)/.installed-dev chromium lint
 	MARIN_REQUIRE_ALL=1 $(PY) -m pytest -q
+
+# One formatter and linter for the whole tree (settings in pyproject.toml); `ruff format .` fixes the layout.
+lint: $(VENV)/.installed-dev
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test-fast: $(VENV)/.installed-dev chromium
 	$(PY) -m pytest -q -m "not slow"

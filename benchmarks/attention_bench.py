@@ -144,8 +144,9 @@ def run_worker(args: argparse.Namespace, backend: str, seq: int) -> dict:
 
 def probe_platform() -> str:
     """The platform, asked of a child process: on a TPU only one process may hold the chips."""
-    out = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", "import jax; print(jax.default_backend())"], capture_output=True, text=True, check=True
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -159,8 +160,10 @@ def _ratio(value, base) -> str:
 
 def table(rows: list[dict]) -> str:
     memory = "device peak" if any("device_peak_delta_bytes" in r for r in rows) else "peak RSS"
-    header = f"{'seq':>6}  {'backend':<10} {'fwd+bwd ms':>11} {'vs ref':>7} {'XLA temp MiB':>13} {'vs ref':>7} " \
-             f"{memory + ' MiB':>15} {'vs ref':>7}"  # fmt: skip
+    header = (
+        f"{'seq':>6}  {'backend':<10} {'fwd+bwd ms':>11} {'vs ref':>7} {'XLA temp MiB':>13} {'vs ref':>7} "
+        f"{memory + ' MiB':>15} {'vs ref':>7}"
+    )
     lines = [header, "-" * len(header)]
     for seq in sorted({r["seq"] for r in rows}):
         at_seq = [r for r in rows if r["seq"] == seq]
@@ -215,7 +218,7 @@ def main() -> None:
     backends = args.backends or PLATFORM_BACKENDS.get(platform, PLATFORM_BACKENDS["cpu"])
     rounds = []
     for i in range(args.rounds):
-        order = backends[i % len(backends):] + backends[: i % len(backends)]  # rotate: no backend always first
+        order = backends[i % len(backends) :] + backends[: i % len(backends)]  # rotate: no backend always first
         rows = []
         for seq in args.seqs:
             for backend in order:
@@ -226,14 +229,17 @@ def main() -> None:
         rounds.append(sorted(rows, key=lambda r: (r["seq"], backends.index(r["backend"]))))
     rows = aggregate(rounds)
     first = next((r for r in rows if "error" not in r), {})
-    print(f"platform {platform} ({first.get('device', '?')}), batch {args.batch}, heads {args.heads}, "
-          f"kv_heads {args.kv_heads}, head_dim {args.head_dim}, {args.dtype}, causal; fwd+bwd; "
-          f"median of >= {args.reps} steps x {args.rounds} round(s)")  # fmt: skip
+    print(
+        f"platform {platform} ({first.get('device', '?')}), batch {args.batch}, heads {args.heads}, "
+        f"kv_heads {args.kv_heads}, head_dim {args.head_dim}, {args.dtype}, causal; fwd+bwd; "
+        f"median of >= {args.reps} steps x {args.rounds} round(s)"
+    )
     print(table(rows))
     print(f"total {time.perf_counter() - started:.0f} s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {**vars(args), "out": str(args.out)}, "platform": platform,
-                                    "rows": rows}, indent=1))  # fmt: skip
+    args.out.write_text(
+        json.dumps({"args": {**vars(args), "out": str(args.out)}, "platform": platform, "rows": rows}, indent=1)
+    )
 
 
 if __name__ == "__main__":

@@ -27,13 +27,17 @@ def cpu_seconds():
 
 
 def run(stage, tasks):
-    LocalPipelineExecutor(pipeline=stage["pipeline"], tasks=tasks, workers=1,
-                          logging_dir=stage["logs"]).run()
+    LocalPipelineExecutor(pipeline=stage["pipeline"], tasks=tasks, workers=1, logging_dir=stage["logs"]).run()
 
 
 def minhash(args, num_files):
-    from datatrove.pipeline.dedup import MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster, \
-        MinhashDedupFilter, MinhashDedupSignature
+    from datatrove.pipeline.dedup import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
 
     cfg = MinhashConfig(n_grams=5, num_buckets=args.buckets, hashes_per_bucket=args.rows)
     w = args.work
@@ -41,14 +45,17 @@ def minhash(args, num_files):
         ("signatures", num_files, [JsonlReader(args.input), MinhashDedupSignature(f"{w}/sigs", config=cfg)]),
         ("buckets", cfg.num_buckets, [MinhashDedupBuckets(f"{w}/sigs", f"{w}/buckets", config=cfg)]),
         ("cluster", 1, [MinhashDedupCluster(f"{w}/buckets", f"{w}/remove", config=cfg)]),
-        ("filter", num_files, [JsonlReader(args.input), MinhashDedupFilter(f"{w}/remove"),
-                               JsonlWriter(f"{w}/out")]),
+        ("filter", num_files, [JsonlReader(args.input), MinhashDedupFilter(f"{w}/remove"), JsonlWriter(f"{w}/out")]),
     ]
 
 
 def exact(args, num_files):
-    from datatrove.pipeline.dedup.exact_dedup import ExactDedupConfig, ExactDedupFilter, ExactDedupSignature, \
-        ExactFindDedups
+    from datatrove.pipeline.dedup.exact_dedup import (
+        ExactDedupConfig,
+        ExactDedupFilter,
+        ExactDedupSignature,
+        ExactFindDedups,
+    )
 
     # Same normalization as marin's exact dedupe (case and whitespace), so both find the same duplicates.
     cfg = ExactDedupConfig(content_getter=lambda doc: " ".join(doc.text.lower().split()))
@@ -56,8 +63,11 @@ def exact(args, num_files):
     return [
         ("signatures", num_files, [JsonlReader(args.input), ExactDedupSignature(f"{w}/sigs", config=cfg)]),
         ("find", 1, [ExactFindDedups(f"{w}/sigs", f"{w}/dups", config=cfg)]),
-        ("filter", num_files, [JsonlReader(args.input), ExactDedupFilter(f"{w}/dups", config=cfg),
-                               JsonlWriter(f"{w}/out")]),
+        (
+            "filter",
+            num_files,
+            [JsonlReader(args.input), ExactDedupFilter(f"{w}/dups", config=cfg), JsonlWriter(f"{w}/out")],
+        ),
     ]
 
 

@@ -57,11 +57,17 @@ def run_ours(mode: str, input_path: str, work: str, verify: bool) -> dict:
 
     logging.basicConfig(level=logging.WARNING)
     if mode == "exact":
-        config = DedupeConfig(input_path=input_path, output_path=work, exact=ExactDedupeConfig(), fuzzy=None,
-                              use_ray=False)
+        config = DedupeConfig(
+            input_path=input_path, output_path=work, exact=ExactDedupeConfig(), fuzzy=None, use_ray=False
+        )
     else:
-        config = DedupeConfig(input_path=input_path, output_path=work, exact=None, use_ray=False,
-                              fuzzy=MinHashConfig(shingle_size=5, bands=14, rows=8, verify=verify))
+        config = DedupeConfig(
+            input_path=input_path,
+            output_path=work,
+            exact=None,
+            use_ray=False,
+            fuzzy=MinHashConfig(shingle_size=5, bands=14, rows=8, verify=verify),
+        )
     start, cpu0 = time.monotonic(), cpu_seconds()
     summary = dedupe_documents(config)
     seconds = {**summary["seconds"], "total": round(time.monotonic() - start, 2)}
@@ -85,8 +91,13 @@ def quality(corpus: str, kept_path: str, mode: str) -> dict:
     total = sum(v for k, v in manifest["files"].items() if k.startswith("train/"))
     removed = total - len(kept)
     unexplained = removed - len(explained - kept)
-    return {"documents": total, "removed": removed, "recall": round(found / len(positives), 4),
-            "unexplained_removals": unexplained, "precision_estimate": round(1 - unexplained / max(removed, 1), 4)}
+    return {
+        "documents": total,
+        "removed": removed,
+        "recall": round(found / len(positives), 4),
+        "unexplained_removals": unexplained,
+        "precision_estimate": round(1 - unexplained / max(removed, 1), 4),
+    }
 
 
 def main() -> None:
@@ -103,8 +114,19 @@ def main() -> None:
     ensure_peer_venv()
     corpus = os.path.join(args.work, f"corpus-{args.docs_per_domain}")
     if not os.path.exists(os.path.join(corpus, "manifest.json")):
-        subprocess.run([sys.executable, "-m", "marin.corpus", "--output", corpus, "--train_docs_per_domain",
-                        str(args.docs_per_domain)], check=True, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "marin.corpus",
+                "--output",
+                corpus,
+                "--train_docs_per_domain",
+                str(args.docs_per_domain),
+            ],
+            check=True,
+            cwd=ROOT,
+        )
     train = os.path.join(corpus, "train")
     runs = []
     for mode in ("exact", "minhash"):
@@ -117,24 +139,42 @@ def main() -> None:
             if name.startswith("marin"):
                 cmd = [sys.executable, __file__, "--_ours", mode, train, work, verify]
             else:
-                cmd = [PEER_PY, os.path.join(HERE, "datatrove_dedupe.py"), "--mode", mode, "--input", train,
-                       "--work", work]
+                cmd = [
+                    PEER_PY,
+                    os.path.join(HERE, "datatrove_dedupe.py"),
+                    "--mode",
+                    mode,
+                    "--input",
+                    train,
+                    "--work",
+                    work,
+                ]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
             result = json.loads(out.stdout.strip().splitlines()[-1])
             q = quality(corpus, result["kept_ids"], mode)
-            row = {"mode": mode, "system": name, **q, "seconds": result["seconds"],
-                   "cpu_seconds": result["cpu_seconds"],
-                   "docs_per_second": round(q["documents"] / result["seconds"]["total"]),
-                   "docs_per_cpu_second": round(q["documents"] / result["cpu_seconds"])}
+            row = {
+                "mode": mode,
+                "system": name,
+                **q,
+                "seconds": result["seconds"],
+                "cpu_seconds": result["cpu_seconds"],
+                "docs_per_second": round(q["documents"] / result["seconds"]["total"]),
+                "docs_per_cpu_second": round(q["documents"] / result["cpu_seconds"]),
+            }
             runs.append(row)
-            print(f"{mode:8s} {name:18s} {row['docs_per_second']:>8d} docs/s  {row['docs_per_cpu_second']:>8d} "
-                  f"docs/cpu-s  recall {q['recall']:.4f}  precision~{q['precision_estimate']:.4f}", flush=True)
+            print(
+                f"{mode:8s} {name:18s} {row['docs_per_second']:>8d} docs/s  {row['docs_per_cpu_second']:>8d} "
+                f"docs/cpu-s  recall {q['recall']:.4f}  precision~{q['precision_estimate']:.4f}",
+                flush=True,
+            )
     for mode in ("exact", "minhash"):
         ours = next((r for r in runs if r["mode"] == mode and r["system"] == "marin"), None)
         peer = next((r for r in runs if r["mode"] == mode and r["system"] == "datatrove"), None)
         if ours and peer:
-            print(f"{mode}: marin / datatrove = {ours['docs_per_cpu_second'] / peer['docs_per_cpu_second']:.1f}x "
-                  f"per CPU-second, {ours['docs_per_second'] / peer['docs_per_second']:.1f}x wall")
+            print(
+                f"{mode}: marin / datatrove = {ours['docs_per_cpu_second'] / peer['docs_per_cpu_second']:.1f}x "
+                f"per CPU-second, {ours['docs_per_second'] / peer['docs_per_second']:.1f}x wall"
+            )
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "dedupe_bench.json"), "w") as fh:
         json.dump({"docs_per_domain": args.docs_per_domain, "runs": runs}, fh, indent=2)

@@ -73,16 +73,35 @@ def version_of(impl: str) -> str:
 def run_workload(impl: str, mode: str, shape: str, n: int, prefix: Path, ctx: dict) -> dict:
     """Run one workload subprocess; return its wall time plus the JSON it printed, or an error text."""
     # MARIN_PREFIX matters: without it the peer's StepSpec.output_path asks the GCE metadata server on every access.
-    env = dict(os.environ, PYTHONPATH=PYTHONPATH[impl], MARIN_PREFIX=str(prefix), RAY_AUTH_MODE="disabled",
-               RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=ctx["ray_tmp"])
-    cmd = [str(PYTHON[impl]), str(WORKLOAD), "--mode", mode, "--impl", impl, "--shape", shape, "--n", str(n),
-           "--prefix", str(prefix)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=PYTHONPATH[impl],
+        MARIN_PREFIX=str(prefix),
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_TMPDIR=ctx["ray_tmp"],
+    )
+    cmd = [
+        str(PYTHON[impl]),
+        str(WORKLOAD),
+        "--mode",
+        mode,
+        "--impl",
+        impl,
+        "--shape",
+        shape,
+        "--n",
+        str(n),
+        "--prefix",
+        str(prefix),
+    ]
     log_path = RESULTS / "logs" / f"{impl}-{mode}-{shape}-{n}-{ctx['seq']:03d}.log"
     ctx["seq"] += 1
     with open(log_path, "w") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ctx["workdir"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ctx["workdir"], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             rc = proc.wait(timeout=ctx["timeout"])
         except subprocess.TimeoutExpired:
@@ -111,8 +130,15 @@ def measure(name: str, impl: str, mode: str, shape: str, n: int, ctx: dict, repe
     samples: list[dict] = []
     while len(samples) < repeat and not any("error" in s for s in samples):  # stop at the first failure
         samples.append(run_workload(impl, mode, shape, run_n, prefix, ctx))
-    rec = {"measurement": name, "impl": impl, "shape": shape, "n": n, "ran_n": run_n, "prefix": str(prefix),
-           "samples": samples}
+    rec = {
+        "measurement": name,
+        "impl": impl,
+        "shape": shape,
+        "n": n,
+        "ran_n": run_n,
+        "prefix": str(prefix),
+        "samples": samples,
+    }
     bad = [s for s in samples if "error" in s]
     if not bad and mode == "plan" and any(s["planned"] != run_n for s in samples):
         bad = [{"error": f"planned {samples[0]['planned']} steps, expected {run_n}"}]
@@ -168,8 +194,10 @@ def markdown(records: list[dict], impls: list[str]) -> str:
         lines.append(f"| {name} | {shape} | {n} | {cells} | {ratio} |")
     imports = {r["impl"]: r["import_s"] for r in records if r["measurement"] == "plan" and "import_s" in r}
     if imports:
-        lines.append("\n`import marin.execution` inside the workload process: "
-                     + ", ".join(f"{i} {s:.2f} s" for i, s in imports.items()))
+        lines.append(
+            "\n`import marin.execution` inside the workload process: "
+            + ", ".join(f"{i} {s:.2f} s" for i, s in imports.items())
+        )
     return "\n".join(lines)
 
 
@@ -191,10 +219,18 @@ def main() -> None:
     if "peer" in impls:
         ensure_peer_venv()
     (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
-    ctx = {"workdir": tempfile.mkdtemp(prefix="exb_", dir="/tmp"), "ray_tmp": f"/tmp/rb_{os.getpid()}",
-           "timeout": args.timeout, "seq": 0}
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "args": vars(args),
-            "versions": {i: version_of(i) for i in impls}}
+    ctx = {
+        "workdir": tempfile.mkdtemp(prefix="exb_", dir="/tmp"),
+        "ray_tmp": f"/tmp/rb_{os.getpid()}",
+        "timeout": args.timeout,
+        "seq": 0,
+    }
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "args": vars(args),
+        "versions": {i: version_of(i) for i in impls},
+    }
     records: list[dict] = []
     turn = 0
 
@@ -207,18 +243,23 @@ def main() -> None:
 
     try:
         for shape in args.shapes:
-            interleaved(lambda impl: materialize_and_rerun(impl, shape, args.run_n, args, ctx))
+            interleaved(lambda impl, shape=shape: materialize_and_rerun(impl, shape, args.run_n, args, ctx))
         for n in args.sizes:
             for shape in args.shapes:
-                interleaved(lambda impl: [measure("dry_run", impl, "dry_run", shape, n, ctx, args.repeat)])
+                interleaved(
+                    lambda impl, shape=shape, n=n: [measure("dry_run", impl, "dry_run", shape, n, ctx, args.repeat)]
+                )
             for shape in args.shapes:
-                interleaved(lambda impl: [measure("plan", impl, "plan", shape, n, ctx, args.repeat)])
+                interleaved(lambda impl, shape=shape, n=n: [measure("plan", impl, "plan", shape, n, ctx, args.repeat)])
     finally:
         shutil.rmtree(ctx["ray_tmp"], ignore_errors=True)
         if not args.keep:
             shutil.rmtree(ctx["workdir"], ignore_errors=True)
-    print(f"Executor benchmark ({meta['date']}, {meta['cpus']} CPUs; "
-          + "; ".join(f"{i}: {v}" for i, v in meta["versions"].items()) + ")\n")
+    print(
+        f"Executor benchmark ({meta['date']}, {meta['cpus']} CPUs; "
+        + "; ".join(f"{i}: {v}" for i, v in meta["versions"].items())
+        + ")\n"
+    )
     print(markdown(records, impls))
     log(f"\nJSON written to {RESULTS / 'executor_bench.json'}")
 

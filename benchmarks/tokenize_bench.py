@@ -35,9 +35,11 @@ from marin.tokenize import (
 )
 
 RESULTS = Path(__file__).resolve().parent / "results"
-WORDS = ("once upon a time there was little girl named lily who loved to play in the park with her dog "
-         "max one day they found big red ball under tree and sun was shining 12 + 35 = 47 def add(a, b): "
-         "return a + b for i in range(10): print(i)").split()
+WORDS = (
+    "once upon a time there was little girl named lily who loved to play in the park with her dog "
+    "max one day they found big red ball under tree and sun was shining 12 + 35 = 47 def add(a, b): "
+    "return a + b for i in range(10): print(i)"
+).split()
 
 
 def make_corpus(root: Path, docs: int, shards: int = 8) -> list[str]:
@@ -54,7 +56,7 @@ def make_corpus(root: Path, docs: int, shards: int = 8) -> list[str]:
 
 def bench_throughput(files, tok_dir, texts, tokenizer, repeat):
     raw, step = [], []
-    for r in range(repeat):
+    for _ in range(repeat):
         start = time.perf_counter()
         n = 0
         for i in range(0, len(texts), 1024):
@@ -112,20 +114,29 @@ def main() -> None:
         from marin.tokenize.inputs import iter_texts
 
         texts = list(iter_texts(files))
-        tokenizer = build_bpe_tokenizer(iter(texts[:5000]), TrainTokenizerConfig(input_paths=files, output_path="",
-                                                                                vocab_size=8192))
+        tokenizer = build_bpe_tokenizer(
+            iter(texts[:5000]), TrainTokenizerConfig(input_paths=files, output_path="", vocab_size=8192)
+        )
         tok_dir = root / "tok"
         tok_dir.mkdir()
         (tok_dir / "tokenizer.json").write_text(tokenizer.to_str())
         raw, step = bench_throughput(files, str(tok_dir), texts, tokenizer, args.repeat)
         cache_dir = root / "cache"
-        tokenize_corpus(TokenizeConfig(train_paths=files, validation_paths=[], tokenizer=str(tok_dir),
-                                       output_path=str(cache_dir)))
+        tokenize_corpus(
+            TokenizeConfig(train_paths=files, validation_paths=[], tokenizer=str(tok_dir), output_path=str(cache_dir))
+        )
         cache = TokenCache.open(str(cache_dir / "train"))
         local = bench_reader(cache)
         remote = gcs_reader(str(cache_dir / "train")) if args.gcs else None
-    results = {"docs": args.docs, "tokens": cache.num_tokens, "raw_tokens_per_s": raw, "step_tokens_per_s": step,
-               "step_over_raw": step / raw, "reader_batches_per_s_local": local, "reader_batches_per_s_gcs": remote}
+    results = {
+        "docs": args.docs,
+        "tokens": cache.num_tokens,
+        "raw_tokens_per_s": raw,
+        "step_tokens_per_s": step,
+        "step_over_raw": step / raw,
+        "reader_batches_per_s_local": local,
+        "reader_batches_per_s_gcs": remote,
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "tokenize_bench.json").write_text(json.dumps(results, indent=2))
     print("| measurement | value |\n|---|---|")

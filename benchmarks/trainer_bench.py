@@ -36,7 +36,9 @@ RESULTS = HERE / "results" / "trainer_bench.json"
 # The two configs of issue 6. Batch 8 everywhere.
 CONFIGS = {
     "nano": dict(vocab_size=8192, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256),
-    "small": dict(vocab_size=8192, hidden_dim=512, mlp_dim=1376, num_layers=6, num_heads=8, num_kv_heads=4, seq_len=512),
+    "small": dict(
+        vocab_size=8192, hidden_dim=512, mlp_dim=1376, num_layers=6, num_heads=8, num_kv_heads=4, seq_len=512
+    ),
 }
 BATCH = 8
 PEAK_N = 2048  # the peak is the best rate of an n x n x n fp32 matmul (XLA's YNNPACK kernel)
@@ -63,7 +65,6 @@ def batches(c: dict, n: int = 4):
 
 
 def jax_worker(c: dict, variant: dict):
-    import dataclasses
 
     import jax
     import numpy as np
@@ -77,18 +78,31 @@ def jax_worker(c: dict, variant: dict):
         keep_large_buffers_mapped()  # as train() does on CPU
 
     cfg = LlamaConfig(**c, **variant.get("model", {}))
-    opt = OptimizerConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, beta1=BETAS[0], beta2=BETAS[1],
-                          epsilon=EPS, schedule="constant", warmup=0)  # fmt: skip
+    opt = OptimizerConfig(
+        learning_rate=LR,
+        weight_decay=WD,
+        max_grad_norm=CLIP,
+        beta1=BETAS[0],
+        beta2=BETAS[1],
+        epsilon=EPS,
+        schedule="constant",
+        warmup=0,
+    )
     tx = opt.build(1000, param_axes(cfg))
-    policy = PrecisionPolicy(compute_dtype=variant.get("compute_dtype", "float32"),
-                             matmul_dtype=variant.get("matmul_dtype", "default"))  # fmt: skip
+    policy = PrecisionPolicy(
+        compute_dtype=variant.get("compute_dtype", "float32"), matmul_dtype=variant.get("matmul_dtype", "default")
+    )
     state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=False, policy=policy)
     train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), StepConfig(precision=policy))
     data = []
     for tokens in batches(c):
         t = tokens.astype(np.int32)
-        b = {"input_ids": t[:, :-1], "targets": t[:, 1:], "loss_mask": np.ones(t[:, 1:].shape, np.float32),
-             "segment_ids": np.zeros(t[:, 1:].shape, np.int32)}  # fmt: skip
+        b = {
+            "input_ids": t[:, :-1],
+            "targets": t[:, 1:],
+            "loss_mask": np.ones(t[:, 1:].shape, np.float32),
+            "segment_ids": np.zeros(t[:, 1:].shape, np.int32),
+        }
         data.append(jax.device_put(b))
     holder = {"state": state, "i": 0}
 
@@ -101,7 +115,6 @@ def jax_worker(c: dict, variant: dict):
 
 
 def torch_worker(c: dict, variant: dict):
-    import math
 
     import torch
     import torch.nn.functional as F
@@ -128,7 +141,11 @@ def torch_worker(c: dict, variant: dict):
         def __init__(self):
             super().__init__()
             self.attn_norm, self.mlp_norm = RMSNorm(), RMSNorm()
-            self.wq, self.wk, self.wv = nn.Linear(d, h * hd, bias=False), nn.Linear(d, kv * hd, bias=False), nn.Linear(d, kv * hd, bias=False)
+            self.wq, self.wk, self.wv = (
+                nn.Linear(d, h * hd, bias=False),
+                nn.Linear(d, kv * hd, bias=False),
+                nn.Linear(d, kv * hd, bias=False),
+            )
             self.wo = nn.Linear(h * hd, d, bias=False)
             self.w_gate, self.w_up = nn.Linear(d, c["mlp_dim"], bias=False), nn.Linear(d, c["mlp_dim"], bias=False)
             self.w_down = nn.Linear(c["mlp_dim"], d, bias=False)
@@ -170,8 +187,13 @@ def torch_worker(c: dict, variant: dict):
     model = Llama()
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embed" not in n and "lm_head" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embed" not in n and "lm_head" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS, foreach=True)  # fmt: skip
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+        lr=LR,
+        betas=BETAS,
+        eps=EPS,
+        foreach=True,
+    )
     loss_fn = torch.compile(model) if variant.get("compile") else model
     data = [torch.from_numpy(t) for t in batches(c)]
     holder = {"i": 0}
@@ -202,13 +224,27 @@ def levanter_worker(c: dict, variant: dict):
     from levanter.models.lm_model import LmExample
     from levanter.optim import AdamConfig
 
-    cfg = LevLlamaConfig(max_seq_len=c["seq_len"], hidden_dim=c["hidden_dim"], intermediate_dim=c["mlp_dim"],
-                         num_layers=c["num_layers"], num_heads=c["num_heads"], num_kv_heads=c["num_kv_heads"],
-                         gradient_checkpointing=False)  # fmt: skip
+    cfg = LevLlamaConfig(
+        max_seq_len=c["seq_len"],
+        hidden_dim=c["hidden_dim"],
+        intermediate_dim=c["mlp_dim"],
+        num_layers=c["num_layers"],
+        num_heads=c["num_heads"],
+        num_kv_heads=c["num_kv_heads"],
+        gradient_checkpointing=False,
+    )
     Vocab, Batch, Pos = hax.Axis("vocab", c["vocab_size"]), hax.Axis("batch", BATCH), cfg.max_Pos
     model = cfg.model_type.init(Vocab, cfg, key=jax.random.PRNGKey(0))
-    opt = AdamConfig(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, beta1=BETAS[0], beta2=BETAS[1],
-                     epsilon=EPS, warmup=0.0, lr_schedule="constant").build(1000)  # fmt: skip
+    opt = AdamConfig(
+        learning_rate=LR,
+        weight_decay=WD,
+        max_grad_norm=CLIP,
+        beta1=BETAS[0],
+        beta2=BETAS[1],
+        epsilon=EPS,
+        warmup=0.0,
+        lr_schedule="constant",
+    ).build(1000)
     opt_state = opt.init(eqx.filter(model, eqx.is_inexact_array))
 
     def loss_fn(model, tokens):
@@ -226,8 +262,9 @@ def levanter_worker(c: dict, variant: dict):
     holder = {"model": model, "opt_state": opt_state, "i": 0}
 
     def step():
-        holder["model"], holder["opt_state"], loss = train_step(holder["model"], holder["opt_state"],
-                                                                 data[holder["i"] % len(data)])  # fmt: skip
+        holder["model"], holder["opt_state"], loss = train_step(
+            holder["model"], holder["opt_state"], data[holder["i"] % len(data)]
+        )
         holder["i"] += 1
         return loss
 
@@ -249,8 +286,13 @@ def matmul_peak_worker(c: dict, variant: dict):
     return step, lambda out: float(out[0, 0])
 
 
-WORKERS = {"jax": jax_worker, "torch_eager": torch_worker, "torch_compile": torch_worker,
-           "levanter": levanter_worker, "peak": matmul_peak_worker}  # fmt: skip
+WORKERS = {
+    "jax": jax_worker,
+    "torch_eager": torch_worker,
+    "torch_compile": torch_worker,
+    "levanter": levanter_worker,
+    "peak": matmul_peak_worker,
+}
 
 
 def serve(kind: str, config: str, variant: dict) -> None:
@@ -261,7 +303,9 @@ def serve(kind: str, config: str, variant: dict) -> None:
     built = time.perf_counter()
     loss = to_float(step())  # first call: tracing + compilation + one step
     first = time.perf_counter()
-    print(json.dumps({"event": "ready", "build_s": built - t0, "first_step_s": first - built, "loss": loss}), flush=True)
+    print(
+        json.dumps({"event": "ready", "build_s": built - t0, "first_step_s": first - built, "loss": loss}), flush=True
+    )
     for line in sys.stdin:
         n = int(line.split()[1])
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -269,7 +313,9 @@ def serve(kind: str, config: str, variant: dict) -> None:
             loss = step()
         value = to_float(loss)  # the only host sync: waits for the last step
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        print(json.dumps({"event": "ran", "steps": n, "seconds": seconds, "cpu_seconds": cpu, "loss": value}), flush=True)
+        print(
+            json.dumps({"event": "ran", "steps": n, "seconds": seconds, "cpu_seconds": cpu, "loss": value}), flush=True
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -294,7 +340,16 @@ def ensure_venv(venv: Path, packages: list[str]) -> Path | None:
 
 class Worker:
     def __init__(self, name: str, python: Path, kind: str, config: str, variant: dict, env: dict):
-        cmd = [str(python), str(Path(__file__).resolve()), "--worker", kind, "--config", config, "--variant", json.dumps(variant)]
+        cmd = [
+            str(python),
+            str(Path(__file__).resolve()),
+            "--worker",
+            kind,
+            "--config",
+            config,
+            "--variant",
+            json.dumps(variant),
+        ]
         full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "JAX_PLATFORMS": "cpu", **env}
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=full_env)
@@ -368,10 +423,13 @@ def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak:
         tps = [tokens_per_step / t for t in w.times]
         med = statistics.median(tps)
         result[w.name] = {
-            "tokens_per_s": med, "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps),
-            "mfu": med * fpt / peak, "compile_s": w.ready["first_step_s"],
+            "tokens_per_s": med,
+            "tokens_per_s_min": min(tps),
+            "tokens_per_s_max": max(tps),
+            "mfu": med * fpt / peak,
+            "compile_s": w.ready["first_step_s"],
             "tokens_per_cpu_s": tokens_per_step / statistics.median(w.cpu_times),
-        }  # fmt: skip
+        }
         w.close()
     return result
 
@@ -393,9 +451,14 @@ def main() -> None:
     parser.add_argument("--variant", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--configs", nargs="+", default=["nano", "small"], choices=sorted(CONFIGS))
     parser.add_argument("--peers", nargs="+", default=["jax", "torch_eager", "torch_compile", "levanter"])
-    parser.add_argument("--jax-variant", action="append", default=[], metavar="NAME=JSON",
-                        help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\' or '
-                             'fp8=\'{"compute_dtype": "bfloat16", "matmul_dtype": "float8"}\'')  # fmt: skip
+    parser.add_argument(
+        "--jax-variant",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\' or '
+        'fp8=\'{"compute_dtype": "bfloat16", "matmul_dtype": "float8"}\'',
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds-per-turn", type=float, default=3.0)
     parser.add_argument("--peak", type=float, default=None, help="peak FLOP/s for MFU (default: measured)")
@@ -406,7 +469,12 @@ def main() -> None:
     variants = dict(v.split("=", 1) for v in args.jax_variant)
     peak = args.peak or measure_peak(3 * args.rounds)
     print(f"[bench] peak fp32 matmul: {peak / 1e9:.0f} GFLOP/s", file=sys.stderr)
-    report = {"peak_flops": peak, "cpu_count": os.cpu_count(), "time": time.strftime("%Y-%m-%d %H:%M:%S"), "configs": {}}
+    report = {
+        "peak_flops": peak,
+        "cpu_count": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "configs": {},
+    }
     for config in args.configs:
         specs = peer_specs(args.peers, {k: json.loads(v) for k, v in variants.items()})
         report["configs"][config] = res = bench_config(config, specs, args.rounds, args.seconds_per_turn, peak)
@@ -414,8 +482,10 @@ def main() -> None:
         print(f"\n{config}: tokens/s median [min-max], MFU, compile (first step) s")
         for name, r in res.items():
             ratio = f"  jax/{name} = {base['tokens_per_s'] / r['tokens_per_s']:.2f}x" if base and name != "jax" else ""
-            print(f"  {name:16s} {r['tokens_per_s']:8.0f} [{r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f}]"
-                  f"  MFU {r['mfu']:6.1%}  compile {r['compile_s']:5.1f}s  tok/cpu-s {r['tokens_per_cpu_s']:6.0f}{ratio}")  # fmt: skip
+            print(
+                f"  {name:16s} {r['tokens_per_s']:8.0f} [{r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f}]"
+                f"  MFU {r['mfu']:6.1%}  compile {r['compile_s']:5.1f}s  tok/cpu-s {r['tokens_per_cpu_s']:6.0f}{ratio}"
+            )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {RESULTS}")

@@ -54,8 +54,10 @@ def _plain_script(args) -> int:
     for i, url in enumerate(files):
         docs = list(read_documents(url))
         labels, probs = model.predict([fasttext_line(d["text"], 5_000) for d in docs], k=-1)
-        rows = [{"id": d["id"], "scores": dict(zip(ls, ps.tolist(), strict=True))}
-                for d, ls, ps in zip(docs, labels, probs, strict=True)]  # fmt: skip
+        rows = [
+            {"id": d["id"], "scores": dict(zip(ls, ps.tolist(), strict=True))}
+            for d, ls, ps in zip(docs, labels, probs, strict=True)
+        ]
         n += write_records(f"{out_dir}/{os.getpid()}-{i}.jsonl.gz", rows)
     return n
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import draccus
 
-from marin.logs import configure_logging
 from data_browser.config import BrowserConfig
+from marin.logs import configure_logging
 
 
 def _roots_to_list(argv: list[str]) -> list[str]:

@@ -35,8 +35,15 @@ class BrowserConfig:
     def __post_init__(self):
         if not self.roots:
             raise ValueError("BrowserConfig.roots must name at least one prefix")
-        for field in ("records_per_page", "max_line_bytes", "max_view_bytes", "max_search_records",
-                      "max_json_bytes", "max_metrics_bytes", "max_metric_points"):
+        for field in (
+            "records_per_page",
+            "max_line_bytes",
+            "max_view_bytes",
+            "max_search_records",
+            "max_json_bytes",
+            "max_metrics_bytes",
+            "max_metric_points",
+        ):
             if getattr(self, field) <= 0:
                 raise ValueError(f"BrowserConfig.{field} must be > 0, got {getattr(self, field)}")
 

@@ -111,8 +111,9 @@ def step_views(record: dict[str, Any], allowed: Callable[[str], bool], max_bytes
     for s in record["steps"]:
         out = s["output_path"]
         browsable = allowed(out)
-        state, message, started, finished = (step_state(out) if browsable and allowed(join(out, STATUS_FILE))
-                                             else (None, None, None, None))
+        state, message, started, finished = (
+            step_state(out) if browsable and allowed(join(out, STATUS_FILE)) else (None, None, None, None)
+        )
         info_url = join(out, INFO_FILE)
         config = None
         if browsable and allowed(info_url) and exists(info_url):
@@ -121,8 +122,21 @@ def step_views(record: dict[str, Any], allowed: Callable[[str], bool], max_bytes
                 config = info.get("config") if isinstance(info, dict) else f"(unreadable {info_url}: not an object)"
             except (ReadFailure, OSError) as e:
                 config = f"(unreadable {INFO_FILE}: {e})"
-        views.append(StepView(s["name"], s["identity"], out, s.get("dependencies", []), state, message,
-                              started, finished, config, s.get("fn"), browsable))
+        views.append(
+            StepView(
+                s["name"],
+                s["identity"],
+                out,
+                s.get("dependencies", []),
+                state,
+                message,
+                started,
+                finished,
+                config,
+                s.get("fn"),
+                browsable,
+            )
+        )
     return views
 
 
@@ -178,8 +192,10 @@ def dag_svg(steps: list[StepView], link_prefix: str = "#step-") -> str:
         for d in s.dependencies:
             if d in pos:
                 (x1, y1), (x2, y2) = pos[d], pos[s.identity]
-                parts.append(f'<path d="M{x1 + box_w},{y1 + box_h / 2} C{x1 + box_w + gap_x / 2},{y1 + box_h / 2} '
-                             f'{x2 - gap_x / 2},{y2 + box_h / 2} {x2},{y2 + box_h / 2}" class="edge"/>')
+                parts.append(
+                    f'<path d="M{x1 + box_w},{y1 + box_h / 2} C{x1 + box_w + gap_x / 2},{y1 + box_h / 2} '
+                    f'{x2 - gap_x / 2},{y2 + box_h / 2} {x2},{y2 + box_h / 2}" class="edge"/>'
+                )
     for s in steps:
         x, y = pos[s.identity]
         color = STATE_COLORS.get(s.state, "#6a1b9a")

@@ -3,10 +3,10 @@ the SFT loss trains on (the cache's stored mask: assistant turns and their end-o
 
     /sft?path=local_store/tokenized/bundled-instructions-sft-1a2b/train&offset=0
 
-Reading only (the route is ``pages/sft_page.py``). The page reads only what the SFT tokenize step wrote: the cache (``marin.tokenize.reader``, the token-cache
-format) and the tokenizer directory its ledger names, which must lie inside the browser's roots like every
-other path. Runs of equally masked tokens are decoded together, so a span reads as text; special tokens
-(turn headers, end of turn) are kept visible.
+Reading only (the route is ``pages/sft_page.py``). The page reads only what the SFT tokenize step wrote:
+the cache (``marin.tokenize.reader``, the token-cache format) and the tokenizer directory its ledger names,
+which must lie inside the browser's roots like every other path. Runs of equally masked tokens are decoded
+together, so a span reads as text; special tokens (turn headers, end of turn) are kept visible.
 """
 
 from __future__ import annotations

@@ -66,8 +66,10 @@ def load_metrics(url: str, max_bytes: int, max_points: int) -> Metrics:
         return Metrics({}, [f"{url}: cannot be read ({type(e).__name__}: {e})"])
     notes = []
     if size > max_bytes:
-        notes.append(f"{METRICS_FILE} is {size / 1e6:.1f} MB, more than the {max_bytes / 1e6:.1f} MB the browser "
-                     f"reads (max_metrics_bytes): the curves are drawn from evenly spaced slices of it.")
+        notes.append(
+            f"{METRICS_FILE} is {size / 1e6:.1f} MB, more than the {max_bytes / 1e6:.1f} MB the browser "
+            f"reads (max_metrics_bytes): the curves are drawn from evenly spaced slices of it."
+        )
     rows, bad = [], 0
     for line in lines:
         if not line.strip():
@@ -85,8 +87,10 @@ def load_metrics(url: str, max_bytes: int, max_points: int) -> Metrics:
         notes.append(f"{bad} line(s) without a JSON object holding a numeric step were skipped.")
     rows, thinned = _thin(rows, max_points)
     if thinned:
-        notes.append(f"Metrics with more than {max_points:,} points are thinned to about that many "
-                     f"(max_metric_points): {', '.join(thinned)}.")
+        notes.append(
+            f"Metrics with more than {max_points:,} points are thinned to about that many "
+            f"(max_metric_points): {', '.join(thinned)}."
+        )
     keys = sorted({k for r in rows for k, v in r.items() if v is not None and k != "step"})
     columns = {"step": [r["step"] for r in rows]}
     for key in keys:
@@ -145,8 +149,10 @@ class ResultsTable:
     @property
     def groups(self) -> list[tuple[str, str, list[ResultRow]]]:
         """Rows grouped by (section, set or task), in file order."""
-        return [(section, name, list(rows))
-                for (section, name), rows in itertools.groupby(self.rows, lambda r: (r.section, r.name))]
+        return [
+            (section, name, list(rows))
+            for (section, name), rows in itertools.groupby(self.rows, lambda r: (r.section, r.name))
+        ]
 
 
 def results_table(results: Any) -> ResultsTable | None:
@@ -169,8 +175,16 @@ def _metric_rows(section: str, name: str, metrics: dict[str, Any]) -> list[Resul
     for metric, v in metrics.items():
         if isinstance(v, dict) and "value" in v:  # {"value", "stderr", "ci95"} from accuracy_stats
             ci = v.get("ci95")
-            rows.append(ResultRow(section, name, metric, v["value"], _number(v.get("stderr")),
-                                  ci if isinstance(ci, list) and len(ci) == 2 else None))
+            rows.append(
+                ResultRow(
+                    section,
+                    name,
+                    metric,
+                    v["value"],
+                    _number(v.get("stderr")),
+                    ci if isinstance(ci, list) and len(ci) == 2 else None,
+                )
+            )
         else:  # a number, or the settings the task was scored with (``config``): shown folded
             rows.append(ResultRow(section, name, metric, v))
     return rows

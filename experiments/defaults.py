@@ -74,83 +74,125 @@ def _named_inputs(values: Mapping[str, Input] | None) -> dict:
     return {name: _input(v) for name, v in (values or {}).items()}
 
 
-def default_download(name: str, source: Input, *, revision: str | None = None, patterns: Sequence[str] = (),
-                     files: Sequence[str] = ()) -> ExecutorStep:
+def default_download(
+    name: str, source: Input, *, revision: str | None = None, patterns: Sequence[str] = (), files: Sequence[str] = ()
+) -> ExecutorStep:
     """``raw/<name>``: a hub data set pinned to ``revision``, or any URL (or another step's output)."""
     return ExecutorStep(
         name=f"raw/{name}",
         fn=download_dataset,
-        config=DownloadConfig(source=_input(source), revision=versioned(revision), patterns=versioned(tuple(patterns)),
-                              files=versioned(tuple(files)), output_path=this_output_path()),
+        config=DownloadConfig(
+            source=_input(source),
+            revision=versioned(revision),
+            patterns=versioned(tuple(patterns)),
+            files=versioned(tuple(files)),
+            output_path=this_output_path(),
+        ),
         description=f"download {source}",
         resources=CPU_DATA,
     )
 
 
-def default_extract(name: str, pages: Input, *, extractor: str = "resiliparse", markdown: bool = True,
-                    min_chars: int = 50, max_workers: int | None = None) -> ExecutorStep:
+def default_extract(
+    name: str,
+    pages: Input,
+    *,
+    extractor: str = "resiliparse",
+    markdown: bool = True,
+    min_chars: int = 50,
+    max_workers: int | None = None,
+) -> ExecutorStep:
     """``extracted/<name>``: HTML pages (WARC, records with an ``html`` field, .html files) to text documents."""
     return ExecutorStep(
         name=f"extracted/{name}",
         fn=extract_pages,
-        config=ExtractConfig(input_path=_input(pages), output_path=this_output_path(),
-                             extractor=versioned(ExtractorConfig(name=extractor, markdown=markdown)),
-                             min_chars=versioned(min_chars), max_workers=max_workers),
+        config=ExtractConfig(
+            input_path=_input(pages),
+            output_path=this_output_path(),
+            extractor=versioned(ExtractorConfig(name=extractor, markdown=markdown)),
+            min_chars=versioned(min_chars),
+            max_workers=max_workers,
+        ),
         description=f"extract text from {name} pages with {extractor}",
         resources=CPU_DATA,
     )
 
 
-def default_train_classifier(name: str, datasets: Mapping[str, Sequence[Input]], *,
-                             fasttext: FastTextConfig = FastTextConfig(), max_docs_per_label: int | None = 20_000,
-                             max_chars: int = 5_000) -> ExecutorStep:
+def default_train_classifier(
+    name: str,
+    datasets: Mapping[str, Sequence[Input]],
+    *,
+    fasttext: FastTextConfig = FastTextConfig(),
+    max_docs_per_label: int | None = 20_000,
+    max_chars: int = 5_000,
+) -> ExecutorStep:
     """``classifiers/<name>``: a fastText classifier on labelled document sets, held-out P/R in metrics.json."""
     return ExecutorStep(
         name=f"classifiers/{name}",
         fn=train_classifier,
-        config=TrainClassifierConfig(datasets={label: _inputs(paths) for label, paths in datasets.items()},
-                                     output_path=this_output_path(), fasttext=versioned(fasttext),
-                                     max_docs_per_label=versioned(max_docs_per_label),
-                                     max_chars=versioned(max_chars)),
+        config=TrainClassifierConfig(
+            datasets={label: _inputs(paths) for label, paths in datasets.items()},
+            output_path=this_output_path(),
+            fasttext=versioned(fasttext),
+            max_docs_per_label=versioned(max_docs_per_label),
+            max_chars=versioned(max_chars),
+        ),
         description=f"train the {name} classifier on {', '.join(datasets)}",
         resources=CPU_DATA,
     )
 
 
-def default_classify(name: str, documents: Input, classifier: Input, *, attribute: str,
-                     max_chars: int = 5_000) -> ExecutorStep:
+def default_classify(
+    name: str, documents: Input, classifier: Input, *, attribute: str, max_chars: int = 5_000
+) -> ExecutorStep:
     """``attributes/<name>``: a score per label of ``classifier`` for every document, beside each shard."""
     return ExecutorStep(
         name=f"attributes/{name}",
         fn=classify_documents,
-        config=ClassifyConfig(input_path=_input(documents), model_path=_input(classifier),
-                              output_path=this_output_path(), attribute=versioned(attribute),
-                              max_chars=versioned(max_chars)),
+        config=ClassifyConfig(
+            input_path=_input(documents),
+            model_path=_input(classifier),
+            output_path=this_output_path(),
+            attribute=versioned(attribute),
+            max_chars=versioned(max_chars),
+        ),
         description=f"score {attribute} of every document",
         resources=CPU_DATA,
     )
 
 
-def default_filter(name: str, documents: Input, attributes: Sequence[Input], rules: Sequence[AttributeRule]
-                   ) -> ExecutorStep:
+def default_filter(
+    name: str, documents: Input, attributes: Sequence[Input], rules: Sequence[AttributeRule]
+) -> ExecutorStep:
     """``filtered/<name>``: the documents whose attributes pass every rule (thresholds or top-k percent)."""
     return ExecutorStep(
         name=f"filtered/{name}",
         fn=filter_documents,
-        config=FilterConfig(input_path=_input(documents), attribute_paths=_inputs(attributes),
-                            output_path=this_output_path(), rules=versioned(tuple(rules))),
+        config=FilterConfig(
+            input_path=_input(documents),
+            attribute_paths=_inputs(attributes),
+            output_path=this_output_path(),
+            rules=versioned(tuple(rules)),
+        ),
         description=f"keep documents passing {', '.join(r.name for r in rules)}",
         resources=CPU_DATA,
     )
 
 
-def default_dedupe(name: str, documents: Input, *, eval_sets: Sequence[Input] = (), fuzzy_threshold: float = 0.8,
-                   paragraph: bool = False) -> ExecutorStep:
+def default_dedupe(
+    name: str,
+    documents: Input,
+    *,
+    eval_sets: Sequence[Input] = (),
+    fuzzy_threshold: float = 0.8,
+    paragraph: bool = False,
+) -> ExecutorStep:
     """``documents/<name>``: exact + MinHash dedupe, optionally paragraph dedupe and decontamination."""
     decontaminate = None
     if eval_sets:
-        decontaminate = DecontaminationConfig(eval_paths=_inputs(eval_sets), ngram=versioned(13),
-                                              min_matches=versioned(1))
+        decontaminate = DecontaminationConfig(
+            eval_paths=_inputs(eval_sets), ngram=versioned(13), min_matches=versioned(1)
+        )
     return ExecutorStep(
         name=f"documents/{name}",
         fn=dedupe_documents,
@@ -167,9 +209,14 @@ def default_dedupe(name: str, documents: Input, *, eval_sets: Sequence[Input] = 
     )
 
 
-def default_train_tokenizer(name: str, documents: Sequence[Input], *, vocab_size: int = 8192,
-                            max_documents: int | None = 50_000,
-                            special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS) -> ExecutorStep:
+def default_train_tokenizer(
+    name: str,
+    documents: Sequence[Input],
+    *,
+    vocab_size: int = 8192,
+    max_documents: int | None = 50_000,
+    special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+) -> ExecutorStep:
     """``tokenizers/<name>``: a byte-level BPE trained on ``documents``; ``special_tokens`` may reserve more
     than end-of-document and padding (``(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS)`` for a later
     instruct phase: the model then has their embeddings from the start)."""
@@ -178,36 +225,54 @@ def default_train_tokenizer(name: str, documents: Sequence[Input], *, vocab_size
     return ExecutorStep(
         name=f"tokenizers/{name}",
         fn=train_tokenizer,
-        config=TrainTokenizerConfig(input_paths=_inputs(documents), output_path=this_output_path(),
-                                    vocab_size=versioned(vocab_size), max_documents=versioned(max_documents),
-                                    special_tokens=specials if specials == DEFAULT_SPECIAL_TOKENS else versioned(specials)),
+        config=TrainTokenizerConfig(
+            input_paths=_inputs(documents),
+            output_path=this_output_path(),
+            vocab_size=versioned(vocab_size),
+            max_documents=versioned(max_documents),
+            special_tokens=specials if specials == DEFAULT_SPECIAL_TOKENS else versioned(specials),
+        ),
         resources=CPU_DATA,
     )
 
 
-def default_tokenize(name: str, *, train: Sequence[Input], validation: Sequence[Input] = (),
-                     tokenizer: Input, num_workers: int = 1) -> ExecutorStep:
+def default_tokenize(
+    name: str, *, train: Sequence[Input], validation: Sequence[Input] = (), tokenizer: Input, num_workers: int = 1
+) -> ExecutorStep:
     """``tokenized/<name>``: token caches ``train/`` and ``validation/``."""
     return ExecutorStep(
         name=f"tokenized/{name}",
         fn=tokenize_corpus,
-        config=TokenizeConfig(train_paths=_inputs(train), validation_paths=_inputs(validation), tokenizer=_input(tokenizer),
-                              output_path=this_output_path(), num_workers=num_workers),
+        config=TokenizeConfig(
+            train_paths=_inputs(train),
+            validation_paths=_inputs(validation),
+            tokenizer=_input(tokenizer),
+            output_path=this_output_path(),
+            num_workers=num_workers,
+        ),
         resources=CPU_DATA,
     )
 
 
 def mixture_stages(weights: Mapping[str, float], changes: Sequence[tuple[int, Mapping[str, float]]] = ()):
     """Weights from step 0, then each ``(step, weights)`` from that step on."""
-    return (MixtureStage(start_step=0, weights=dict(weights)),
-            *(MixtureStage(start_step=s, weights=dict(w)) for s, w in changes))
+    return (
+        MixtureStage(start_step=0, weights=dict(weights)),
+        *(MixtureStage(start_step=s, weights=dict(w)) for s, w in changes),
+    )
 
 
-def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: LlamaConfig, train: SimpleTrainConfig,
-                  *, weights: Mapping[str, float] | None = None,
-                  weight_changes: Sequence[tuple[int, Mapping[str, float]]] = (),
-                  validation: Mapping[str, Input] | None = None,
-                  initialize_from: ExecutorStep | None = None) -> ExecutorStep:
+def default_train(
+    name: str,
+    tokenized: Mapping[str, ExecutorStep],
+    model: LlamaConfig,
+    train: SimpleTrainConfig,
+    *,
+    weights: Mapping[str, float] | None = None,
+    weight_changes: Sequence[tuple[int, Mapping[str, float]]] = (),
+    validation: Mapping[str, Input] | None = None,
+    initialize_from: ExecutorStep | None = None,
+) -> ExecutorStep:
     """``checkpoints/<name>``: train ``model`` on a mixture of token caches (each tokenize step's ``train/``).
 
     ``validation`` defaults to every tokenize step's ``validation/`` cache, evaluated during training.
@@ -221,15 +286,28 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
         seed=versioned(train.seed),
         mixture_block_size=versioned(DataConfig.__dataclass_fields__["mixture_block_size"].default),
     )
-    optimizer = OptimizerConfig(learning_rate=train.learning_rate, weight_decay=train.weight_decay,
-                                schedule=train.schedule, warmup=train.warmup, decay=train.decay,
-                                min_lr_ratio=train.min_lr_ratio, cycles=train.cycles, rewarmup=train.rewarmup,
-                                ema_decay=train.ema_decay)
+    optimizer = OptimizerConfig(
+        learning_rate=train.learning_rate,
+        weight_decay=train.weight_decay,
+        schedule=train.schedule,
+        warmup=train.warmup,
+        decay=train.decay,
+        min_lr_ratio=train.min_lr_ratio,
+        cycles=train.cycles,
+        rewarmup=train.rewarmup,
+        ema_decay=train.ema_decay,
+    )
     trainer = TrainerConfig(
-        num_train_steps=train.num_train_steps, batch_size=train.batch_size, num_microbatches=train.num_microbatches,
-        mesh=train.mesh, sharding=train.sharding, z_loss=train.z_loss,
+        num_train_steps=train.num_train_steps,
+        batch_size=train.batch_size,
+        num_microbatches=train.num_microbatches,
+        mesh=train.mesh,
+        sharding=train.sharding,
+        z_loss=train.z_loss,
         precision=PrecisionPolicy(compute_dtype=train.compute_dtype, matmul_dtype=train.matmul_dtype),
-        seed=train.seed, log_every=train.log_every, eval_every=train.eval_every,
+        seed=train.seed,
+        log_every=train.log_every,
+        eval_every=train.eval_every,
         checkpoint=CheckpointConfig(save_interval_minutes=train.save_interval_minutes, keep_every=train.keep_every),
         tracker=TrackerConfig(wandb=train.wandb, progress_bar=True),
     )
@@ -238,18 +316,33 @@ def default_train(name: str, tokenized: Mapping[str, ExecutorStep], model: Llama
         fn=train_lm,
         # the model's and trainer's runtime fields (remat, scan, attention kernel, mesh, microbatches,
         # cadences) are declared as such and never enter the hash: a run moved to another slice resumes.
-        config=TrainLmConfig(output_path=this_output_path(), model=versioned(model), data=data,
-                             trainer=versioned(trainer), optimizer=versioned(optimizer),
-                             initialize_from=initialize_from),
+        config=TrainLmConfig(
+            output_path=this_output_path(),
+            model=versioned(model),
+            data=data,
+            trainer=versioned(trainer),
+            optimizer=versioned(optimizer),
+            initialize_from=initialize_from,
+        ),
         description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
         resources=train.resources,
     )
 
 
-def default_eval(name: str, checkpoint: ExecutorStep, *, tokenizer: Input, validation: Mapping[str, Input],
-                 tasks: Sequence[Input] = (), num_fewshot: int = 0, model: LlamaConfig | None = None,
-                 max_documents: int | None = 1000, unigram_baseline: Mapping[str, Input] | None = None,
-                 task_limit: int | None = None, resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
+def default_eval(
+    name: str,
+    checkpoint: ExecutorStep,
+    *,
+    tokenizer: Input,
+    validation: Mapping[str, Input],
+    tasks: Sequence[Input] = (),
+    num_fewshot: int = 0,
+    model: LlamaConfig | None = None,
+    max_documents: int | None = 1000,
+    unigram_baseline: Mapping[str, Input] | None = None,
+    task_limit: int | None = None,
+    resources: ResourceConfig = CPU_DATA,
+) -> ExecutorStep:
     """``evaluation/<name>``: bits-per-byte per validation set and multiple-choice accuracy.
 
     ``tasks`` are task files (YAML or JSONL; a YAML task may name a Hugging Face data set). ``resources``
@@ -257,23 +350,41 @@ def default_eval(name: str, checkpoint: ExecutorStep, *, tokenizer: Input, valid
     return ExecutorStep(
         name=f"evaluation/{name}",
         fn=evaluate_model,
-        config=EvalConfig(checkpoint_path=checkpoint, tokenizer=_input(tokenizer), output_path=this_output_path(),
-                          model=versioned(model), validation=_named_inputs(validation), tasks=_inputs(tasks),
-                          num_fewshot=versioned(num_fewshot), max_documents=versioned(max_documents),
-                          unigram_baseline=_named_inputs(unigram_baseline), task_limit=versioned(task_limit)),
+        config=EvalConfig(
+            checkpoint_path=checkpoint,
+            tokenizer=_input(tokenizer),
+            output_path=this_output_path(),
+            model=versioned(model),
+            validation=_named_inputs(validation),
+            tasks=_inputs(tasks),
+            num_fewshot=versioned(num_fewshot),
+            max_documents=versioned(max_documents),
+            unigram_baseline=_named_inputs(unigram_baseline),
+            task_limit=versioned(task_limit),
+        ),
         resources=resources,
     )
 
 
-def default_export(name: str, checkpoint: ExecutorStep, *, tokenizer: Input | None = None,
-                   model: LlamaConfig | None = None, resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
+def default_export(
+    name: str,
+    checkpoint: ExecutorStep,
+    *,
+    tokenizer: Input | None = None,
+    model: LlamaConfig | None = None,
+    resources: ResourceConfig = CPU_DATA,
+) -> ExecutorStep:
     """``exports/<name>``: the newest checkpoint as a Hugging Face ``LlamaForCausalLM`` directory
     (converted in host memory: ``resources`` must hold the parameters, 32 GB in fp32 for an 8B model)."""
     return ExecutorStep(
         name=f"exports/{name}",
         fn=export_checkpoint,
-        config=ExportConfig(checkpoint_path=checkpoint, tokenizer=_input(tokenizer) if tokenizer else None,
-                            output_path=this_output_path(), model=versioned(model)),
+        config=ExportConfig(
+            checkpoint_path=checkpoint,
+            tokenizer=_input(tokenizer) if tokenizer else None,
+            output_path=this_output_path(),
+            model=versioned(model),
+        ),
         resources=resources,
     )
 
@@ -282,64 +393,103 @@ def default_export(name: str, checkpoint: ExecutorStep, *, tokenizer: Input | No
 # The instruct path: chat data -> chat template + masked caches -> SFT from a pretraining checkpoint
 
 
-def default_chat_data(name: str, conversations: Sequence[Input], *, validation: Sequence[Input] = (),
-                      validation_fraction: float = 0.0, on_error: str = "raise") -> ExecutorStep:
+def default_chat_data(
+    name: str,
+    conversations: Sequence[Input],
+    *,
+    validation: Sequence[Input] = (),
+    validation_fraction: float = 0.0,
+    on_error: str = "raise",
+) -> ExecutorStep:
     """``chat/<name>``: conversation files of any common shape (messages, ShareGPT, Alpaca) normalized into
     ``train/`` and ``validation/`` (explicit files, or a share held out by content hash)."""
     return ExecutorStep(
         name=f"chat/{name}",
         fn=normalize_chat,
-        config=ChatDataConfig(input_paths=_inputs(conversations), validation_paths=_inputs(validation),
-                              validation_fraction=versioned(validation_fraction), on_error=versioned(on_error),
-                              output_path=this_output_path()),
+        config=ChatDataConfig(
+            input_paths=_inputs(conversations),
+            validation_paths=_inputs(validation),
+            validation_fraction=versioned(validation_fraction),
+            on_error=versioned(on_error),
+            output_path=this_output_path(),
+        ),
         description=f"normalize chat data {name}",
         resources=CPU_DATA,
     )
 
 
-def default_sft_tokenize(name: str, chat: ExecutorStep, *, tokenizer: Input, model_max_length: int | None = None,
-                         num_workers: int = 1) -> ExecutorStep:
+def default_sft_tokenize(
+    name: str, chat: ExecutorStep, *, tokenizer: Input, model_max_length: int | None = None, num_workers: int = 1
+) -> ExecutorStep:
     """``tokenized/<name>``: the chat tokenizer (``tokenizer/``, template included) and masked caches
     ``train/`` and ``validation/`` rendered from a ``default_chat_data`` step."""
     return ExecutorStep(
         name=f"tokenized/{name}",
         fn=tokenize_chat,
-        config=SftTokenizeConfig(train_paths=(chat / "train",), validation_paths=(chat / "validation",),
-                                 tokenizer=_input(tokenizer), output_path=this_output_path(),
-                                 model_max_length=versioned(model_max_length), num_workers=num_workers),
+        config=SftTokenizeConfig(
+            train_paths=(chat / "train",),
+            validation_paths=(chat / "validation",),
+            tokenizer=_input(tokenizer),
+            output_path=this_output_path(),
+            model_max_length=versioned(model_max_length),
+            num_workers=num_workers,
+        ),
         description=f"render and tokenize {name} with the chat template",
         resources=CPU_DATA,
     )
 
 
-def default_sft(name: str, sft_sets: Mapping[str, ExecutorStep], model: LlamaConfig, train: SimpleTrainConfig, *,
-                initialize_from: ExecutorStep, weights: Mapping[str, float] | None = None,
-                num_epochs: float | None = None, validation: Mapping[str, Input] | None = None) -> ExecutorStep:
+def default_sft(
+    name: str,
+    sft_sets: Mapping[str, ExecutorStep],
+    model: LlamaConfig,
+    train: SimpleTrainConfig,
+    *,
+    initialize_from: ExecutorStep,
+    weights: Mapping[str, float] | None = None,
+    num_epochs: float | None = None,
+    validation: Mapping[str, Input] | None = None,
+) -> ExecutorStep:
     """``checkpoints/<name>``: supervised fine-tuning of ``initialize_from``'s newest parameters on a mixture of
     ``default_sft_tokenize`` caches (loss on assistant tokens only), with the pretraining trainer.
 
     ``num_epochs`` (if given) replaces ``train.num_train_steps`` once the caches' sizes are known;
     ``validation`` defaults to each set's held-out conversations (loss on their assistant tokens)."""
-    base = default_train(name, sft_sets, model, train, weights=weights, validation=validation,
-                         initialize_from=initialize_from)
+    base = default_train(
+        name, sft_sets, model, train, weights=weights, validation=validation, initialize_from=initialize_from
+    )
     fields = {f.name: getattr(base.config, f.name) for f in dataclasses.fields(TrainLmConfig)}
     config = TrainSftConfig(**fields, num_epochs=versioned(num_epochs))
     length = f"{num_epochs:g} epochs" if num_epochs is not None else f"{train.num_train_steps} steps"
-    return dataclasses.replace(base, fn=train_sft, config=config,
-                               description=f"SFT {name}: {model.param_count / 1e6:.1f}M params, {length}")
+    return dataclasses.replace(
+        base, fn=train_sft, config=config, description=f"SFT {name}: {model.param_count / 1e6:.1f}M params, {length}"
+    )
 
 
-def default_instruct_eval(name: str, checkpoint: ExecutorStep, *, chat_tokenizer: Input, eval_sets: Mapping[str, Input],
-                          model: LlamaConfig | None = None, max_items: int | None = 400, max_new_tokens: int = 48,
-                          resources: ResourceConfig = CPU_DATA) -> ExecutorStep:
+def default_instruct_eval(
+    name: str,
+    checkpoint: ExecutorStep,
+    *,
+    chat_tokenizer: Input,
+    eval_sets: Mapping[str, Input],
+    model: LlamaConfig | None = None,
+    max_items: int | None = 400,
+    max_new_tokens: int = 48,
+    resources: ResourceConfig = CPU_DATA,
+) -> ExecutorStep:
     """``evaluation/instruct/<name>``: exact match and log-likelihood accuracy per assistant turn of held-out
     conversations, and the loss on their assistant tokens (``marin.evaluation.instruct``)."""
     return ExecutorStep(
         name=f"evaluation/instruct/{name}",
         fn=evaluate_instruct,
-        config=InstructEvalConfig(checkpoint_path=checkpoint, chat_tokenizer=_input(chat_tokenizer),
-                                  output_path=this_output_path(), eval_sets=_named_inputs(eval_sets),
-                                  model=versioned(model), max_items=versioned(max_items),
-                                  max_new_tokens=versioned(max_new_tokens)),
+        config=InstructEvalConfig(
+            checkpoint_path=checkpoint,
+            chat_tokenizer=_input(chat_tokenizer),
+            output_path=this_output_path(),
+            eval_sets=_named_inputs(eval_sets),
+            model=versioned(model),
+            max_items=versioned(max_items),
+            max_new_tokens=versioned(max_new_tokens),
+        ),
         resources=resources,
     )

@@ -9,15 +9,12 @@ evaluation) is the quickstart's own step, so after `make quickstart` only the co
 Hypothesis: the shift lowers arithmetic bits-per-byte by more than it raises stories bits-per-byte,
 compared with the constant mixture (both measured by the evaluation step on held-out documents).
 
-    python experiments/exp11_mixture_shift.py --dry_run true   # 10 steps: 8 of the quickstart + the control run and its eval
+    python experiments/exp11_mixture_shift.py --dry_run true   # the quickstart + the control run and its eval
     python experiments/exp11_mixture_shift.py
     python -m marin.report experiments/exp11_mixture_shift.py --prefix ./local_store --post
 """
 
 import dataclasses
-import os
-import sys
-
 
 from experiments import quickstart
 from marin.execution import executor_main, versioned

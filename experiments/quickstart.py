@@ -4,10 +4,12 @@
     python experiments/quickstart.py --dry_run true   # the plan, and why each step would run
 
     corpus/bundled ─► raw/bundled ─► documents/bundled ─► tokenizers/bundled-bpe2k
-                                                     └─► tokenized/{stories,arithmetic} ─► checkpoints/quickstart-nano
-                                                                    ─► evaluation/quickstart-nano, exports/quickstart-nano
-    raw/bundled (web/*.warc.gz) ─► extracted/bundled-web ─► attributes/bundled-web-{quality,lang} ─► filtered/bundled-web
-        ─► documents/bundled-web ─► tokenized/{stories,arithmetic}      (classifiers/bundled-{quality,lid} score them)
+                                                     └─► tokenized/{stories,arithmetic}
+                                                             ─► checkpoints/quickstart-nano
+                                                             ─► evaluation/quickstart-nano, exports/quickstart-nano
+    raw/bundled (web/*.warc.gz) ─► extracted/bundled-web ─► attributes/bundled-web-{quality,lang}
+        ─► filtered/bundled-web ─► documents/bundled-web ─► tokenized/{stories,arithmetic}
+                                                  (classifiers/bundled-{quality,lid} score them)
 
 1. Generate the bundled corpus (two domains, planted duplicates and contamination, eval tasks).
 2. Download it from its ``file://`` location through the real downloader (checksums, provenance.json).
@@ -25,11 +27,8 @@
    instruct model on held-out instructions (printed before -> after), plus an HF export with the template.
 """
 
-import dataclasses
 import json
 import os
-import sys
-
 
 from experiments.defaults import (
     default_chat_data,
@@ -75,12 +74,19 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: i
     documents = default_dedupe("bundled", raw / "train", eval_sets=eval_tasks)
     web = build_web(raw, eval_tasks)
     # The chat turn tokens are reserved from the start, so the instruct phase needs no new embeddings.
-    tokenizer = default_train_tokenizer("bundled-bpe2k", [documents / "documents"], vocab_size=VOCAB,
-                                        special_tokens=(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS))
+    tokenizer = default_train_tokenizer(
+        "bundled-bpe2k",
+        [documents / "documents"],
+        vocab_size=VOCAB,
+        special_tokens=(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS),
+    )
     tokenized = {
-        domain: default_tokenize(domain, train=[documents / f"documents/{domain}",
-                                                web["web_documents"] / f"documents/{domain}"],
-                                 validation=[raw / f"validation/{domain}"], tokenizer=tokenizer)
+        domain: default_tokenize(
+            domain,
+            train=[documents / f"documents/{domain}", web["web_documents"] / f"documents/{domain}"],
+            validation=[raw / f"validation/{domain}"],
+            tokenizer=tokenizer,
+        )
         for domain in DOMAINS
     }
     train_config = SimpleTrainConfig(
@@ -115,9 +121,18 @@ def build(num_train_steps: int = 200, stage_change_step: int = 120, sft_steps: i
         max_documents=500,
     )
     export = default_export("quickstart-nano", checkpoints, tokenizer=tokenizer)
-    return {"corpus": corpus, "raw": raw, "documents": documents, **web, "tokenizer": tokenizer, **tokenized,
-            "checkpoints": checkpoints, "evaluation": evaluation, "export": export,
-            **instruct_phase(tokenizer, checkpoints, model, sft_steps=sft_steps)}
+    return {
+        "corpus": corpus,
+        "raw": raw,
+        "documents": documents,
+        **web,
+        "tokenizer": tokenizer,
+        **tokenized,
+        "checkpoints": checkpoints,
+        "evaluation": evaluation,
+        "export": export,
+        **instruct_phase(tokenizer, checkpoints, model, sft_steps=sft_steps),
+    }
 
 
 # --- Web data (issue 16): raw HTML -> extract -> quality and language classifiers -> filter -> dedupe ---------
@@ -128,24 +143,35 @@ QUALITY_MODEL = FastTextConfig(epoch=10, dim=16, bucket=20_000, word_ngrams=1)
 LID_MODEL = FastTextConfig(epoch=20, lr=0.5, dim=16, bucket=50_000, minn=2, maxn=4, word_ngrams=1)
 # 0.15: measured on these pages, English articles score 0.11-0.95 (median 0.50) and low-quality pages at most
 # 0.054, so the cut keeps 98% of the articles and no low-quality page (docs/data_quality.md).
-WEB_RULES = (AttributeRule(attribute="lang", label="en", min_score=0.5),
-             AttributeRule(attribute="quality", label="hq", min_score=0.15))
+WEB_RULES = (
+    AttributeRule(attribute="lang", label="en", min_score=0.5),
+    AttributeRule(attribute="quality", label="hq", min_score=0.15),
+)
 
 
 def build_web(raw: ExecutorStep, eval_tasks) -> dict[str, ExecutorStep]:
     extracted = default_extract("bundled-web", raw / "web")
     quality_model = default_train_classifier(
-        "bundled-quality", {"hq": [raw / "quality/reference"], "web": [raw / "quality/web_sample"]},
-        fasttext=QUALITY_MODEL)
+        "bundled-quality",
+        {"hq": [raw / "quality/reference"], "web": [raw / "quality/web_sample"]},
+        fasttext=QUALITY_MODEL,
+    )
     lid_model = default_train_classifier(
-        "bundled-lid", {lang: [raw / f"langid/{lang}.jsonl.gz"] for lang in LANGUAGES}, fasttext=LID_MODEL)
+        "bundled-lid", {lang: [raw / f"langid/{lang}.jsonl.gz"] for lang in LANGUAGES}, fasttext=LID_MODEL
+    )
     quality = default_classify("bundled-web-quality", extracted / "documents", quality_model, attribute="quality")
     lang = default_classify("bundled-web-lang", extracted / "documents", lid_model, attribute="lang")
     filtered = default_filter("bundled-web", extracted / "documents", [quality, lang], WEB_RULES)
     web_documents = default_dedupe("bundled-web", filtered / "documents", eval_sets=eval_tasks)
-    return {"extracted": extracted, "quality_model": quality_model, "lid_model": lid_model,
-            "quality_attributes": quality, "lang_attributes": lang, "filtered": filtered,
-            "web_documents": web_documents}
+    return {
+        "extracted": extracted,
+        "quality_model": quality_model,
+        "lid_model": lid_model,
+        "quality_attributes": quality,
+        "lang_attributes": lang,
+        "filtered": filtered,
+        "web_documents": web_documents,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -153,8 +179,9 @@ def build_web(raw: ExecutorStep, eval_tasks) -> dict[str, ExecutorStep]:
 # corpus's facts, a chat template, SFT from the base checkpoint, and held-out instructions before and after.
 
 
-def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 100
-                   ) -> dict[str, ExecutorStep]:  # fmt: skip
+def instruct_phase(
+    tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 100
+) -> dict[str, ExecutorStep]:
     """Steps of the instruct phase, keyed by role; ``base`` is the pretraining step it starts from."""
     instructions = ExecutorStep(
         name="corpus/instructions",
@@ -163,11 +190,22 @@ def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_st
         description="question -> answer conversations over the corpus's facts; held-out facts for eval",
     )
     chat = default_chat_data("bundled-instructions", [instructions / "train"], validation=[instructions / "validation"])
-    sft_data = default_sft_tokenize("bundled-instructions-sft", chat, tokenizer=tokenizer,
-                                    model_max_length=model.seq_len)
-    sft_config = SimpleTrainConfig(num_train_steps=sft_steps, batch_size=16, learning_rate=3e-3, schedule="cosine",
-                                   warmup=0.1, min_lr_ratio=0.1, weight_decay=0.0, eval_every=sft_steps,
-                                   log_every=10, compute_dtype="float32", wandb=False)
+    sft_data = default_sft_tokenize(
+        "bundled-instructions-sft", chat, tokenizer=tokenizer, model_max_length=model.seq_len
+    )
+    sft_config = SimpleTrainConfig(
+        num_train_steps=sft_steps,
+        batch_size=16,
+        learning_rate=3e-3,
+        schedule="cosine",
+        warmup=0.1,
+        min_lr_ratio=0.1,
+        weight_decay=0.0,
+        eval_every=sft_steps,
+        log_every=10,
+        compute_dtype="float32",
+        wandb=False,
+    )
     sft = default_sft("quickstart-nano-instruct", {"instructions": sft_data}, model, sft_config, initialize_from=base)
     held_out = {"instructions": instructions / "validation"}
     chat_tokenizer = sft_data / "tokenizer"
@@ -176,10 +214,17 @@ def instruct_phase(tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_st
         "chat": chat,
         "sft_data": sft_data,
         "sft": sft,
-        "instruct_eval_base": default_instruct_eval("quickstart-nano", base, chat_tokenizer=chat_tokenizer,
-                                                    eval_sets=held_out, max_items=200, max_new_tokens=32),
-        "instruct_eval_sft": default_instruct_eval("quickstart-nano-instruct", sft, chat_tokenizer=chat_tokenizer,
-                                                   eval_sets=held_out, max_items=200, max_new_tokens=32),
+        "instruct_eval_base": default_instruct_eval(
+            "quickstart-nano", base, chat_tokenizer=chat_tokenizer, eval_sets=held_out, max_items=200, max_new_tokens=32
+        ),
+        "instruct_eval_sft": default_instruct_eval(
+            "quickstart-nano-instruct",
+            sft,
+            chat_tokenizer=chat_tokenizer,
+            eval_sets=held_out,
+            max_items=200,
+            max_new_tokens=32,
+        ),
         "export_instruct": default_export("quickstart-nano-instruct", sft, tokenizer=chat_tokenizer),
     }
 
@@ -194,8 +239,10 @@ def summarize_instruct(result) -> None:
     print("\nheld-out instructions (phrased as no SFT item is)   base -> instruct")
     (_, before), (_, after) = rows
     print(f"  exact match          {before['exact_match']['value']:.3f} -> {after['exact_match']['value']:.3f}")
-    print(f"  log-likelihood acc   {before['loglik_acc']['value']:.3f} -> {after['loglik_acc']['value']:.3f}"
-          f"   (chance {after['chance']:.2f})")
+    print(
+        f"  log-likelihood acc   {before['loglik_acc']['value']:.3f} -> {after['loglik_acc']['value']:.3f}"
+        f"   (chance {after['chance']:.2f})"
+    )
     print(f"  assistant loss       {before['assistant_loss']:.3f} -> {after['assistant_loss']:.3f} nats/token")
     sample = after["samples"][0]
     print(f"  e.g. {sample['question']!r} -> {sample['reply']!r}")
@@ -214,7 +261,9 @@ def summarize(result) -> None:
         results = json.load(f)
     print("\nquickstart results (bits per byte: lower is better)")
     for name, r in results["validation"].items():
-        print(f"  {name:11s} model {r['bits_per_byte']:.3f} bpb   unigram baseline {r['unigram_bits_per_byte']:.3f} bpb")
+        print(
+            f"  {name:11s} model {r['bits_per_byte']:.3f} bpb   unigram baseline {r['unigram_bits_per_byte']:.3f} bpb"
+        )
     for name, r in results["tasks"].items():
         lo, hi = r["acc"]["ci95"]
         print(f"  {name:14s} acc {r['acc']['value']:.3f}  (95% CI {lo:.3f}-{hi:.3f}, chance {r['chance']:.2f})")

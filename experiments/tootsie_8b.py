@@ -25,9 +25,7 @@ sizes of each source after Marin's filtering, rounded; they set the mixture weig
 """
 
 import dataclasses
-import os
 import sys
-
 
 from experiments.defaults import (
     default_chat_data,
@@ -50,31 +48,44 @@ SEQ_LEN = 4096
 # (hub data set, pinned revision, file globs, tokens) -- revisions are the commits Marin's runs read (as
 # recorded in its experiments/pretraining_datasets.py); token counts (NeoX tokenizer) set the weights.
 PHASE1_SOURCES = {
-    "dclm_baseline": ("hf://datasets/mlfoundations/dclm-baseline-1.0", "a3b142c",
-                      ("global-shard_*/local-shard_*/*.jsonl.zst",), 3.8e12),
-    "starcoderdata": ("hf://datasets/bigcode/starcoderdata", "9fc30b5",
-                      ("*/train-*.parquet",), 2.5e11),
-    "proofpile_2": ("hf://datasets/EleutherAI/proof-pile-2", "901a927",
-                    ("algebraic-stack/train/*.jsonl.zst", "arxiv/train/*.jsonl.zst", "open-web-math/train/*.jsonl.zst"),
-                    5.5e10),
+    "dclm_baseline": (
+        "hf://datasets/mlfoundations/dclm-baseline-1.0",
+        "a3b142c",
+        ("global-shard_*/local-shard_*/*.jsonl.zst",),
+        3.8e12,
+    ),
+    "starcoderdata": ("hf://datasets/bigcode/starcoderdata", "9fc30b5", ("*/train-*.parquet",), 2.5e11),
+    "proofpile_2": (
+        "hf://datasets/EleutherAI/proof-pile-2",
+        "901a927",
+        ("algebraic-stack/train/*.jsonl.zst", "arxiv/train/*.jsonl.zst", "open-web-math/train/*.jsonl.zst"),
+        5.5e10,
+    ),
 }
 # High-quality sources for the cooldown (math, code with explanations, papers, encyclopedic text, Q&A).
 COOLDOWN_SOURCES = {
-    "finemath_3plus": ("hf://datasets/HuggingFaceTB/finemath", "e92b25a616738fe95dc186b64dfb19f9c8525594",
-                       ("finemath-3plus/*.parquet",), 3.4e10),
-    "dolmino_wiki": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
-                     ("data/wiki/*.json.gz",), 3.7e9),
-    "dolmino_stackexchange": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
-                              ("data/stackexchange/*.json.gz",), 1.3e9),
-    "dolmino_pes2o": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
-                      ("data/pes2o/*.json.gz",), 5.9e10),
-    "dolmino_flan": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab",
-                     ("data/flan/*.json.gz",), 1.7e10),
+    "finemath_3plus": (
+        "hf://datasets/HuggingFaceTB/finemath",
+        "e92b25a616738fe95dc186b64dfb19f9c8525594",
+        ("finemath-3plus/*.parquet",),
+        3.4e10,
+    ),
+    "dolmino_wiki": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab", ("data/wiki/*.json.gz",), 3.7e9),
+    "dolmino_stackexchange": (
+        "hf://datasets/allenai/dolmino-mix-1124",
+        "bb54cab",
+        ("data/stackexchange/*.json.gz",),
+        1.3e9,
+    ),
+    "dolmino_pes2o": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab", ("data/pes2o/*.json.gz",), 5.9e10),
+    "dolmino_flan": ("hf://datasets/allenai/dolmino-mix-1124", "bb54cab", ("data/flan/*.json.gz",), 1.7e10),
 }
 # Held-out text for bits-per-byte (Paloma's subsets) and multiple-choice tasks, pinned like the data.
-PALOMA = ("hf://datasets/allenai/paloma", "65cd6fc",
-          ("c4_en/val/val*.jsonl.gz", "dolma_100_subreddits/val/val*.jsonl.gz",
-           "m2d2_wikipedia_unsplit/val/val*.jsonl.gz"))
+PALOMA = (
+    "hf://datasets/allenai/paloma",
+    "65cd6fc",
+    ("c4_en/val/val*.jsonl.gz", "dolma_100_subreddits/val/val*.jsonl.gz", "m2d2_wikipedia_unsplit/val/val*.jsonl.gz"),
+)
 
 CPU_BIG = ResourceConfig(num_cpus=16, memory=64 << 30)
 # Training runs on every host of its slices (one jax.distributed process per host); preemptible slices
@@ -91,9 +102,13 @@ def data_pipeline(name: str, source: tuple, validation_from=None):
     url, revision, patterns, _tokens = source
     raw = default_download(name, url, revision=revision, patterns=patterns)
     documents = dataclasses.replace(default_dedupe(name, raw), resources=CPU_BIG)  # CPU-bound, many workers
-    tokenized = default_tokenize(name, train=[documents / "documents"],
-                                 validation=[validation_from] if validation_from is not None else [],
-                                 tokenizer=LLAMA3_TOKENIZER, num_workers=64)
+    tokenized = default_tokenize(
+        name,
+        train=[documents / "documents"],
+        validation=[validation_from] if validation_from is not None else [],
+        tokenizer=LLAMA3_TOKENIZER,
+        num_workers=64,
+    )
     return dataclasses.replace(tokenized, resources=CPU_BIG)
 
 
@@ -118,10 +133,23 @@ phase1 = default_train(
     "tootsie-8b-phase1",
     phase1_data,
     model,
-    SimpleTrainConfig(num_train_steps=PHASE1_STEPS, batch_size=1024, learning_rate=1e-3, weight_decay=0.05,
-                      schedule="wsd_s", warmup=1000, decay=0.1, cycles=(200_000, 400_000), rewarmup=1000,
-                      min_lr_ratio=0.1, compute_dtype="bfloat16", eval_every=10_000, keep_every=10_000,
-                      wandb=True, resources=TPU_V5E_256_X2),
+    SimpleTrainConfig(
+        num_train_steps=PHASE1_STEPS,
+        batch_size=1024,
+        learning_rate=1e-3,
+        weight_decay=0.05,
+        schedule="wsd_s",
+        warmup=1000,
+        decay=0.1,
+        cycles=(200_000, 400_000),
+        rewarmup=1000,
+        min_lr_ratio=0.1,
+        compute_dtype="bfloat16",
+        eval_every=10_000,
+        keep_every=10_000,
+        wandb=True,
+        resources=TPU_V5E_256_X2,
+    ),
     weights=token_weights(PHASE1_SOURCES),
     validation=validation,
 )
@@ -129,10 +157,21 @@ phase2 = default_train(
     "tootsie-8b-phase2",
     phase1_data,
     model,
-    SimpleTrainConfig(num_train_steps=PHASE2_STEPS, batch_size=3072, learning_rate=1.7e-3, weight_decay=0.05,
-                      schedule="constant", warmup=1000, decay=None, ema_decay=0.995,
-                      compute_dtype="bfloat16", eval_every=5_000, keep_every=5_000, wandb=True,
-                      resources=TPU_V4_2048_PREEMPTIBLE),
+    SimpleTrainConfig(
+        num_train_steps=PHASE2_STEPS,
+        batch_size=3072,
+        learning_rate=1.7e-3,
+        weight_decay=0.05,
+        schedule="constant",
+        warmup=1000,
+        decay=None,
+        ema_decay=0.995,
+        compute_dtype="bfloat16",
+        eval_every=5_000,
+        keep_every=5_000,
+        wandb=True,
+        resources=TPU_V4_2048_PREEMPTIBLE,
+    ),
     weights=token_weights(PHASE1_SOURCES),
     validation=validation,
     initialize_from=phase1,
@@ -143,9 +182,21 @@ cooldown = default_train(
     "tootsie-8b-cooldown",
     {"dclm_baseline": phase1_data["dclm_baseline"], **cooldown_data},
     model,
-    SimpleTrainConfig(num_train_steps=COOLDOWN_STEPS, batch_size=3072, learning_rate=1.7e-3, weight_decay=0.05,
-                      schedule="linear", warmup=0, min_lr_ratio=0.0, ema_decay=0.995, compute_dtype="bfloat16",
-                      eval_every=2_000, keep_every=5_000, wandb=True, resources=TPU_V4_2048_PREEMPTIBLE),
+    SimpleTrainConfig(
+        num_train_steps=COOLDOWN_STEPS,
+        batch_size=3072,
+        learning_rate=1.7e-3,
+        weight_decay=0.05,
+        schedule="linear",
+        warmup=0,
+        min_lr_ratio=0.0,
+        ema_decay=0.995,
+        compute_dtype="bfloat16",
+        eval_every=2_000,
+        keep_every=5_000,
+        wandb=True,
+        resources=TPU_V4_2048_PREEMPTIBLE,
+    ),
     weights=cooldown_weights,
     validation=validation,
     initialize_from=phase2,
@@ -159,10 +210,22 @@ TASKS = [f"experiments/tasks/{name}.yaml" for name in ("arc_easy", "arc_challeng
 # export converts on the host, in CPU memory (32 GB of fp32 parameters, plus the safetensors buffer).
 EVAL_HOST = ResourceConfig.tpu_pod("v4-8", num_cpus=8, max_retries=10)
 EXPORT_HOST = ResourceConfig(num_cpus=16, memory=96 << 30, max_retries=10)
-evals = [default_eval(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, validation=validation,
-                      tasks=TASKS, model=model, resources=EVAL_HOST) for name, (step, _) in PHASES.items()]
-exports = [default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, model=model, resources=EXPORT_HOST)
-           for name, (step, _) in PHASES.items()]
+evals = [
+    default_eval(
+        f"tootsie-8b-{name}",
+        step,
+        tokenizer=LLAMA3_TOKENIZER,
+        validation=validation,
+        tasks=TASKS,
+        model=model,
+        resources=EVAL_HOST,
+    )
+    for name, (step, _) in PHASES.items()
+]
+exports = [
+    default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER, model=model, resources=EXPORT_HOST)
+    for name, (step, _) in PHASES.items()
+]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -173,17 +236,27 @@ exports = [default_export(f"tootsie-8b-{name}", step, tokenizer=LLAMA3_TOKENIZER
 SFT_SOURCES = {
     "tulu_3_sft_mixture": ("hf://datasets/allenai/tulu-3-sft-mixture", "55e9fd6", ("data/*.parquet",), 939_343),
     "smoltalk": ("hf://datasets/HuggingFaceTB/smoltalk", "2c849df", ("data/all/*.parquet",), 1_043_917),
-    "openthoughts_114k_math": ("hf://datasets/open-r1/OpenThoughts-114k-math", "2db609d", ("data/*.parquet",),
-                               89_120),
+    "openthoughts_114k_math": ("hf://datasets/open-r1/OpenThoughts-114k-math", "2db609d", ("data/*.parquet",), 89_120),
     "bespoke_stratos_17k": ("hf://datasets/bespokelabs/Bespoke-Stratos-17k", "9e9adba", ("data/*.parquet",), 16_710),
 }
 # Marin's release SFT (exp1237 on the deeper-starling base): lr 1e-4, batch 128 x 4096, 10,228 steps
 # (~5.4B tokens), z-loss 1e-4. Warmup and the linear decay to zero are the Tulu 3 recipe's shape.
 SFT_STEPS = 10_228
-SFT_TRAIN = SimpleTrainConfig(num_train_steps=SFT_STEPS, batch_size=128, learning_rate=1e-4, weight_decay=0.0,
-                              schedule="linear", warmup=0.03, min_lr_ratio=0.0, z_loss=1e-4,
-                              compute_dtype="bfloat16", eval_every=1_000, keep_every=2_000, wandb=True,
-                              resources=TPU_V4_2048_PREEMPTIBLE)
+SFT_TRAIN = SimpleTrainConfig(
+    num_train_steps=SFT_STEPS,
+    batch_size=128,
+    learning_rate=1e-4,
+    weight_decay=0.0,
+    schedule="linear",
+    warmup=0.03,
+    min_lr_ratio=0.0,
+    z_loss=1e-4,
+    compute_dtype="bfloat16",
+    eval_every=1_000,
+    keep_every=2_000,
+    wandb=True,
+    resources=TPU_V4_2048_PREEMPTIBLE,
+)
 
 
 def instruct_phase(base, *, held_out_fraction: float = 0.002) -> dict:
@@ -191,11 +264,15 @@ def instruct_phase(base, *, held_out_fraction: float = 0.002) -> dict:
     chats, sft_sets = {}, {}
     for name, (url, revision, patterns, _rows) in SFT_SOURCES.items():
         raw = default_download(name, url, revision=revision, patterns=patterns)
-        chats[name] = dataclasses.replace(default_chat_data(name, [raw], validation_fraction=held_out_fraction,
-                                                            on_error="skip"), resources=CPU_BIG)
+        chats[name] = dataclasses.replace(
+            default_chat_data(name, [raw], validation_fraction=held_out_fraction, on_error="skip"), resources=CPU_BIG
+        )
         sft_sets[name] = dataclasses.replace(
-            default_sft_tokenize(f"{name}-sft-llama3", chats[name], tokenizer=LLAMA3_TOKENIZER,
-                                 model_max_length=SEQ_LEN, num_workers=64), resources=CPU_BIG)
+            default_sft_tokenize(
+                f"{name}-sft-llama3", chats[name], tokenizer=LLAMA3_TOKENIZER, model_max_length=SEQ_LEN, num_workers=64
+            ),
+            resources=CPU_BIG,
+        )
     weights = {name: src[3] for name, src in SFT_SOURCES.items()}
     sft = default_sft("tootsie-8b-instruct", sft_sets, model, SFT_TRAIN, initialize_from=base, weights=weights)
     chat_tokenizer = sft_sets["tulu_3_sft_mixture"] / "tokenizer"
@@ -204,10 +281,19 @@ def instruct_phase(base, *, held_out_fraction: float = 0.002) -> dict:
         "chats": chats,
         "sft_sets": sft_sets,
         "sft": sft,
-        "eval": default_instruct_eval("tootsie-8b-instruct", sft, chat_tokenizer=chat_tokenizer, eval_sets=held_out,
-                                      model=model, max_items=500, max_new_tokens=256, resources=EVAL_HOST),
-        "export": default_export("tootsie-8b-instruct", sft, tokenizer=chat_tokenizer, model=model,
-                                 resources=EXPORT_HOST),
+        "eval": default_instruct_eval(
+            "tootsie-8b-instruct",
+            sft,
+            chat_tokenizer=chat_tokenizer,
+            eval_sets=held_out,
+            model=model,
+            max_items=500,
+            max_new_tokens=256,
+            resources=EVAL_HOST,
+        ),
+        "export": default_export(
+            "tootsie-8b-instruct", sft, tokenizer=chat_tokenizer, model=model, resources=EXPORT_HOST
+        ),
     }
 
 
@@ -219,16 +305,22 @@ def describe() -> str:
     for name, (step, batch) in PHASES.items():
         steps = step.config.trainer.value.num_train_steps
         tpu, hosts = step.resource_config.tpu, step.resource_config.hosts
-        lines.append(f"  {name:8s} {steps:>8,} steps x {batch} x {SEQ_LEN} = {steps * batch * SEQ_LEN / 1e12:.2f}T tokens"
-                     f" on {tpu.slices} x {tpu.version} {tpu.topology} ({hosts} hosts)")
-    lines.append(f"  instruct {SFT_STEPS:>8,} steps x {SFT_TRAIN.batch_size} x {SEQ_LEN} = "
-                 f"{SFT_STEPS * SFT_TRAIN.batch_size * SEQ_LEN / 1e9:.1f}B tokens (SFT, assistant tokens only) on "
-                 f"{len(SFT_SOURCES)} chat data sets")
+        lines.append(
+            f"  {name:8s} {steps:>8,} steps x {batch} x {SEQ_LEN} = {steps * batch * SEQ_LEN / 1e12:.2f}T tokens"
+            f" on {tpu.slices} x {tpu.version} {tpu.topology} ({hosts} hosts)"
+        )
+    lines.append(
+        f"  instruct {SFT_STEPS:>8,} steps x {SFT_TRAIN.batch_size} x {SEQ_LEN} = "
+        f"{SFT_STEPS * SFT_TRAIN.batch_size * SEQ_LEN / 1e9:.1f}B tokens (SFT, assistant tokens only) on "
+        f"{len(SFT_SOURCES)} chat data sets"
+    )
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     if "--dry_run" in " ".join(sys.argv):
         print(describe())
-    executor_main(steps=[*evals, *exports, instruct["eval"], instruct["export"]],
-                  description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct")
+    executor_main(
+        steps=[*evals, *exports, instruct["eval"], instruct["export"]],
+        description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct",
+    )

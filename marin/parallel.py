@@ -61,8 +61,9 @@ def run_tasks(
     results: list = [None] * len(args)
     bar = progress_bar(len(args), label, unit="task")
     try:
-        for index, result in iter_tasks(fn, args, use_ray=use_ray, max_workers=max_workers, num_cpus=num_cpus,
-                                        memory=memory, label=label):
+        for index, result in iter_tasks(
+            fn, args, use_ray=use_ray, max_workers=max_workers, num_cpus=num_cpus, memory=memory, label=label
+        ):
             results[index] = result
             bar.update()
     finally:
@@ -122,8 +123,9 @@ def _iter_on_ray(fn, args, max_workers, num_cpus, memory, label) -> Iterator[tup
                 for other in pending:
                     ray.cancel(other)
                 cause = getattr(e, "cause", None) or e
-                raise TaskFailed(f"{label} task {index} of {len(args)} failed: {type(cause).__name__}: "
-                                 f"{cause}") from cause
+                raise TaskFailed(
+                    f"{label} task {index} of {len(args)} failed: {type(cause).__name__}: {cause}"
+                ) from cause
             yield index, result
 
 

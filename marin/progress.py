@@ -17,5 +17,12 @@ def progress_bar(total: int | None, desc: str, unit: str = "it", initial: int = 
     from tqdm.auto import tqdm
 
     interactive = sys.stderr.isatty()
-    return tqdm(total=total, desc=desc, unit=unit, initial=initial, dynamic_ncols=True,
-                mininterval=1.0 if interactive else 30.0, disable=os.environ.get("MARIN_PROGRESS") == "0")  # fmt: skip
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        initial=initial,
+        dynamic_ncols=True,
+        mininterval=1.0 if interactive else 30.0,
+        disable=os.environ.get("MARIN_PROGRESS") == "0",
+    )

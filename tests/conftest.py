@@ -90,12 +90,18 @@ def quickstart_run(tmp_path_factory, ray_address):
 
     steps = quickstart.STEPS
     prefix = str(tmp_path_factory.mktemp("quickstart") / "store")
-    executor = Executor(prefix=prefix, caller_file=str(root / "experiments" / "quickstart.py"),
-                        description="quickstart (test run)")
+    executor = Executor(
+        prefix=prefix, caller_file=str(root / "experiments" / "quickstart.py"), description="quickstart (test run)"
+    )
     result = executor.run(quickstart.TARGETS)
-    return {"prefix": prefix, "steps": steps, "result": result,
-            "paths": {name: next(p.output_path for p in result.plan.steps if p.name == step.name)
-                      for name, step in steps.items()}}
+    return {
+        "prefix": prefix,
+        "steps": steps,
+        "result": result,
+        "paths": {
+            name: next(p.output_path for p in result.plan.steps if p.name == step.name) for name, step in steps.items()
+        },
+    }
 
 
 QUICKSTART_TIMEOUT_S = 1800

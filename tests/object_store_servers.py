@@ -61,8 +61,21 @@ def start_fake_gcs(log_path: str) -> tuple[str, subprocess.Popen]:
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-            "-port", str(port), "-external-url", url, "-log-level", "warn"]
+    args = [
+        str(_get_binary_path()),
+        "-scheme",
+        "http",
+        "-backend",
+        "memory",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(port),
+        "-external-url",
+        url,
+        "-log-level",
+        "warn",
+    ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"))
     deadline = time.monotonic() + 20
     while True:
@@ -128,8 +141,7 @@ def start_servers(log_dir: str) -> Servers:
         import s3fs  # noqa: F401
 
         servers.s3_url, servers._moto = start_moto()
-        os.environ.update(AWS_ENDPOINT_URL=servers.s3_url, AWS_ACCESS_KEY_ID="testing",
-                          AWS_SECRET_ACCESS_KEY="testing")
+        os.environ.update(AWS_ENDPOINT_URL=servers.s3_url, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
         for var in ("AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_SESSION_TOKEN"):
             os.environ.pop(var, None)  # moto rejects bucket creation with a region; no real profile wanted
         create_s3_bucket(S3_BUCKET)
@@ -140,8 +152,10 @@ def start_servers(log_dir: str) -> Servers:
     missing = [m for m in (servers.gcs_missing, servers.s3_missing) if m]
     if missing and require_object_stores():  # MARIN_REQUIRE_ALL=1 is set by `make test`, hence CI
         servers.stop()
-        raise RuntimeError("object-store servers required (MARIN_REQUIRE_ALL=1 or MARIN_REQUIRE_OBJECT_STORES=1): "
-                           + "; ".join(missing))
+        raise RuntimeError(
+            "object-store servers required (MARIN_REQUIRE_ALL=1 or MARIN_REQUIRE_OBJECT_STORES=1): "
+            + "; ".join(missing)
+        )
     return servers
 
 
@@ -252,8 +266,10 @@ class ForbiddenStore:
     """
 
     GCS_403 = b'{"error": {"code": 403, "message": "caller does not have storage.objects.create access"}}'
-    S3_403 = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
-              b"<Message>Access Denied</Message></Error>")
+    S3_403 = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+        b"<Message>Access Denied</Message></Error>"
+    )
 
     def __init__(self, allow_reads: bool = False):
         import http.server
@@ -271,8 +287,11 @@ class ForbiddenStore:
                     self.rfile.read(length)
                 s3 = "storage/v1" not in self.path
                 if store.allow_reads and self.command in ("GET", "HEAD"):
-                    body = (b'<?xml version="1.0"?><ListBucketResult><KeyCount>0</KeyCount></ListBucketResult>'
-                            if s3 else b'{"kind": "storage#objects"}')
+                    body = (
+                        b'<?xml version="1.0"?><ListBucketResult><KeyCount>0</KeyCount></ListBucketResult>'
+                        if s3
+                        else b'{"kind": "storage#objects"}'
+                    )
                     self.send_response(200)
                 else:
                     body = store.S3_403 if s3 else store.GCS_403

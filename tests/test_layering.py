@@ -10,8 +10,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Leaf modules every layer may use: they import nothing from the lab.
 LEAVES = {"marin.identity", "marin.multihost", "marin.validation", "marin.progress", "marin.logs"}
 GROUND = {"marin.storage", *LEAVES}
-DATA_STEPS = {"marin.corpus", "marin.download", "marin.dedupe", "marin.tokenize", "marin.extract", "marin.quality",
-              "marin.chat"}
+DATA_STEPS = {
+    "marin.corpus",
+    "marin.download",
+    "marin.dedupe",
+    "marin.tokenize",
+    "marin.extract",
+    "marin.quality",
+    "marin.chat",
+}
 TOKEN_CACHE_FORMAT = {"marin.tokenize.reader", "marin.tokenize.cache_format"}
 ALLOWED = {
     **{leaf: set() for leaf in LEAVES},
@@ -57,17 +64,23 @@ def _allowed(source: str, target: str) -> bool:
 
 
 def test_imports_only_run_downward():
-    wrong = [f"{where}: {source} imports {target}" for source, target, where in _imports()
-             if not _allowed(source, target)]  # fmt: skip
+    wrong = [
+        f"{where}: {source} imports {target}" for source, target, where in _imports() if not _allowed(source, target)
+    ]
     assert not wrong, "upward or sideways imports:\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize("source,target", [("marin.execution.ray_runner", "marin.trainer.distributed"),
-                                           ("marin.tokenize.step", "marin.trainer.data"),
-                                           ("marin.trainer.loop", "marin.execution"),
-                                           ("marin.trainer.loop", "marin.tokenize.step"),
-                                           ("marin.export.step", "marin.evaluation.step"),
-                                           ("data_browser.app", "marin.trainer.checkpoint"),
-                                           ("marin.validation", "marin.execution.step")])
+@pytest.mark.parametrize(
+    "source,target",
+    [
+        ("marin.execution.ray_runner", "marin.trainer.distributed"),
+        ("marin.tokenize.step", "marin.trainer.data"),
+        ("marin.trainer.loop", "marin.execution"),
+        ("marin.trainer.loop", "marin.tokenize.step"),
+        ("marin.export.step", "marin.evaluation.step"),
+        ("data_browser.app", "marin.trainer.checkpoint"),
+        ("marin.validation", "marin.execution.step"),
+    ],
+)
 def test_the_table_refuses_the_leaks_it_exists_for(source, target):
     assert not _allowed(source, target)

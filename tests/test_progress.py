@@ -32,8 +32,9 @@ def test_tokenization_reports_shards_and_tokens(tmp_path, capfd):
         path = tmp_path / f"part-{shard}.jsonl"
         path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[shard::3]))
         files.append(str(path))
-    tokenizer = build_bpe_tokenizer(iter(texts), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300,
-                                                                      min_frequency=1))  # fmt: skip
+    tokenizer = build_bpe_tokenizer(
+        iter(texts), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300, min_frequency=1)
+    )
     ledger = build_cache(files, str(tmp_path / "tokenized" / "cats-1234" / "train"), tokenizer, tokenizer_name="t")
     err = capfd.readouterr().err
     assert "tokenize cats-1234/train" in err and "3/3" in err

@@ -66,7 +66,10 @@ def browse(state: State, path: str):
     fs, p = filesystem(path)
     if fs.isdir(p):
         return state.render(
-            "listing.html", **list_data(state, path), state=dir_state(state, path), parent=state.parent(path),
+            "listing.html",
+            **list_data(state, path),
+            state=dir_state(state, path),
+            parent=state.parent(path),
             web_step=step_kind(path, state.config.max_json_bytes),  # extract/filter step pages (issue 16)
             sft_cache=safe(lambda: sft.is_sft_cache(path), False),
         )

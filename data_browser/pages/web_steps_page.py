@@ -35,9 +35,16 @@ def webstep_data(state: State, path: str, offset: int = Query(0, ge=0)) -> dict:
     rows, more = read_page(files[0], offset, config.records_per_page, config.max_line_bytes) if files else ([], False)
     skipped_files = record_files(join(path, "skipped")) if kind == "extract" else []
     skipped = read_page(skipped_files[0], 0, config.records_per_page, config.max_line_bytes)[0] if skipped_files else []
-    return {"path": path, "kind": kind, "summary": summary, "rows": [r.data for r in rows],
-            "skipped": [r.data for r in skipped], "offset": offset, "more": more,
-            "file": files[0] if files else None}  # fmt: skip
+    return {
+        "path": path,
+        "kind": kind,
+        "summary": summary,
+        "rows": [r.data for r in rows],
+        "skipped": [r.data for r in skipped],
+        "offset": offset,
+        "more": more,
+        "file": files[0] if files else None,
+    }
 
 
 @page(router, html="/webstep/doc", template="webdoc.html", api="/api/webstep/doc")

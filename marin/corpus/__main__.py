@@ -3,10 +3,9 @@
 import argparse
 import dataclasses
 import json
-import logging
 
-from marin.logs import configure_logging
 from marin.corpus.build import CorpusConfig, generate_corpus
+from marin.logs import configure_logging
 
 
 def main(argv: list[str] | None = None) -> None:

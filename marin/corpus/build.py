@@ -45,8 +45,8 @@ from marin.corpus.domains import DOMAINS, NAMES, THINGS
 from marin.corpus.tasks import TASK_DOMAIN, TASKS, item_text, make_task
 from marin.dedupe.text import jaccard
 from marin.storage import join, write_atomic
-from marin.validation import check, concrete
 from marin.storage.records import write_records
+from marin.validation import check, concrete
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +74,12 @@ class CorpusConfig:
     """Labelled samples per language for a language classifier."""
 
     def __post_init__(self):
-        for field in ("train_docs_per_domain", "validation_docs_per_domain", "train_shards_per_domain",
-                      "eval_items_per_task"):
+        for field in (
+            "train_docs_per_domain",
+            "validation_docs_per_domain",
+            "train_shards_per_domain",
+            "eval_items_per_task",
+        ):
             check("CorpusConfig", field, getattr(self, field), lambda v: v >= 1, ">= 1")
         for field in ("web_pages_per_domain", "reference_docs_per_domain", "langid_docs_per_language"):
             check("CorpusConfig", field, getattr(self, field), lambda v: v >= 0, ">= 0")
@@ -83,13 +87,34 @@ class CorpusConfig:
         for field in ("exact_duplicate_fraction", "near_duplicate_fraction"):
             check("CorpusConfig", field, getattr(self, field), lambda v: 0 <= v < 1, "in [0, 1)")
         _, items = concrete(self.eval_items_per_task)
-        check("CorpusConfig", "contaminated_docs_per_task", self.contaminated_docs_per_task,
-              lambda v: items is None or 0 <= v <= items, f"in [0, eval_items_per_task={items}]")
+        check(
+            "CorpusConfig",
+            "contaminated_docs_per_task",
+            self.contaminated_docs_per_task,
+            lambda v: items is None or 0 <= v <= items,
+            f"in [0, eval_items_per_task={items}]",
+        )
 
 
 _WORD = re.compile(r"[A-Za-z]+")
-_FILLER = ["maybe", "really", "also", "still", "very", "quite", "then", "soon", "later", "often", "green",
-           "wooden", "round", "bright", "quickly", "slowly"]
+_FILLER = [
+    "maybe",
+    "really",
+    "also",
+    "still",
+    "very",
+    "quite",
+    "then",
+    "soon",
+    "later",
+    "often",
+    "green",
+    "wooden",
+    "round",
+    "bright",
+    "quickly",
+    "slowly",
+]
 
 
 def near_copy(text: str, rng: random.Random, edits: int) -> str:
@@ -136,8 +161,14 @@ def _plant(cfg: CorpusConfig, domain: str, originals: list[dict], rng: random.Ra
     for src in rng.sample(originals, int(n * cfg.near_duplicate_fraction)):
         text = near_copy(src["text"], rng, rng.randint(1, 6))
         docs.append({"text": text, "source": domain})
-        truth.append({"kind": "near", "original": src["id"], "copy_index": len(docs) - 1,
-                      "jaccard": round(jaccard(src["text"], text), 6)})
+        truth.append(
+            {
+                "kind": "near",
+                "original": src["id"],
+                "copy_index": len(docs) - 1,
+                "jaccard": round(jaccard(src["text"], text), 6),
+            }
+        )
     contaminated = []
     for item in leaks:
         docs.append({"text": _leak(item, rng), "source": domain})
@@ -160,8 +191,12 @@ def generate_corpus(cfg: CorpusConfig) -> dict:
     for domain, make in sorted(DOMAINS.items()):
         drng = random.Random(f"{cfg.seed}-train-{domain}")
         originals = [{"id": "", "text": make(drng), "source": domain} for _ in range(cfg.train_docs_per_domain)]
-        leaks = [item for task in sorted(TASKS) if TASK_DOMAIN[task] == domain
-                 for item in drng.sample(eval_items[task], cfg.contaminated_docs_per_task)]
+        leaks = [
+            item
+            for task in sorted(TASKS)
+            if TASK_DOMAIN[task] == domain
+            for item in drng.sample(eval_items[task], cfg.contaminated_docs_per_task)
+        ]
         # Ids are assigned after shuffling, so they say nothing about which documents are copies.
         for i, doc in enumerate(originals):
             doc["id"] = f"tmp-{i}"
@@ -174,17 +209,27 @@ def generate_corpus(cfg: CorpusConfig) -> dict:
             final_id[idx] = f"{domain}-{pos:07d}"
         by_tmp = {f"tmp-{i}": final_id[i] for i in range(len(originals))}
         for row in truth:
-            duplicates.append({"kind": row["kind"], "original": by_tmp[row["original"]],
-                               "copy": final_id[len(originals) + row["copy_index"]], "jaccard": row["jaccard"]})
+            duplicates.append(
+                {
+                    "kind": row["kind"],
+                    "original": by_tmp[row["original"]],
+                    "copy": final_id[len(originals) + row["copy_index"]],
+                    "jaccard": row["jaccard"],
+                }
+            )
         for row in leaked:
-            contaminated.append({"id": final_id[len(originals) + row["copy_index"]], "eval_id": row["eval_id"],
-                                 "task": row["task"]})
+            contaminated.append(
+                {"id": final_id[len(originals) + row["copy_index"]], "eval_id": row["eval_id"], "task": row["task"]}
+            )
         shuffled = [{"id": final_id[idx], "text": every[idx]["text"], "source": domain} for idx in order]
-        manifest["files"].update(_write_shards(cfg.output_path, f"train/{domain}", shuffled,
-                                               cfg.train_shards_per_domain))
+        manifest["files"].update(
+            _write_shards(cfg.output_path, f"train/{domain}", shuffled, cfg.train_shards_per_domain)
+        )
         vrng = random.Random(f"{cfg.seed}-validation-{domain}")
-        val = [{"id": f"{domain}-val-{i:06d}", "text": make(vrng), "source": domain}
-               for i in range(cfg.validation_docs_per_domain)]
+        val = [
+            {"id": f"{domain}-val-{i:06d}", "text": make(vrng), "source": domain}
+            for i in range(cfg.validation_docs_per_domain)
+        ]
         manifest["files"].update(_write_shards(cfg.output_path, f"validation/{domain}", val, 1))
     _write_web(cfg, manifest)
     write_records(join(cfg.output_path, "ground_truth", "duplicates.jsonl"), duplicates)
@@ -207,18 +252,27 @@ def _write_web(cfg: CorpusConfig, manifest: dict) -> None:
     truth = []
     for domain, make in sorted(DOMAINS.items()):
         if cfg.web_pages_per_domain:
-            files, rows = write_web_pages(cfg.output_path, cfg.seed, domain, make, cfg.web_pages_per_domain,
-                                          cfg.web_shards_per_domain)
+            files, rows = write_web_pages(
+                cfg.output_path, cfg.seed, domain, make, cfg.web_pages_per_domain, cfg.web_shards_per_domain
+            )
             manifest["files"].update(files)
             truth += rows
         if cfg.reference_docs_per_domain:
-            manifest["files"].update(write_reference(cfg.output_path, cfg.seed, domain, make,
-                                                     cfg.reference_docs_per_domain))
-            manifest["files"].update(write_web_sample(cfg.output_path, cfg.seed, domain, make,
-                                                      cfg.reference_docs_per_domain))
+            manifest["files"].update(
+                write_reference(cfg.output_path, cfg.seed, domain, make, cfg.reference_docs_per_domain)
+            )
+            manifest["files"].update(
+                write_web_sample(cfg.output_path, cfg.seed, domain, make, cfg.reference_docs_per_domain)
+            )
     if cfg.langid_docs_per_language:
-        manifest["files"].update(write_langid(cfg.output_path, cfg.seed, cfg.langid_docs_per_language,
-                                              lambda rng: DOMAINS[rng.choice(sorted(DOMAINS))](rng)))
+        manifest["files"].update(
+            write_langid(
+                cfg.output_path,
+                cfg.seed,
+                cfg.langid_docs_per_language,
+                lambda rng: DOMAINS[rng.choice(sorted(DOMAINS))](rng),
+            )
+        )
     if truth:
         write_records(join(cfg.output_path, "ground_truth", "web_pages.jsonl.gz"), truth)
         kinds: dict[str, int] = {}
@@ -240,5 +294,7 @@ def load_ground_truth(corpus_path: str) -> tuple[list[dict], list[dict]]:
     """(duplicates, contaminated) rows of a generated corpus."""
     from marin.storage.records import read_records
 
-    return (list(read_records(join(corpus_path, "ground_truth", "duplicates.jsonl"))),
-            list(read_records(join(corpus_path, "ground_truth", "contaminated.jsonl"))))
+    return (
+        list(read_records(join(corpus_path, "ground_truth", "duplicates.jsonl"))),
+        list(read_records(join(corpus_path, "ground_truth", "contaminated.jsonl"))),
+    )

@@ -26,8 +26,18 @@ from __future__ import annotations
 
 import random
 
-from marin.corpus.domains import ANIMAL_SOUNDS, ANIMALS, ADJECTIVES, DAYS, NAMES, NUMBER_WORDS, OPPOSITE_OF, \
-    PLACES, THINGS, singular
+from marin.corpus.domains import (
+    ADJECTIVES,
+    ANIMAL_SOUNDS,
+    ANIMALS,
+    DAYS,
+    NAMES,
+    NUMBER_WORDS,
+    OPPOSITE_OF,
+    PLACES,
+    THINGS,
+    singular,
+)
 
 
 def _choices(rng: random.Random, gold: str, pool: list[str]) -> tuple[list[str], int]:
@@ -40,8 +50,10 @@ def _choices(rng: random.Random, gold: str, pool: list[str]) -> tuple[list[str],
 def animal_sounds(rng: random.Random) -> dict:
     a, b = rng.sample(NAMES, 2)
     animal = rng.choice(ANIMALS)
-    context = (f"{a} and {b} visited the {rng.choice(PLACES)} on {rng.choice(DAYS)}. There they met a "
-               f"{rng.choice(ADJECTIVES)} {animal}, and the {animal} said")
+    context = (
+        f"{a} and {b} visited the {rng.choice(PLACES)} on {rng.choice(DAYS)}. There they met a "
+        f"{rng.choice(ADJECTIVES)} {animal}, and the {animal} said"
+    )
     choices, gold = _choices(rng, ANIMAL_SOUNDS[animal], sorted(set(ANIMAL_SOUNDS.values())))
     return {"context": context, "choices": choices, "gold": gold}
 
@@ -49,8 +61,10 @@ def animal_sounds(rng: random.Random) -> dict:
 def opposites(rng: random.Random) -> dict:
     word = rng.choice(sorted(OPPOSITE_OF))
     thing = rng.choice(THINGS)
-    context = (f"{rng.choice(NAMES)} looked at the two {thing} on {rng.choice(DAYS)}. One {singular(thing)} was "
-               f"{word}, and the other {singular(thing)} was")
+    context = (
+        f"{rng.choice(NAMES)} looked at the two {thing} on {rng.choice(DAYS)}. One {singular(thing)} was "
+        f"{word}, and the other {singular(thing)} was"
+    )
     choices, gold = _choices(rng, OPPOSITE_OF[word], sorted(set(OPPOSITE_OF) - {word}))
     return {"context": context, "choices": choices, "gold": gold}
 
@@ -59,8 +73,10 @@ def addition(rng: random.Random) -> dict:
     a, b = rng.sample(NAMES, 2)
     thing = rng.choice(THINGS)
     x, y = rng.randint(1, 9), rng.randint(1, 9)
-    context = (f"On {rng.choice(DAYS)}, {a} had {x} {thing}. Then {b} gave {a} {y} more {thing}. "
-               f"How many {thing} does {a} have now? {a} has")
+    context = (
+        f"On {rng.choice(DAYS)}, {a} had {x} {thing}. Then {b} gave {a} {y} more {thing}. "
+        f"How many {thing} does {a} have now? {a} has"
+    )
     pool = [str(v) for v in range(max(1, x + y - 4), x + y + 5)]
     choices, gold = _choices(rng, str(x + y), pool)
     return {"context": context, "choices": choices, "gold": gold}
@@ -69,16 +85,14 @@ def addition(rng: random.Random) -> dict:
 def counting(rng: random.Random) -> dict:
     start = rng.randint(0, 14)
     seq = NUMBER_WORDS[start : start + 4]
-    context = (f"On {rng.choice(DAYS)}, {rng.choice(NAMES)} counted the {rng.choice(THINGS)} out loud: "
-               f"{', '.join(seq)},")
+    context = f"On {rng.choice(DAYS)}, {rng.choice(NAMES)} counted the {rng.choice(THINGS)} out loud: {', '.join(seq)},"
     answer = NUMBER_WORDS[start + 4]
     choices, gold = _choices(rng, answer, NUMBER_WORDS[max(0, start - 2) : start + 9])
     return {"context": context, "choices": choices, "gold": gold}
 
 
 TASKS = {"animal_sounds": animal_sounds, "opposites": opposites, "addition": addition, "counting": counting}
-TASK_DOMAIN = {"animal_sounds": "stories", "opposites": "stories", "addition": "arithmetic",
-               "counting": "arithmetic"}
+TASK_DOMAIN = {"animal_sounds": "stories", "opposites": "stories", "addition": "arithmetic", "counting": "arithmetic"}
 
 
 def make_task(name: str, rng: random.Random, n: int) -> list[dict]:

@@ -122,8 +122,13 @@ class DecontaminationConfig:
 
     def __post_init__(self):
         name = "DecontaminationConfig"
-        check(name, "eval_paths", self.eval_paths, lambda v: isinstance(v, (tuple, list)) and len(v) > 0,
-              "a non-empty tuple of paths")
+        check(
+            name,
+            "eval_paths",
+            self.eval_paths,
+            lambda v: isinstance(v, (tuple, list)) and len(v) > 0,
+            "a non-empty tuple of paths",
+        )
         for field in ("ngram", "min_matches"):
             check(name, field, getattr(self, field), lambda v: v >= 1, ">= 1")
 

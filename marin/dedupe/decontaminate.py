@@ -35,8 +35,13 @@ class EvalNgrams:
 
     def save(self, url: str) -> None:
         buf = io.BytesIO()
-        np.savez(buf, hashes=self.hashes, item=self.item, ids=np.array(self.ids, dtype=object),
-                 too_short=np.array(self.too_short))
+        np.savez(
+            buf,
+            hashes=self.hashes,
+            item=self.item,
+            ids=np.array(self.ids, dtype=object),
+            too_short=np.array(self.too_short),
+        )
         write_atomic(url, buf.getvalue())
 
     @classmethod
@@ -98,7 +103,11 @@ def build_eval_ngrams(config: DecontaminationConfig) -> EvalNgrams:
     first = np.concatenate(([True], grams[1:] != grams[:-1])) if len(grams) else np.zeros(0, bool)
     too_short = int((lengths < config.ngram).sum())
     if too_short:
-        logger.warning("decontamination: %d of %d eval items have fewer than %d words and cannot be matched",
-                       too_short, len(texts), config.ngram)
+        logger.warning(
+            "decontamination: %d of %d eval items have fewer than %d words and cannot be matched",
+            too_short,
+            len(texts),
+            config.ngram,
+        )
     logger.info("decontamination: %d eval items, %d distinct %d-grams", len(texts), int(first.sum()), config.ngram)
     return EvalNgrams(grams[first], item[first], ids, too_short)

@@ -115,8 +115,9 @@ def minhash_params(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def minhash_signatures(shingles: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray,
-                       block_shingles: int = 2048) -> np.ndarray:
+def minhash_signatures(
+    shingles: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, block_shingles: int = 2048
+) -> np.ndarray:
     """uint32 [docs, num_perm] MinHash signatures. Documents without shingles get all-ones rows (never
     matched: callers exclude them from LSH)."""
     num_docs, num_perm = len(offsets) - 1, len(a)

@@ -23,8 +23,19 @@ import numpy as np
 
 from marin.dedupe.bloom import BloomFilter
 from marin.dedupe.config import DedupeConfig
-from marin.dedupe.stages import EXACT, FUZZY, KEEP, PARAGRAPH, REASONS, Shard, load_decisions, load_npy, read_shard, \
-    save_npy, shard_dir
+from marin.dedupe.stages import (
+    EXACT,
+    FUZZY,
+    KEEP,
+    PARAGRAPH,
+    REASONS,
+    Shard,
+    load_decisions,
+    load_npy,
+    read_shard,
+    save_npy,
+    shard_dir,
+)
 from marin.dedupe.text import remove_spans, split_paragraphs
 from marin.storage import exists, join, read_text, write_atomic
 from marin.storage.records import RecordWriter
@@ -53,8 +64,12 @@ def reduce_paragraphs(config: DedupeConfig, work: str, num_shards: int, partitio
         seen[lo : lo + pc.batch_size] = bloom.add_new(table["hash"][lo : lo + pc.batch_size])
     removed = table[seen]
     save_npy(out, np.column_stack((removed["key"], removed["para"].astype(np.int64))).reshape(-1, 2))
-    stats = {"paragraphs": int(len(table)), "removed": int(seen.sum()), "bloom_bits": bloom.num_bits,
-             "bloom_hashes": bloom.num_hashes}
+    stats = {
+        "paragraphs": int(len(table)),
+        "removed": int(seen.sum()),
+        "bloom_bits": bloom.num_bits,
+        "bloom_hashes": bloom.num_hashes,
+    }
     write_atomic(stats_url, json.dumps(stats))
     return stats
 
@@ -76,10 +91,18 @@ def write_shard(config: DedupeConfig, shard: Shard, work: str, eval_ids: list[st
         ngram_counts = load_npy(join(shard_dir(work, shard.index), "contamination.npy"))[:, 0]
     cut = _paragraph_cuts(config, work, shard.index) if config.paragraph else {}
     ids = _IdLookup(work)
-    counts = {"documents_in": len(docs), "documents_out": 0, "chars_in": 0, "chars_out": 0,
-              "paragraphs_removed": 0, **{f"removed_{name}": 0 for name in REASONS.values()}}
-    with RecordWriter(join(config.output_path, DOCUMENTS_DIR, shard.rel)) as docs_out, \
-            RecordWriter(join(config.output_path, ATTRIBUTES_DIR, attributes_rel(shard.rel))) as attrs_out:
+    counts = {
+        "documents_in": len(docs),
+        "documents_out": 0,
+        "chars_in": 0,
+        "chars_out": 0,
+        "paragraphs_removed": 0,
+        **{f"removed_{name}": 0 for name in REASONS.values()},
+    }
+    with (
+        RecordWriter(join(config.output_path, DOCUMENTS_DIR, shard.rel)) as docs_out,
+        RecordWriter(join(config.output_path, ATTRIBUTES_DIR, attributes_rel(shard.rel))) as attrs_out,
+    ):
         for row, doc in enumerate(docs):
             text = doc["text"]
             counts["chars_in"] += len(text)

@@ -35,8 +35,9 @@ SUMMARY = "summary.json"
 def list_shards(input_path: str) -> list[Shard]:
     files = find_record_files(input_path)
     if not files:
-        raise FileNotFoundError(f"DedupeConfig.input_path: no record files (.jsonl[.gz|.zst], .parquet) under "
-                                f"{input_path}")
+        raise FileNotFoundError(
+            f"DedupeConfig.input_path: no record files (.jsonl[.gz|.zst], .parquet) under {input_path}"
+        )
     _, root = filesystem(input_path)
     root = root.rstrip("/")
     if any(ch in root for ch in "*?["):
@@ -46,7 +47,7 @@ def list_shards(input_path: str) -> list[Shard]:
     shards = []
     for i, url in enumerate(files):
         path = filesystem(url)[1]
-        shards.append(Shard(index=i, url=url, rel=path[len(root):].lstrip("/")))
+        shards.append(Shard(index=i, url=url, rel=path[len(root) :].lstrip("/")))
     return shards
 
 
@@ -60,8 +61,11 @@ def _reduce(kind: str, *args) -> None:
 
 
 def _prepare_work(config: DedupeConfig, work: str) -> None:
-    fingerprint = json.dumps(dataclasses.asdict(dataclasses.replace(
-        config, max_workers=None, use_ray=True, keep_work=False, batch_docs=1)), sort_keys=True, default=str)
+    fingerprint = json.dumps(
+        dataclasses.asdict(dataclasses.replace(config, max_workers=None, use_ray=True, keep_work=False, batch_docs=1)),
+        sort_keys=True,
+        default=str,
+    )
     marker = join(work, "config.json")
     if exists(marker) and read_text(marker) != fingerprint:
         logger.warning("dedupe: %s holds work for a different config; starting over", work)
@@ -88,8 +92,11 @@ def dedupe_documents(config: DedupeConfig) -> dict:
             build_eval_ngrams(config.decontaminate).save(url)
         ngrams = EvalNgrams.load(url)
         eval_ids = ngrams.ids
-        eval_summary = {"eval_items": len(ngrams.ids), "eval_items_too_short": ngrams.too_short,
-                        "eval_ngrams": int(len(ngrams.hashes))}
+        eval_summary = {
+            "eval_items": len(ngrams.ids),
+            "eval_items_too_short": ngrams.too_short,
+            "eval_ngrams": int(len(ngrams.hashes)),
+        }
 
     def timed(name, fn, args):
         t = time.monotonic()
@@ -108,16 +115,21 @@ def dedupe_documents(config: DedupeConfig) -> dict:
     cluster_stats = timed("cluster", cluster, [(config, work, n)])[0]
     paragraph_stats = []
     if config.paragraph:
-        paragraph_stats = timed("paragraphs", reduce_paragraphs,
-                                [(config, work, n, p) for p in range(config.paragraph.num_partitions)])
+        paragraph_stats = timed(
+            "paragraphs", reduce_paragraphs, [(config, work, n, p) for p in range(config.paragraph.num_partitions)]
+        )
     shard_counts = timed("write", write_shard, [(config, s, work, eval_ids) for s in shards])
     summary = _summarize(config, shards, work, shard_counts, cluster_stats, paragraph_stats, eval_summary)
     summary["seconds"] = {**timings, "total": round(time.monotonic() - start, 3)}
     write_atomic(join(config.output_path, SUMMARY), json.dumps(summary, indent=2))
     if not config.keep_work:
         delete(work, recursive=True)
-    logger.info("dedupe: %d -> %d documents (%s)", summary["documents_in"], summary["documents_out"],
-                ", ".join(f"{k}={v}" for k, v in summary["removed"].items()))
+    logger.info(
+        "dedupe: %d -> %d documents (%s)",
+        summary["documents_in"],
+        summary["documents_out"],
+        ", ".join(f"{k}={v}" for k, v in summary["removed"].items()),
+    )
     return summary
 
 
@@ -132,12 +144,15 @@ def _summarize(config, shards, work, shard_counts, cluster_stats, paragraph_stat
         "shards": len(shards),
         "documents_in": total["documents_in"],
         "documents_out": total["documents_out"],
-        "removed": {k[len("removed_"):]: v for k, v in total.items() if k.startswith("removed_")},
+        "removed": {k[len("removed_") :]: v for k, v in total.items() if k.startswith("removed_")},
         "chars_in": total["chars_in"],
         "chars_out": total["chars_out"],
         "skipped_malformed": skipped,
-        "methods": {k: v for k, v in dataclasses.asdict(config).items()
-                    if k in ("exact", "fuzzy", "paragraph", "decontaminate") and v is not None},
+        "methods": {
+            k: v
+            for k, v in dataclasses.asdict(config).items()
+            if k in ("exact", "fuzzy", "paragraph", "decontaminate") and v is not None
+        },
     }
     if config.fuzzy:
         summary["fuzzy"] = cluster_stats

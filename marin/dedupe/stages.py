@@ -25,8 +25,15 @@ import logging
 import numpy as np
 
 from marin.dedupe.config import DedupeConfig
-from marin.dedupe.hashing import band_hashes, content_hash, hash64, minhash_params, minhash_signatures, \
-    shingle_hashes, word_hashes
+from marin.dedupe.hashing import (
+    band_hashes,
+    content_hash,
+    hash64,
+    minhash_params,
+    minhash_signatures,
+    shingle_hashes,
+    word_hashes,
+)
 from marin.dedupe.text import normalize_exact, normalize_paragraph, split_paragraphs
 from marin.storage import exists, join, read_bytes, read_text, write_atomic
 from marin.storage.records import ReadStats, read_documents
@@ -103,8 +110,13 @@ def map_shard(config: DedupeConfig, shard: Shard, work: str) -> None:
     if config.paragraph:
         _map_paragraphs(config, shard.index, texts, out)
     write_atomic(join(out, "ids.json"), json.dumps([d.get("id") for d in docs]))
-    meta = {"rel": shard.rel, "docs": len(docs), "chars": sum(map(len, texts)), "skipped": stats.skipped,
-            "first_errors": stats.first_errors}
+    meta = {
+        "rel": shard.rel,
+        "docs": len(docs),
+        "chars": sum(map(len, texts)),
+        "skipped": stats.skipped,
+        "first_errors": stats.first_errors,
+    }
     write_atomic(join(out, "meta.json"), json.dumps(meta))
 
 
@@ -185,9 +197,13 @@ def reduce_bands(work: str, num_shards: int, group: int) -> None:
     out = join(work, "edges", f"{group:03d}.npy")
     if exists(out):
         return
-    per_shard = [(load_npy(join(shard_dir(work, s), "bands.npy")),
-                  load_npy(join(shard_dir(work, s), "has_shingles.npy"))) for s in range(num_shards)]
-    keys = np.concatenate([key_of(s, np.flatnonzero(m)) for s, (_, m) in enumerate(per_shard)] or [np.zeros(0, np.int64)])
+    per_shard = [
+        (load_npy(join(shard_dir(work, s), "bands.npy")), load_npy(join(shard_dir(work, s), "has_shingles.npy")))
+        for s in range(num_shards)
+    ]
+    keys = np.concatenate(
+        [key_of(s, np.flatnonzero(m)) for s, (_, m) in enumerate(per_shard)] or [np.zeros(0, np.int64)]
+    )
     num_bands = per_shard[0][0].shape[0] if per_shard else 0
     edges = []
     for band in range(group, num_bands, BAND_GROUPS):

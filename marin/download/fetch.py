@@ -46,16 +46,21 @@ def marker_url(output_path: str, path: str) -> str:
     return join(output_path, ".download", f"{path}.json")
 
 
-def fetch_file(f: RemoteFile, output_path: str, chunk_bytes: int, max_retries: int,
-               expected_sha256: str | None = None) -> dict:
+def fetch_file(
+    f: RemoteFile, output_path: str, chunk_bytes: int, max_retries: int, expected_sha256: str | None = None
+) -> dict:
     """Download ``f`` to ``<output_path>/<f.path>`` unless already complete; returns its provenance row."""
     dest, marker = join(output_path, f.path), marker_url(output_path, f.path)
     want_sha = expected_sha256 or f.sha256
     if exists(marker) and exists(dest):
         done = json.loads(read_text(marker))
         size = filesystem(dest)[0].size(filesystem(dest)[1])
-        if done["url"] == f.url and done["size"] == size and (want_sha is None or done["sha256"] == want_sha) \
-                and (f.size is None or f.size == size):
+        if (
+            done["url"] == f.url
+            and done["size"] == size
+            and (want_sha is None or done["sha256"] == want_sha)
+            and (f.size is None or f.size == size)
+        ):
             logger.info("%s: already downloaded and verified, skipping", f.path)
             return {**done, "skipped": True}
     for attempt in range(max_retries + 1):
@@ -233,5 +238,4 @@ def _verify(f: RemoteFile, row: dict, want_sha: str | None) -> None:
             for block in iter(lambda: data.read(1 << 20), b""):
                 blob.update(block)
         if blob.hexdigest() != f.git_sha1:
-            raise VerificationError(f"{f.url}: git blob SHA-1 {blob.hexdigest()} does not match the hub's "
-                                    f"{f.git_sha1}")
+            raise VerificationError(f"{f.url}: git blob SHA-1 {blob.hexdigest()} does not match the hub's {f.git_sha1}")

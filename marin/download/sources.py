@@ -71,8 +71,9 @@ def list_hub_files(source: str, revision: str, patterns: tuple[str, ...] = (), f
     repo_type, repo_id = parse_hub_source(source)
     endpoint = hub_endpoint()
     api = HfApi(endpoint=endpoint)
-    info = (api.dataset_info if repo_type == "dataset" else api.model_info)(repo_id, revision=revision,
-                                                                            files_metadata=True)
+    info = (api.dataset_info if repo_type == "dataset" else api.model_info)(
+        repo_id, revision=revision, files_metadata=True
+    )
     if revision != info.sha:
         logger.info("hub revision %r of %s resolved to commit %s", revision, repo_id, info.sha)
     out = []
@@ -80,9 +81,16 @@ def list_hub_files(source: str, revision: str, patterns: tuple[str, ...] = (), f
         if not selected(sib.rfilename, patterns, files):
             continue
         url = hf_hub_url(repo_id, sib.rfilename, repo_type=repo_type, revision=info.sha, endpoint=endpoint)
-        out.append(RemoteFile(path=sib.rfilename, url=url, kind="hub", size=sib.size,
-                              sha256=sib.lfs.sha256 if sib.lfs else None,
-                              git_sha1=None if sib.lfs else sib.blob_id))
+        out.append(
+            RemoteFile(
+                path=sib.rfilename,
+                url=url,
+                kind="hub",
+                size=sib.size,
+                sha256=sib.lfs.sha256 if sib.lfs else None,
+                git_sha1=None if sib.lfs else sib.blob_id,
+            )
+        )
     _check_requested(source, out, files)
     return Listing(sorted(out, key=lambda f: f.path), revision=info.sha)
 
@@ -100,8 +108,10 @@ def list_url_files(source: str, patterns: tuple[str, ...] = (), files: tuple[str
         return Listing(_with_sizes(out))
     if is_http:
         if source.endswith("/") or patterns:
-            raise ValueError(f"DownloadConfig: an http(s) source cannot be listed; name the files with "
-                             f"DownloadConfig.files, or give a file URL (got source={source!r})")
+            raise ValueError(
+                f"DownloadConfig: an http(s) source cannot be listed; name the files with "
+                f"DownloadConfig.files, or give a file URL (got source={source!r})"
+            )
         return Listing([RemoteFile(path=source.rsplit("/", 1)[-1], url=source, kind=kind)])
     fs, root = filesystem(source)
     if any(ch in root for ch in "*?["):

@@ -56,8 +56,13 @@ class DownloadConfig:
         known, source = concrete(self.source)
         check(name, "source", self.source, lambda v: isinstance(v, str) and v != "", "a URL")
         if known and source.startswith("hf://"):
-            check(name, "revision", self.revision, lambda v: isinstance(v, str) and v != "",
-                  "a commit, tag or branch for hub sources (pin the data)")
+            check(
+                name,
+                "revision",
+                self.revision,
+                lambda v: isinstance(v, str) and v != "",
+                "a commit, tag or branch for hub sources (pin the data)",
+            )
         elif known:
             check(name, "revision", self.revision, lambda v: v is None, "None for non-hub sources")
         check(name, "patterns", self.patterns, lambda v: isinstance(v, (tuple, list)), "a tuple of globs")
@@ -82,8 +87,10 @@ def download_dataset(config: DownloadConfig) -> dict:
     if unknown:
         raise ValueError(f"DownloadConfig.expected_sha256 names files that are not downloaded: {unknown}")
     logger.info("download: %d files from %s", len(listing.files), config.source)
-    args = [(f, config.output_path, config.chunk_bytes, config.max_retries, config.expected_sha256.get(f.path))
-            for f in listing.files]
+    args = [
+        (f, config.output_path, config.chunk_bytes, config.max_retries, config.expected_sha256.get(f.path))
+        for f in listing.files
+    ]
     rows = run_tasks(fetch_file, args, use_ray=config.use_ray, max_workers=config.max_workers, label="download")
     skipped = sum(r.pop("skipped") for r in rows)
     provenance = {
@@ -93,7 +100,7 @@ def download_dataset(config: DownloadConfig) -> dict:
         "patterns": list(config.patterns),
         "files": rows,
         "total_bytes": sum(r["size"] for r in rows),
-        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     write_atomic(join(config.output_path, PROVENANCE), json.dumps(provenance, indent=2))
     logger.info("download: %d files, %d bytes (%d already present)", len(rows), provenance["total_bytes"], skipped)

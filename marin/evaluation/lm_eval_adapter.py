@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 
 import lm_eval.models  # noqa: F401  lm-eval fills its model registry lazily only while it is empty: fill it
+
 # first, or registering "marin" would hide "hf", "dummy", ... from get_model in this process
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -30,8 +31,15 @@ from marin.evaluation.tasks import split_context_continuation
 
 @register_model("marin")
 class MarinLM(LM):
-    def __init__(self, checkpoint: str, tokenizer: str | None = None, batch_size: int | str = 16,
-                 max_len: int | None = None, max_gen_toks: int = 128, **_ignored):
+    def __init__(
+        self,
+        checkpoint: str,
+        tokenizer: str | None = None,
+        batch_size: int | str = 16,
+        max_len: int | None = None,
+        max_gen_toks: int = 128,
+        **_ignored,
+    ):
         super().__init__()
         from marin.inference import load_model, place_params
         from marin.tokenize import eos_id, load_tokenizer
@@ -45,8 +53,13 @@ class MarinLM(LM):
         cfg, params = self.cfg, self.params
         # lm-eval's "auto" batch sizing probes torch device memory: use our default instead
         batch_size = int(batch_size) if str(batch_size).isdigit() else 16
-        self.scorer = Scorer(functools.partial(forward, cfg), params=params,
-                             batch_size=batch_size, max_len=int(max_len or cfg.seq_len), pad_id=self.eos)
+        self.scorer = Scorer(
+            functools.partial(forward, cfg),
+            params=params,
+            batch_size=batch_size,
+            max_len=int(max_len or cfg.seq_len),
+            pad_id=self.eos,
+        )
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -78,12 +91,14 @@ class MarinLM(LM):
             context, kwargs = request.args
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            gen = GenerationConfig(max_new_tokens=int(kwargs.get("max_gen_toks", self.max_gen_toks)),
-                                   temperature=float(kwargs.get("temperature", 0.0)), stop_tokens=(self.eos,),
-                                   seed=int(kwargs.get("seed", 0)))
-            prompt = [self.eos, *self._encode(context)][-(self.cfg.seq_len - gen.max_new_tokens):]
+            gen = GenerationConfig(
+                max_new_tokens=int(kwargs.get("max_gen_toks", self.max_gen_toks)),
+                temperature=float(kwargs.get("temperature", 0.0)),
+                stop_tokens=(self.eos,),
+                seed=int(kwargs.get("seed", 0)),
+            )
+            prompt = [self.eos, *self._encode(context)][-(self.cfg.seq_len - gen.max_new_tokens) :]
             tokens = generate(self.cfg, self.params, [prompt], gen)[0]
             text = decode_until(self.tokenizer.decode, tokens, (self.eos,), until)
             out.append(text)
         return out
-

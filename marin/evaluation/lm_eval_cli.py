@@ -13,8 +13,9 @@ import sys
 
 
 def main(argv=None) -> None:
-    import marin.evaluation.lm_eval_adapter  # noqa: F401  registers --model marin
     from lm_eval.__main__ import cli_evaluate
+
+    import marin.evaluation.lm_eval_adapter  # noqa: F401  registers --model marin
 
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]  # lm-eval's CLI reads sys.argv itself

@@ -23,7 +23,9 @@ import numpy as np
 from marin.evaluation.scoring import Scorer
 
 
-def document_windows(tokens: Sequence[int], eos: int, max_len: int, closing_eos: bool = True) -> list[tuple[list[int], int]]:
+def document_windows(
+    tokens: Sequence[int], eos: int, max_len: int, closing_eos: bool = True
+) -> list[tuple[list[int], int]]:
     """Split ``[eos] + tokens + [eos]`` (without the closing EOS if ``closing_eos`` is False) into rows of
     at most ``max_len + 1`` tokens; each row comes with how many of its trailing targets are new (the
     rest re-read earlier tokens as context)."""

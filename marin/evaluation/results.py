@@ -11,8 +11,12 @@ def config_record(config: Any, max_len: int) -> dict[str, Any]:
     """The eval's own settings (an ``EvalConfig``; the model's are under ``model``), so a number can be
     traced to what produced it without the executor's records."""
     record = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "model"}
-    record.update(max_len=max_len, validation=dict(config.validation), tasks=list(config.tasks),
-                  unigram_baseline=dict(config.unigram_baseline))  # fmt: skip
+    record.update(
+        max_len=max_len,
+        validation=dict(config.validation),
+        tasks=list(config.tasks),
+        unigram_baseline=dict(config.unigram_baseline),
+    )
     return json.loads(json.dumps(record, default=str))  # executor paths and the like as plain strings
 
 
@@ -22,10 +26,15 @@ def format_table(results: dict[str, Any]) -> str:
         unigram = f"{r['unigram_bits_per_byte']:.4f}" if "unigram_bits_per_byte" in r else "-"
         lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | {unigram} |")
     if results["tasks"]:
-        lines += ["", "| task | k-shot | items | acc | acc 95% CI | acc_norm | chance |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "| task | k-shot | items | acc | acc 95% CI | acc_norm | chance |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, r in results["tasks"].items():
             lo, hi = r["acc"]["ci95"]
-            lines.append(f"| {name} | {r['num_fewshot']} | {r['items']} | {r['acc']['value']:.3f} | "
-                         f"[{lo:.3f}, {hi:.3f}] | {r['acc_norm']['value']:.3f} | {r['chance']:.3f} |")  # fmt: skip
+            lines.append(
+                f"| {name} | {r['num_fewshot']} | {r['items']} | {r['acc']['value']:.3f} | "
+                f"[{lo:.3f}, {hi:.3f}] | {r['acc_norm']['value']:.3f} | {r['chance']:.3f} |"
+            )
     return "\n".join(lines)

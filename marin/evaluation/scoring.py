@@ -38,8 +38,9 @@ def _bucket(n: int, max_len: int) -> int:
 
 
 class Scorer:
-    def __init__(self, forward_fn: Callable, *, params: Any = None, batch_size: int = 16, max_len: int = 512,
-                 pad_id: int = 0):  # fmt: skip
+    def __init__(
+        self, forward_fn: Callable, *, params: Any = None, batch_size: int = 16, max_len: int = 512, pad_id: int = 0
+    ):
         if batch_size < 1 or max_len < 2:
             raise ValueError(f"Scorer needs batch_size >= 1 and max_len >= 2, got {batch_size}, {max_len}")
         self.batch_size = batch_size

@@ -79,18 +79,30 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
     cfg, params, step = load_model(config.checkpoint_path, config.model, config.checkpoint_step)
     tokenizer = load_tokenizer(config.tokenizer)
     if tokenizer.get_vocab_size() > cfg.vocab_size:
-        raise ValueError(f"tokenizer {config.tokenizer} has {tokenizer.get_vocab_size()} tokens, the model only "
-                         f"{cfg.vocab_size}")
+        raise ValueError(
+            f"tokenizer {config.tokenizer} has {tokenizer.get_vocab_size()} tokens, the model only {cfg.vocab_size}"
+        )
     eos = eos_id(tokenizer)
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
-    scorer = Scorer(functools.partial(forward, cfg), params=place_params(cfg, params),
-                    batch_size=config.batch_size, max_len=config.max_len or cfg.seq_len, pad_id=eos)
-    results: dict[str, Any] = {"checkpoint": config.checkpoint_path, "checkpoint_step": step,
-                               "model": dataclasses.asdict(cfg), "tokenizer": config.tokenizer,
-                               "config": config_record(config, scorer.max_len), "validation": {}, "tasks": {}}
+    scorer = Scorer(
+        functools.partial(forward, cfg),
+        params=place_params(cfg, params),
+        batch_size=config.batch_size,
+        max_len=config.max_len or cfg.seq_len,
+        pad_id=eos,
+    )
+    results: dict[str, Any] = {
+        "checkpoint": config.checkpoint_path,
+        "checkpoint_step": step,
+        "model": dataclasses.asdict(cfg),
+        "tokenizer": config.tokenizer,
+        "config": config_record(config, scorer.max_len),
+        "validation": {},
+        "tasks": {},
+    }
     bar = progress_bar(len(config.validation) + len(config.tasks), "evaluate", unit="set")
     for name, spec in config.validation.items():
         bar.set_postfix_str(name)

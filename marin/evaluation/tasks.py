@@ -81,8 +81,9 @@ class MultipleChoiceTask:
         if self.num_fewshot < 0:
             raise ValueError(f"task {self.name}: num_fewshot must be >= 0, got {self.num_fewshot}")
         if (self.path is None) == (self.dataset is None):
-            raise ValueError(f"task {self.name}: set exactly one of path ({self.path!r}) and dataset "
-                             f"({self.dataset!r})")
+            raise ValueError(
+                f"task {self.name}: set exactly one of path ({self.path!r}) and dataset ({self.dataset!r})"
+            )
         if self.fewshot_split is not None and self.dataset is None:
             raise ValueError(f"task {self.name}: fewshot_split={self.fewshot_split!r} needs a dataset")
 
@@ -113,8 +114,9 @@ def load_task_yaml(url: str) -> MultipleChoiceTask:
     elif isinstance(files, list):
         spec["data_files"] = [_relative_to(base, f) for f in files]
     elif isinstance(files, dict):
-        spec["data_files"] = {k: [_relative_to(base, f) for f in ([v] if isinstance(v, str) else v)]
-                              for k, v in files.items()}
+        spec["data_files"] = {
+            k: [_relative_to(base, f) for f in ([v] if isinstance(v, str) else v)] for k, v in files.items()
+        }
     return MultipleChoiceTask(**spec)
 
 
@@ -125,11 +127,12 @@ def _rows(task: MultipleChoiceTask, split: str) -> list[dict[str, Any]]:
 
     path = task.dataset.removeprefix("hf://datasets/")
     try:
-        data = datasets.load_dataset(path, task.subset, split=split, revision=task.revision,
-                                     data_files=task.data_files)
+        data = datasets.load_dataset(path, task.subset, split=split, revision=task.revision, data_files=task.data_files)
     except Exception as e:  # network, auth, missing repo/split: say which task and data set, and why
-        raise OSError(f"task {task.name}: could not load dataset {task.dataset!r} (subset {task.subset!r}, "
-                      f"split {split!r}, revision {task.revision!r}): {type(e).__name__}: {e}") from e
+        raise OSError(
+            f"task {task.name}: could not load dataset {task.dataset!r} (subset {task.subset!r}, "
+            f"split {split!r}, revision {task.revision!r}): {type(e).__name__}: {e}"
+        ) from e
     return list(data)
 
 
@@ -187,8 +190,9 @@ def _describe(e: Exception) -> str:
     return str(e)
 
 
-def build_prompts(task: MultipleChoiceTask, items: list[dict[str, Any]],
-                  fewshot_items: list[dict[str, Any]] | None = None) -> list[str]:
+def build_prompts(
+    task: MultipleChoiceTask, items: list[dict[str, Any]], fewshot_items: list[dict[str, Any]] | None = None
+) -> list[str]:
     """The (few-shot) prompt of each item, deterministic for a given ``fewshot_seed``. Shots come from
     ``fewshot_items`` (another split) if given, else from the other items."""
     prompts = []
@@ -245,5 +249,10 @@ def score_task(task: MultipleChoiceTask, scorer, encode, bos: int) -> dict[str, 
         normed = [lp / n for lp, n in zip(logps, lengths)]
         acc_norm.append(max(range(len(normed)), key=normed.__getitem__) == item["gold"])
     chance = sum(1 / len(item["choices"]) for item in items) / len(items)
-    return {"items": len(items), "num_fewshot": task.num_fewshot, "chance": chance,
-            "acc": accuracy_stats(acc), "acc_norm": accuracy_stats(acc_norm)}
+    return {
+        "items": len(items),
+        "num_fewshot": task.num_fewshot,
+        "chance": chance,
+        "acc": accuracy_stats(acc),
+        "acc_norm": accuracy_stats(acc_norm),
+    }

@@ -318,8 +318,9 @@ class _Run:
             return
         config = instantiate_config(p)
         write_info(p.output_path, _info(p, config))
-        if not append_event(p.output_path, StepState.RUNNING, owner=self.ex.owner, attempt=lease.attempt,
-                            expect=_not_succeeded):  # a holder we just replaced finished after all
+        if not append_event(
+            p.output_path, StepState.RUNNING, owner=self.ex.owner, attempt=lease.attempt, expect=_not_succeeded
+        ):  # a holder we just replaced finished after all
             self._drop(lease)
             self._succeeded(p, waited=True)
             return
@@ -328,14 +329,18 @@ class _Run:
 
     def _submit(self, p: PlannedStep, config: Any, lease: Lease) -> None:
         lc = self.ex.lease_config
-        fence = FenceSpec(output_path=p.output_path, owner=self.ex.owner, attempt=lease.attempt,
-                          check_s=lc.fence_check_s, stop_after_s=lc.fence_stop_after_s)
+        fence = FenceSpec(
+            output_path=p.output_path,
+            owner=self.ex.owner,
+            attempt=lease.attempt,
+            check_s=lc.fence_check_s,
+            stop_after_s=lc.fence_stop_after_s,
+        )
         try:
             ref = self.runner.submit(p.name, p.step.fn, config, p.step.resource_config, p.step.pip_extras, fence)
         except Exception as e:  # e.g. an unpicklable config or a bad runtime env
             message = f"could not submit: {type(e).__name__}: {e}"
-            append_event(p.output_path, StepState.FAILED, message=message, owner=self.ex.owner,
-                         expect=_ours(lease))
+            append_event(p.output_path, StepState.FAILED, message=message, owner=self.ex.owner, expect=_ours(lease))
             self._drop(lease)
             self._failed(p, message)
             return
@@ -389,8 +394,9 @@ class _Run:
         if error is None:
             write_manifest(p.output_path, owner=self.ex.owner, attempt=lease.attempt)
             # Still ours after the manifest's listing, and nobody has started another attempt since.
-            if lease.refresh() and append_event(p.output_path, StepState.SUCCESS, owner=self.ex.owner,
-                                                expect=_ours(lease)):
+            if lease.refresh() and append_event(
+                p.output_path, StepState.SUCCESS, owner=self.ex.owner, expect=_ours(lease)
+            ):
                 lease.release()
                 self.ran.append(p.identity)
                 self._succeeded(p)
@@ -407,8 +413,12 @@ class _Run:
         """Our lease on ``p`` was taken over or removed: write nothing there, wait for the new holder."""
         reason = lease.lost_reason or "lease lost"
         self.lease_losses[p.identity] = reason
-        logger.error("LOST    %s: %s; its task was cancelled (outcome: %s); waiting for the new holder",
-                     p.identity, reason, outcome or "finished")  # fmt: skip
+        logger.error(
+            "LOST    %s: %s; its task was cancelled (outcome: %s); waiting for the new holder",
+            p.identity,
+            reason,
+            outcome or "finished",
+        )
         lease.release()
         self.watching.append(p)
 

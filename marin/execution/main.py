@@ -1,20 +1,18 @@
 """``executor_main``: the command line every experiment file ends with.
 
-    python experiments/hello_world.py --prefix gs://bucket/lab --dry_run true
-    python experiments/hello_world.py --run_only 'stats/.*' --max_concurrent 4
+python experiments/hello_world.py --prefix gs://bucket/lab --dry_run true
+python experiments/hello_world.py --run_only 'stats/.*' --max_concurrent 4
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
 import draccus
 
-from marin.logs import configure_logging
 from marin.execution.executor import Executor, PreviouslyFailed, StepsFailed
 from marin.execution.experiment import caller_file
 from marin.execution.lease import LeaseConfig
@@ -22,8 +20,8 @@ from marin.execution.plan import PlanError
 from marin.execution.ray_runner import InfeasibleResources
 from marin.execution.status import StatusFileError
 from marin.execution.step import ExecutorStep
+from marin.logs import configure_logging
 from marin.storage import MissingBackend, StoreUnavailable, is_url
-
 
 DEFAULT_PREFIX = "./local_store"
 

@@ -67,8 +67,13 @@ def _version(info: dict[str, Any]) -> str:
 
 
 def write_manifest(output_path: str, *, owner: str, attempt: str) -> dict[str, Any]:
-    doc = {"format_version": MANIFEST_FORMAT_VERSION, "owner": owner, "attempt": attempt, "time": time.time(),
-           "files": list_output(output_path)}  # fmt: skip
+    doc = {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "owner": owner,
+        "attempt": attempt,
+        "time": time.time(),
+        "files": list_output(output_path),
+    }
     write_atomic(join(output_path, MANIFEST_FILE), json.dumps(doc, sort_keys=True))
     return doc
 
@@ -80,8 +85,9 @@ def read_manifest(output_path: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except ValueError as e:
-        raise OutputChanged(f"{url}: not a manifest ({e}); inspect the step's output, then delete its directory "
-                            "to rerun it") from None  # fmt: skip
+        raise OutputChanged(
+            f"{url}: not a manifest ({e}); inspect the step's output, then delete its directory to rerun it"
+        ) from None
     return doc
 
 
@@ -112,8 +118,12 @@ def verify_output(output_path: str, *, clean: bool = True) -> OutputCheck | None
     )
     if clean:
         for relative in check.extra:
-            logger.warning("%s: removing %s, written after the step was committed (a lost lease holder's late "
-                           "write or a killed task's temp file)", output_path, relative)  # fmt: skip
+            logger.warning(
+                "%s: removing %s, written after the step was committed (a lost lease holder's late "
+                "write or a killed task's temp file)",
+                output_path,
+                relative,
+            )
             delete(join(output_path, relative))
     if check.changed or check.missing:
         raise OutputChanged(

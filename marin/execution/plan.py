@@ -155,9 +155,7 @@ def _check_step(step: ExecutorStep) -> None:
     if not callable(step.fn):
         raise PlanError(f"step {step.name!r}: fn must be callable, got {step.fn!r}")
     if not dataclasses.is_dataclass(step.config) or isinstance(step.config, type):
-        raise PlanError(
-            f"step {step.name!r}: config must be a dataclass instance, got {type(step.config).__name__}"
-        )
+        raise PlanError(f"step {step.name!r}: config must be a dataclass instance, got {type(step.config).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +326,9 @@ def _map_container(value: Any, field: str, fn: Callable[[Any, str], Any]) -> Any
     """Rebuild a container with ``fn(child, dotted_path)`` applied to each child (same paths as
     ``iter_placeholders``)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: fn(getattr(value, f.name), _dotted(field, f.name)) for f in dataclasses.fields(value) if f.init}
+        changes = {
+            f.name: fn(getattr(value, f.name), _dotted(field, f.name)) for f in dataclasses.fields(value) if f.init
+        }
         return dataclasses.replace(value, **changes)
     if isinstance(value, dict):
         return {k: fn(v, _dotted(field, str(k))) for k, v in value.items()}

@@ -62,8 +62,10 @@ def _coordinator_address() -> str:
     return f"{ray.util.get_node_ip_address()}:{port}"
 
 
-_ELSEWHERE = ("Run it on a cluster that provides these resources (set RAY_ADDRESS; see docs/cluster.md), or set "
-              f"{AUTOSCALING_ENV}=1 if this cluster's autoscaler adds such nodes on demand.")
+_ELSEWHERE = (
+    "Run it on a cluster that provides these resources (set RAY_ADDRESS; see docs/cluster.md), or set "
+    f"{AUTOSCALING_ENV}=1 if this cluster's autoscaler adds such nodes on demand."
+)
 
 
 class _HostLost(Exception):
@@ -87,19 +89,20 @@ def _run_gang_attempts(step_name: str, fn, config, resources: ResourceConfig, wa
         try:
             return _run_gang_once(step_name, fn, config, resources, watch)
         except _HostLost as e:
-            logger.warning("%s: attempt %d of %d lost a host (%s)", step_name, attempt + 1, resources.max_retries + 1, e)
+            logger.warning(
+                "%s: attempt %d of %d lost a host (%s)", step_name, attempt + 1, resources.max_retries + 1, e
+            )
             last = e
     raise RuntimeError(f"{step_name}: a host was lost in each of {resources.max_retries + 1} attempts; last: {last}")
 
 
-def _run_gang_once(
-    step_name: str, fn, config, resources: ResourceConfig, watch: StepFence | None
-) -> None:
+def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig, watch: StepFence | None) -> None:
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     bundles, release = _reserve_hosts(resources)
     try:
+
         def on(i: int) -> PlacementGroupSchedulingStrategy:
             pg, index = bundles[i]
             return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
@@ -112,9 +115,12 @@ def _run_gang_once(
         # Ray start a new worker for each host (Ray merges them into the step's own runtime env), and
         # max_calls=1 retires it after the call.
         host, options = ray.remote(max_calls=1)(_call_step_fn), {**_host_options(resources), "max_retries": 0}
-        refs = {host.options(**options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i),
-                             runtime_env={"env_vars": envs[i]}).remote(fn, config, envs[i], fence): i
-                for i in range(resources.hosts)}  # fmt: skip
+        refs = {
+            host.options(
+                **options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i), runtime_env={"env_vars": envs[i]}
+            ).remote(fn, config, envs[i], fence): i
+            for i in range(resources.hosts)
+        }
         try:
             _wait_hosts(step_name, refs, resources, watch)
         except KeyboardInterrupt:  # the executor cancelled this gang (RayRunner.cancel): kill every host
@@ -158,16 +164,23 @@ def _reserve_hosts(resources: ResourceConfig):
 
         tpu = resources.tpu
         # No head-reservation timeout: on an autoscaling cluster the slices may take minutes to boot.
-        handle = SlicePlacementGroup(topology=tpu.topology, accelerator_version=tpu.version, num_slices=tpu.slices,
-                                     pg_per_slice=True, head_reservation_timeout_s=None)  # fmt: skip
+        handle = SlicePlacementGroup(
+            topology=tpu.topology,
+            accelerator_version=tpu.version,
+            num_slices=tpu.slices,
+            pg_per_slice=True,
+            head_reservation_timeout_s=None,
+        )
         groups = handle.slice_placement_groups
         ray.get([pg.ready() for pg in groups])
         handle.release_head_pgs()
         per_slice = handle.num_bundles // tpu.slices
         if per_slice * tpu.slices != resources.hosts:
             handle.shutdown()
-            raise ValueError(f"TPU {tpu.version} {tpu.topology} x{tpu.slices} has {handle.num_bundles} hosts, "
-                             f"the step asks for hosts={resources.hosts}")  # fmt: skip
+            raise ValueError(
+                f"TPU {tpu.version} {tpu.topology} x{tpu.slices} has {handle.num_bundles} hosts, "
+                f"the step asks for hosts={resources.hosts}"
+            )
         return [(pg, i) for pg in groups for i in range(per_slice)], handle.shutdown
     bundle = resources.demands()
     pg = ray.util.placement_group([bundle] * resources.hosts, strategy="SPREAD")
@@ -188,7 +201,9 @@ def _host_envs(coordinator: str, resources: ResourceConfig) -> list[dict[str, st
 
         per_slice = resources.hosts // resources.tpu.slices
         for i, env in enumerate(envs):
-            env.update(get_tpu_coordinator_env_vars(coordinator.rsplit(":", 1)[0], resources.tpu.slices, i // per_slice))
+            env.update(
+                get_tpu_coordinator_env_vars(coordinator.rsplit(":", 1)[0], resources.tpu.slices, i // per_slice)
+            )
     return envs
 
 
@@ -224,8 +239,14 @@ class RayRunner:
         if fits >= resources.hosts:
             return
         if os.environ.get(AUTOSCALING_ENV, "") not in ("", "0"):
-            logger.warning("step %r asks for %d x %s, more than the cluster's nodes hold now; waiting for the "
-                           "autoscaler (%s is set)", step_name, resources.hosts, demands, AUTOSCALING_ENV)  # fmt: skip
+            logger.warning(
+                "step %r asks for %d x %s, more than the cluster's nodes hold now; waiting for the "
+                "autoscaler (%s is set)",
+                step_name,
+                resources.hosts,
+                demands,
+                AUTOSCALING_ENV,
+            )
             return
         if fits:
             raise InfeasibleResources(
@@ -234,20 +255,30 @@ class RayRunner:
             )
         missing = sorted({k for k, v in demands.items() if not any(node.get(k, 0) >= v for node in nodes)})
         largest = {k: max((node.get(k, 0) for node in nodes), default=0) for k in demands}
-        detail = ", ".join(f"{k}: needs {_amount(k, demands[k])}, largest node has {_amount(k, largest[k])}"
-                           for k in missing) or (
-            f"no single node has all of {demands}"
-        )
+        detail = ", ".join(
+            f"{k}: needs {_amount(k, demands[k])}, largest node has {_amount(k, largest[k])}" for k in missing
+        ) or (f"no single node has all of {demands}")
         raise InfeasibleResources(
-            f"step {step_name!r} can never be scheduled on this Ray cluster ({detail}). "
-            f"{_ELSEWHERE}"
+            f"step {step_name!r} can never be scheduled on this Ray cluster ({detail}). {_ELSEWHERE}"
         )
 
-    def submit(self, step_name: str, fn, config, resources: ResourceConfig, pip_extras: tuple[str, ...],
-               fence: FenceSpec | None = None):
+    def submit(
+        self,
+        step_name: str,
+        fn,
+        config,
+        resources: ResourceConfig,
+        pip_extras: tuple[str, ...],
+        fence: FenceSpec | None = None,
+    ):
         runtime_env = {"pip": extra_requirements(pip_extras)} if pip_extras else None
         if resources.hosts > 1:  # the gang task holds nothing itself; its hosts hold the resources
-            options = {"num_cpus": 0, "name": step_name, "max_retries": resources.max_retries, "retry_exceptions": False}
+            options = {
+                "num_cpus": 0,
+                "name": step_name,
+                "max_retries": resources.max_retries,
+                "retry_exceptions": False,
+            }
             if runtime_env:
                 options["runtime_env"] = runtime_env  # inherited by the host tasks it starts
             ref = self._gang.options(**options).remote(step_name, fn, config, resources, fence)

@@ -103,8 +103,9 @@ def state_summary(output_path: str) -> tuple[str | None, str | None, float | Non
     return last["state"], last.get("message"), started, finished
 
 
-def event_line(state: StepState, message: str | None = None, owner: str | None = None,
-               attempt: str | None = None) -> str:  # fmt: skip
+def event_line(
+    state: StepState, message: str | None = None, owner: str | None = None, attempt: str | None = None
+) -> str:
     event = {"state": state.value, "time": time.time(), "message": message, "owner": owner}
     if attempt is not None:
         event["attempt"] = attempt

@@ -136,20 +136,29 @@ class ResourceConfig:
         if not isinstance(self.hosts, int) or self.hosts < 1:
             raise ValueError(f"ResourceConfig.hosts must be an int >= 1, got {self.hosts!r}")
         if self.tpu is not None and self.hosts % self.tpu.slices:
-            raise ValueError(f"ResourceConfig.hosts ({self.hosts}) must be a multiple of tpu.slices ({self.tpu.slices})")
+            raise ValueError(
+                f"ResourceConfig.hosts ({self.hosts}) must be a multiple of tpu.slices ({self.tpu.slices})"
+            )
 
     @staticmethod
     def tpu_pod(pod_type: str, slices: int = 1, *, num_cpus: float = 0, max_retries: int = 0) -> ResourceConfig:
         """Every host of ``slices`` TPU slices of ``pod_type`` (a key of ``TPU_POD_TYPES``)."""
         if pod_type not in TPU_POD_TYPES:
-            raise ValueError(f"unknown TPU pod type {pod_type!r}; known: {sorted(TPU_POD_TYPES)} "
-                             "(or build ResourceConfig(hosts=..., tpu=TpuSlices(...)) yourself)")  # fmt: skip
+            raise ValueError(
+                f"unknown TPU pod type {pod_type!r}; known: {sorted(TPU_POD_TYPES)} "
+                "(or build ResourceConfig(hosts=..., tpu=TpuSlices(...)) yourself)"
+            )
         version, topology, hosts, chips = TPU_POD_TYPES[pod_type]
         resources = {"TPU": chips}
         if hosts * slices == 1:  # one task: the pod's head resource keeps it off hosts of bigger slices
             resources[f"TPU-{version}-{pod_type.split('-')[1]}-head"] = 1
-        return ResourceConfig(num_cpus=num_cpus, resources=resources, hosts=hosts * slices,
-                              tpu=TpuSlices(version, topology, slices), max_retries=max_retries)  # fmt: skip
+        return ResourceConfig(
+            num_cpus=num_cpus,
+            resources=resources,
+            hosts=hosts * slices,
+            tpu=TpuSlices(version, topology, slices),
+            max_retries=max_retries,
+        )
 
     def as_ray_options(self) -> dict[str, Any]:
         """Options of one host's task."""

@@ -5,10 +5,9 @@ The model config is the one the run stored with its checkpoints; ``--model_prese
 
 import argparse
 import dataclasses
-import logging
 
-from marin.logs import configure_logging
 from marin.export.step import ExportConfig, export_checkpoint
+from marin.logs import configure_logging
 from marin.trainer.model.config import model_preset
 
 
@@ -17,7 +16,9 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoint_path", required=True, help="a training step's output directory")
     parser.add_argument("--output_path", required=True)
     parser.add_argument("--tokenizer", default=None)
-    parser.add_argument("--model_preset", default=None, help="only for checkpoints that do not record their model (e.g. nano)")
+    parser.add_argument(
+        "--model_preset", default=None, help="only for checkpoints that do not record their model (e.g. nano)"
+    )
     parser.add_argument("--vocab_size", type=int, default=None)
     parser.add_argument("--seq_len", type=int, default=None)
     parser.add_argument("--step", type=int, default=None)
@@ -27,8 +28,15 @@ def main(argv=None) -> None:
     if args.model_preset:
         overrides = {k: v for k, v in (("vocab_size", args.vocab_size), ("seq_len", args.seq_len)) if v is not None}
         model = dataclasses.replace(model_preset(args.model_preset), **overrides)
-    export_checkpoint(ExportConfig(checkpoint_path=args.checkpoint_path, model=model, output_path=args.output_path,
-                                   tokenizer=args.tokenizer, checkpoint_step=args.step))
+    export_checkpoint(
+        ExportConfig(
+            checkpoint_path=args.checkpoint_path,
+            model=model,
+            output_path=args.output_path,
+            tokenizer=args.tokenizer,
+            checkpoint_step=args.step,
+        )
+    )
 
 
 if __name__ == "__main__":

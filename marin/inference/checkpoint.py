@@ -25,8 +25,9 @@ def is_hf_directory(path: str) -> bool:
     return exists(join(path, "config.json")) and exists(join(path, "model.safetensors"))
 
 
-def load_model(path: str, model: LlamaConfig | None = None, step: int | None = None
-               ) -> tuple[LlamaConfig, Any, int | None]:  # fmt: skip
+def load_model(
+    path: str, model: LlamaConfig | None = None, step: int | None = None
+) -> tuple[LlamaConfig, Any, int | None]:
     """(config, params, checkpoint step) from an HF directory (step None) or a training run's output
     directory (its newest complete checkpoint, or ``step``'s). The parameters are host (numpy) arrays:
     exporting needs nothing else, and ``place_params`` puts them on the devices."""
@@ -44,9 +45,11 @@ def model_of_checkpoint(base: str, step: int | None = None) -> LlamaConfig:
     """The model config stored in a checkpoint's manifest by the run that wrote it."""
     stored = checkpoint_metadata(base, step).get("model")
     if stored is None:
-        raise ValueError(f"{base}: the checkpoint does not record its model config (written before configs were "
-                         "stored beside checkpoints); pass the model config explicitly (EvalConfig.model, "
-                         "ExportConfig.model, or python -m marin.export --model_preset)")
+        raise ValueError(
+            f"{base}: the checkpoint does not record its model config (written before configs were "
+            "stored beside checkpoints); pass the model config explicitly (EvalConfig.model, "
+            "ExportConfig.model, or python -m marin.export --model_preset)"
+        )
     return LlamaConfig.from_dict(stored)
 
 

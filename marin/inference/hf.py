@@ -4,11 +4,11 @@
     cfg, params = import_hf("path/to/Llama-3.2-1B")
 
 Only numpy and ``safetensors`` are needed (no torch); bfloat16 checkpoints (most released Llamas) are read
-through ``ml_dtypes``, which numpy alone cannot represent, and converted to float32. Our weights are stored ``[in, out]`` with heads as
-their own axes; HF stores ``nn.Linear`` weights ``[out, in]`` with heads flattened, hence the transposes
-and reshapes below. Both use the same rotary layout (rotate halves, not interleaved pairs), so q/k need no
-permutation. ``config.json`` carries both the transformers v5 ``rope_parameters`` and the v4
-``rope_theta``/``rope_scaling`` keys, so either major version loads it.
+through ``ml_dtypes``, which numpy alone cannot represent, and converted to float32. Our weights are stored
+``[in, out]`` with heads as their own axes; HF stores ``nn.Linear`` weights ``[out, in]`` with heads
+flattened, hence the transposes and reshapes below. Both use the same rotary layout (rotate halves, not
+interleaved pairs), so q/k need no permutation. ``config.json`` carries both the transformers v5
+``rope_parameters`` and the v4 ``rope_theta``/``rope_scaling`` keys, so either major version loads it.
 """
 
 from __future__ import annotations
@@ -31,9 +31,13 @@ def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int |
     legacy_scaling = None
     if cfg.rope_scaling is not None:
         s = cfg.rope_scaling
-        legacy_scaling = {"rope_type": "llama3", "factor": s.factor, "low_freq_factor": s.low_freq_factor,
-                          "high_freq_factor": s.high_freq_factor,
-                          "original_max_position_embeddings": s.original_max_position}
+        legacy_scaling = {
+            "rope_type": "llama3",
+            "factor": s.factor,
+            "low_freq_factor": s.low_freq_factor,
+            "high_freq_factor": s.high_freq_factor,
+            "original_max_position_embeddings": s.original_max_position,
+        }
         rope.update(legacy_scaling)
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -67,17 +71,26 @@ def config_from_hf(doc: dict[str, Any]) -> LlamaConfig:
     scaling_doc = doc.get("rope_scaling") or (rope if rope.get("rope_type") == "llama3" else None)
     scaling = None
     if scaling_doc and scaling_doc.get("rope_type", scaling_doc.get("type")) == "llama3":
-        scaling = Llama3RopeScaling(factor=scaling_doc["factor"], low_freq_factor=scaling_doc["low_freq_factor"],
-                                    high_freq_factor=scaling_doc["high_freq_factor"],
-                                    original_max_position=scaling_doc["original_max_position_embeddings"])
+        scaling = Llama3RopeScaling(
+            factor=scaling_doc["factor"],
+            low_freq_factor=scaling_doc["low_freq_factor"],
+            high_freq_factor=scaling_doc["high_freq_factor"],
+            original_max_position=scaling_doc["original_max_position_embeddings"],
+        )
     elif scaling_doc:
         raise ValueError(f"unsupported rope scaling {scaling_doc!r}: only Llama 3's 'llama3' type is implemented")
     return LlamaConfig(
-        vocab_size=doc["vocab_size"], hidden_dim=doc["hidden_size"], mlp_dim=doc["intermediate_size"],
-        num_layers=doc["num_hidden_layers"], num_heads=doc["num_attention_heads"],
+        vocab_size=doc["vocab_size"],
+        hidden_dim=doc["hidden_size"],
+        mlp_dim=doc["intermediate_size"],
+        num_layers=doc["num_hidden_layers"],
+        num_heads=doc["num_attention_heads"],
         num_kv_heads=doc.get("num_key_value_heads") or doc["num_attention_heads"],
-        head_dim=doc.get("head_dim"), seq_len=doc.get("max_position_embeddings", 2048), rope_theta=theta,
-        rope_scaling=scaling, norm_eps=doc.get("rms_norm_eps", 1e-5),
+        head_dim=doc.get("head_dim"),
+        seq_len=doc.get("max_position_embeddings", 2048),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        norm_eps=doc.get("rms_norm_eps", 1e-5),
         tie_embeddings=doc.get("tie_word_embeddings", False),
     )
 
@@ -139,8 +152,9 @@ def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tok
         bos, eos = _write_tokenizer(tokenizer, output_path, cfg.seq_len)
     write_atomic(join(output_path, WEIGHTS_FILE), save(to_hf_tensors(cfg, params), metadata={"format": "pt"}))
     # config.json last: its presence marks a complete export.
-    write_atomic(join(output_path, "config.json"),
-                 json.dumps(hf_config(cfg, bos_token_id=bos, eos_token_id=eos), indent=2))
+    write_atomic(
+        join(output_path, "config.json"), json.dumps(hf_config(cfg, bos_token_id=bos, eos_token_id=eos), indent=2)
+    )
 
 
 def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[int, int]:
@@ -160,11 +174,22 @@ def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[in
     eos = eos_id(tok)
     write_atomic(join(output_path, "tokenizer.json"), tok.to_str())
     eos_token = tok.id_to_token(eos)
-    write_atomic(join(output_path, "tokenizer_config.json"), json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eos_token, "eos_token": eos_token,
-         "model_max_length": seq_len}, indent=2))
-    write_atomic(join(output_path, "special_tokens_map.json"),
-                 json.dumps({"bos_token": eos_token, "eos_token": eos_token}, indent=2))
+    write_atomic(
+        join(output_path, "tokenizer_config.json"),
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": eos_token,
+                "eos_token": eos_token,
+                "model_max_length": seq_len,
+            },
+            indent=2,
+        ),
+    )
+    write_atomic(
+        join(output_path, "special_tokens_map.json"),
+        json.dumps({"bos_token": eos_token, "eos_token": eos_token}, indent=2),
+    )
     return eos, eos
 
 
@@ -175,16 +200,27 @@ def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
         raise ValueError(f"{path}/config.json: model_type {doc.get('model_type')!r}, expected 'llama'")
     cfg = config_from_hf(doc)
     index_url = join(path, "model.safetensors.index.json")
-    files = sorted(set(json.loads(read_text(index_url))["weight_map"].values())) if exists(index_url) else [WEIGHTS_FILE]
+    files = (
+        sorted(set(json.loads(read_text(index_url))["weight_map"].values())) if exists(index_url) else [WEIGHTS_FILE]
+    )
     tensors: dict[str, np.ndarray] = {}
     for name in files:
         tensors.update(load_safetensors(read_bytes(join(path, name))))
     return cfg, from_hf_tensors(cfg, tensors)
 
 
-_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
-                       "BOOL": np.bool_}
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
 
 
 def load_safetensors(data: bytes) -> dict[str, np.ndarray]:
@@ -214,4 +250,3 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
-

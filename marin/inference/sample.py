@@ -26,8 +26,13 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num_samples", type=int, default=1)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable), not printed")
-    parser.add_argument("--stop_token_id", type=int, action="append", default=[],
-                        help="stop token id (repeatable; the end-of-document token always stops), not printed")
+    parser.add_argument(
+        "--stop_token_id",
+        type=int,
+        action="append",
+        default=[],
+        help="stop token id (repeatable; the end-of-document token always stops), not printed",
+    )
     args = parser.parse_args(argv)
     configure_logging(logging.WARNING)
 
@@ -40,8 +45,14 @@ def main(argv=None) -> None:
     eos = eos_id(tokenizer)
     prompt = [eos, *tokenizer.encode(args.prompt, add_special_tokens=False).ids]
     stop_tokens = (eos, *args.stop_token_id)
-    gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, seed=args.seed, stop_tokens=stop_tokens)
+    gen = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop_tokens=stop_tokens,
+    )
     for tokens in generate(cfg, params, [prompt] * args.num_samples, gen):
         print(args.prompt + decode_until(tokenizer.decode, tokens, stop_tokens, args.stop))
 

@@ -110,7 +110,9 @@ def sample(logits: jax.Array, key: jax.Array, gen: GenerationConfig) -> jax.Arra
     return jax.random.categorical(key, logits, axis=-1)
 
 
-def decode_until(decode, tokens: Sequence[int], stop_tokens: Sequence[int] = (), stop_strings: Sequence[str] = ()) -> str:
+def decode_until(
+    decode, tokens: Sequence[int], stop_tokens: Sequence[int] = (), stop_strings: Sequence[str] = ()
+) -> str:
     """The text of ``tokens`` up to, and not including, the first stop token, then cut before the earliest
     occurrence of any stop string (found in the decoded text, so a string split across tokens still stops
     it). ``decode`` maps token ids to text."""
@@ -130,8 +132,9 @@ def generate(cfg: LlamaConfig, params, prompts: Sequence[Sequence[int]], gen: Ge
     padded = np.zeros((batch, int(lengths.max())), np.int32)
     for i, p in enumerate(prompts):
         padded[i, : len(p)] = p
-    out = _generate_jit(cfg, gen, max_len)(params, jnp.asarray(padded), jnp.asarray(lengths, jnp.int32),
-                                           jax.random.PRNGKey(gen.seed))
+    out = _generate_jit(cfg, gen, max_len)(
+        params, jnp.asarray(padded), jnp.asarray(lengths, jnp.int32), jax.random.PRNGKey(gen.seed)
+    )
     results = []
     for row in np.asarray(out):
         tokens = []

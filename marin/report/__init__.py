@@ -68,5 +68,10 @@ def post_report(files: ReportFiles, links: Links, issue: int | None = None) -> P
     """Create or update the experiment's issue with ``gh`` (see ``marin.report.publish``)."""
     record = files.report.record
     title = f"{record.get('script')}: {record.get('description') or 'experiment'}"
-    return post_issue(files.markdown, title=title, issue=issue if issue is not None else files.issue,
-                      repo=github_repo(links.repo(record)), image=files.image)
+    return post_issue(
+        files.markdown,
+        title=title,
+        issue=issue if issue is not None else files.issue,
+        repo=github_repo(links.repo(record)),
+        image=files.image,
+    )

@@ -32,7 +32,6 @@ from marin.storage import exists, glob, join, read_text
 logger = logging.getLogger(__name__)
 
 
-
 class ReportError(RuntimeError):
     """The report cannot be made (no matching record); the message says what exists instead."""
 
@@ -111,8 +110,13 @@ def repo_relative(path: str) -> str | None:
     import subprocess
 
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=os.path.dirname(os.path.realpath(path)),
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=os.path.dirname(os.path.realpath(path)),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -202,11 +206,18 @@ def step_report(entry: dict[str, Any]) -> StepReport:
     state, message, started, finished = read_state(path)
     tracker = _read_json(join(path, "tracker.json")) or {}
     return StepReport(
-        name=entry["name"], identity=entry["identity"], output_path=path, description=entry.get("description"),
-        state=state, message=message, started=started, finished=finished,
-        curves=read_curves(path), results=_read_json(join(path, "results.json")),
+        name=entry["name"],
+        identity=entry["identity"],
+        output_path=path,
+        description=entry.get("description"),
+        state=state,
+        message=message,
+        started=started,
+        finished=finished,
+        curves=read_curves(path),
+        results=_read_json(join(path, "results.json")),
         wandb_url=tracker.get("wandb_url"),
-    )  # fmt: skip
+    )
 
 
 def read_docstring(experiment_file: str) -> str | None:

@@ -1,7 +1,7 @@
 """Posting a report to its GitHub issue with the ``gh`` CLI, when ``gh`` is there and logged in.
 
     outcome = post_issue("reports/exp42_wsd.md", title="exp42: WSD vs cosine", issue=42, repo="me/lab")
-    outcome.posted, outcome.message   # (True, "https://github.com/me/lab/issues/42") or (False, "gh is not installed ...")
+    outcome.posted, outcome.message   # (True, "https://github.com/me/lab/issues/42") or (False, "gh is not ...")
 
 ``gh`` rather than the REST API: it already holds the user's credentials (``gh auth login``), so the lab
 never handles a token. Without ``gh`` (or not logged in) nothing fails: the Markdown file stays where it
@@ -48,12 +48,15 @@ def gh_unavailable() -> str | None:
     return None
 
 
-def post_issue(body_path: str, *, title: str, issue: int | None, repo: str | None, image: str | None = None) -> PostOutcome:
+def post_issue(
+    body_path: str, *, title: str, issue: int | None, repo: str | None, image: str | None = None
+) -> PostOutcome:
     """Update issue ``issue``'s body from ``body_path``, or create an issue when ``issue`` is None."""
     reason = gh_unavailable()
     if reason is not None:
-        return PostOutcome(False, f"not posted: {reason}; the report is at {body_path} "
-                                  "(paste it into the experiment's issue)")
+        return PostOutcome(
+            False, f"not posted: {reason}; the report is at {body_path} (paste it into the experiment's issue)"
+        )
     repo_args = ["--repo", repo] if repo else []
     if issue is not None:
         command = ["gh", "issue", "edit", str(issue), "--body-file", body_path, *repo_args]
@@ -66,8 +69,10 @@ def post_issue(body_path: str, *, title: str, issue: int | None, repo: str | Non
         return PostOutcome(False, f"not posted: {' '.join(command)} failed ({e}); the report is at {body_path}")
     if out.returncode != 0:
         detail = (out.stderr or out.stdout).strip()
-        return PostOutcome(False, f"not posted: {' '.join(command[:3])} exited {out.returncode}: {detail}; "
-                                  f"the report is at {body_path}")
+        return PostOutcome(
+            False,
+            f"not posted: {' '.join(command[:3])} exited {out.returncode}: {detail}; the report is at {body_path}",
+        )
     url = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else f"issue {issue}"
     hint = f" (attach {image} to the issue by hand: gh cannot upload images)" if image else ""
     return PostOutcome(True, f"{url}{hint}")

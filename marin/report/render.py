@@ -16,10 +16,17 @@ import datetime
 import re
 from urllib.parse import quote
 
-from marin.report.collect import ExperimentReport, StepReport
+from marin.report.collect import ExperimentReport
 
-STATE_ICONS = {"SUCCESS": "✅", "FAILED": "❌", "DEP_FAILED": "⛔", "RUNNING": "🏃", "WAITING": "⏳",
-               "UNREADABLE": "⚠️", None: "·"}
+STATE_ICONS = {
+    "SUCCESS": "✅",
+    "FAILED": "❌",
+    "DEP_FAILED": "⛔",
+    "RUNNING": "🏃",
+    "WAITING": "⏳",
+    "UNREADABLE": "⚠️",
+    None: "·",
+}
 MAX_MESSAGE_LINES = 40
 """Failure messages are tracebacks at worst; their last lines say what went wrong."""
 
@@ -106,23 +113,29 @@ def split_docstring(docstring: str | None) -> tuple[str | None, str | None]:
 def header(report: ExperimentReport, links: Links) -> list[str]:
     record = report.record
     caller, commit = record.get("caller_file") or record.get("script", "?"), record.get("git_commit")
-    created = datetime.datetime.fromtimestamp(record.get("created", 0), tz=datetime.timezone.utc)
-    lines = [f"<!-- marin-report {record.get('script')} {report.record_url} -->",
-             f"**{record.get('description') or record.get('script')}**", ""]
+    created = datetime.datetime.fromtimestamp(record.get("created", 0), tz=datetime.UTC)
+    lines = [
+        f"<!-- marin-report {record.get('script')} {report.record_url} -->",
+        f"**{record.get('description') or record.get('script')}**",
+        "",
+    ]
     if commit:
         file_link = _link(f"`{caller}`", links.file_at_commit(record))
         lines.append(f"- Experiment file: {file_link} at commit `{commit[:12]}`")
         if links.file_at_commit(record) is None:
             lines.append("  (no GitHub remote was recorded: pass `--repo_url` to link it)")
         if record.get("git_dirty"):
-            lines.append("  ⚠️ the working tree had uncommitted changes when this ran: the file at this "
-                         "commit may differ from what ran")
+            lines.append(
+                "  ⚠️ the working tree had uncommitted changes when this ran: the file at this "
+                "commit may differ from what ran"
+            )
     else:
-        lines.append(f"- Experiment file: `{caller}` (no git commit recorded: run from a checkout, or on a Ray "
-                     "cluster with `.git` in the job's working dir, see docs/cluster.md)")
+        lines.append(
+            f"- Experiment file: `{caller}` (no git commit recorded: run from a checkout, or on a Ray "
+            "cluster with `.git` in the job's working dir, see docs/cluster.md)"
+        )
     lines.append(f"- Record: {_link(f'`{report.record_url}`', links.browser('experiment', report.record_url))}")
-    lines.append(f"- Prefix: `{record.get('prefix')}` · run by `{record.get('user')}` on "
-                 f"{created:%Y-%m-%d %H:%M} UTC")
+    lines.append(f"- Prefix: `{record.get('prefix')}` · run by `{record.get('user')}` on {created:%Y-%m-%d %H:%M} UTC")
     wandb = [s for s in report.steps if s.wandb_url]
     for s in wandb:
         lines.append(f"- W&B: [{s.name}]({s.wandb_url})")
@@ -135,9 +148,12 @@ def how_to_run(report: ExperimentReport) -> list[str]:
     lines = ["## How to run", "", "```bash"]
     if record.get("git_commit"):
         lines.append(f"git checkout {record['git_commit']}")
-    lines += [f"MARIN_PREFIX={record.get('prefix')} python {caller} --dry_run true   # what would run, and why",
-              f"MARIN_PREFIX={record.get('prefix')} python {caller}",
-              f"python -m marin.report {caller} --prefix {record.get('prefix')}   # this report", "```"]
+    lines += [
+        f"MARIN_PREFIX={record.get('prefix')} python {caller} --dry_run true   # what would run, and why",
+        f"MARIN_PREFIX={record.get('prefix')} python {caller}",
+        f"python -m marin.report {caller} --prefix {record.get('prefix')}   # this report",
+        "```",
+    ]
     return lines
 
 
@@ -156,8 +172,12 @@ def training_section(report: ExperimentReport, links: Links, image: str | None) 
     if not runs:
         return []
     sets = sorted({name for s in runs for name in s.eval_bpb()})
-    lines = ["## Training", "", "| run | steps | final train loss |" + "".join(f" eval bpb: {n} |" for n in sets),
-             "|---|---|---|" + "---|" * len(sets)]
+    lines = [
+        "## Training",
+        "",
+        "| run | steps | final train loss |" + "".join(f" eval bpb: {n} |" for n in sets),
+        "|---|---|---|" + "---|" * len(sets),
+    ]
     for s in runs:
         bpb = s.eval_bpb()
         loss = f"{s.final_loss:.4f}" if s.final_loss is not None else "–"
@@ -185,17 +205,25 @@ def evals_section(report: ExperimentReport, links: Links) -> list[str]:
         lines += ["", f"### {_link(f'`{s.name}`', links.browser('browse', s.output_path))}"]
         validation = s.results.get("validation") or {}
         if validation:
-            lines += ["", "| validation set | loss | perplexity | bits/byte | unigram bits/byte |", "|---|---|---|---|---|"]
+            lines += [
+                "",
+                "| validation set | loss | perplexity | bits/byte | unigram bits/byte |",
+                "|---|---|---|---|---|",
+            ]
             for name, r in validation.items():
                 unigram = r.get("unigram_bits_per_byte")
-                lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | "
-                             f"{f'{unigram:.4f}' if unigram is not None else '–'} |")
+                lines.append(
+                    f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | "
+                    f"{f'{unigram:.4f}' if unigram is not None else '–'} |"
+                )
         tasks = s.results.get("tasks") or {}
         if tasks:
             lines += ["", "| task | acc (95% CI) | acc_norm (95% CI) | chance | items |", "|---|---|---|---|---|"]
             for name, r in tasks.items():
                 acc_norm = _ci(r["acc_norm"]) if r.get("acc_norm") else "–"
-                lines.append(f"| {name} | {_ci(r['acc'])} | {acc_norm} | {r.get('chance', 0):.2f} | {r.get('items', '–')} |")
+                lines.append(
+                    f"| {name} | {_ci(r['acc'])} | {acc_norm} | {r.get('chance', 0):.2f} | {r.get('items', '–')} |"
+                )
     return lines
 
 
@@ -214,9 +242,18 @@ def failures_section(report: ExperimentReport) -> list[str]:
 def render(report: ExperimentReport, links: Links, image: str | None = None) -> str:
     """The issue body. ``image`` is the loss-curve file name, relative to where the Markdown is written."""
     description, hypothesis = split_docstring(report.docstring)
-    parts = [header(report, links), ["## Description", "", description or "_(the experiment file has no docstring)_"],
-             ["## Hypothesis", "", hypothesis or "_(none stated: add a paragraph starting `Hypothesis:` to the "
-                                                 "experiment's docstring)_"],
-             how_to_run(report), steps_table(report, links), training_section(report, links, image),
-             evals_section(report, links), failures_section(report)]
+    parts = [
+        header(report, links),
+        ["## Description", "", description or "_(the experiment file has no docstring)_"],
+        [
+            "## Hypothesis",
+            "",
+            hypothesis or "_(none stated: add a paragraph starting `Hypothesis:` to the experiment's docstring)_",
+        ],
+        how_to_run(report),
+        steps_table(report, links),
+        training_section(report, links, image),
+        evals_section(report, links),
+        failures_section(report),
+    ]
     return "\n\n".join("\n".join(p) for p in parts if p) + "\n"

@@ -250,4 +250,3 @@ def _backend(url: str):
     from marin.storage import object_stores  # google / botocore are imported only once a bucket is used
 
     return object_stores.GCS if store == "gcs" else object_stores.S3
-

@@ -63,7 +63,6 @@ class _Transient(Exception):
         self.maybe_applied = maybe_applied
 
 
-
 def _with_retries(url: str, attempt: Callable[[], Any], on_landed: Callable[[], Any], on_refused: Any) -> Any:
     """Run ``attempt`` until it returns, retrying transient failures with backoff.
 
@@ -194,7 +193,7 @@ class GcsBackend:
 
 
 def gcs_reason(e) -> str:
-    """"403 caller does not have ..." out of a google-api-core error, whose message also carries the
+    """ "403 caller does not have ..." out of a google-api-core error, whose message also carries the
     request line and, for uploads, the raw JSON body."""
     text = getattr(e, "message", None) or str(e)
     found = re.search(r'"message":\s*"([^"]*)"', text)

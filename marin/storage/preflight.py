@@ -187,6 +187,6 @@ def _remove(url: str) -> None:
 
 
 def _detail(e: BaseException) -> str:
-    """"GCS: 403 caller does not have ..." out of a backend's "<url>: permission denied by GCS: 403 ..."."""
+    """ "GCS: 403 caller does not have ..." out of a backend's "<url>: permission denied by GCS: 403 ..."."""
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     return text.split("permission denied by ", 1)[-1]

@@ -113,7 +113,6 @@ def find_record_files(url: str) -> list[str]:
     return sorted(like_url(url, p) for p in keep)
 
 
-
 def decompressed(raw: IO[bytes], url: str) -> IO[bytes]:
     """The decompressed bytes of ``raw`` by the compression the name ``url`` says (gzip, zstd or none)."""
     kind = compression_of(url)
@@ -277,13 +276,13 @@ class RecordWriter:
             self._out = None
         elif kind == "gzip":
             # mtime=0 and no file name in the header: identical records give identical bytes.
-            self._out = gzip.GzipFile(filename="", fileobj=self._raw, mode="wb", mtime=0,
-                                      compresslevel=compression_level or 6)
+            self._out = gzip.GzipFile(
+                filename="", fileobj=self._raw, mode="wb", mtime=0, compresslevel=compression_level or 6
+            )
         elif kind == "zstd":
             import zstandard
 
-            self._out = zstandard.ZstdCompressor(level=compression_level or 3).stream_writer(
-                self._raw, closefd=False)
+            self._out = zstandard.ZstdCompressor(level=compression_level or 3).stream_writer(self._raw, closefd=False)
         else:
             self._out = self._raw
 
@@ -325,8 +324,9 @@ class RecordWriter:
                     import pyarrow as pa
                     import pyarrow.parquet as pq
 
-                    pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
-                                   self._raw)
+                    pq.write_table(
+                        pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), self._raw
+                    )
                 else:
                     self._parquet.close()
             elif self._out is not self._raw:

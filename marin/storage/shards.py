@@ -69,8 +69,11 @@ def fingerprint_of(config) -> str:
     ``marin.identity.runtime_field``: worker counts, batch sizes), which never change outputs."""
     import hashlib
 
-    plain = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-             if f.name != "output_path" and not f.metadata.get("marin.runtime")}  # fmt: skip
+    plain = {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if f.name != "output_path" and not f.metadata.get("marin.runtime")
+    }
     text = json.dumps(plain, sort_keys=True, default=_plain)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

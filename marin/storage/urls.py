@@ -31,7 +31,7 @@ def scheme_of(url: str) -> str:
 
 
 def object_store(url: str) -> str | None:
-    """"gcs" or "s3" for object-store URLs, else None."""
+    """ "gcs" or "s3" for object-store URLs, else None."""
     return OBJECT_STORE_FOR_SCHEME.get(scheme_of(url))
 
 

@@ -30,8 +30,9 @@ def iter_texts(
     """The ``text_key`` field of every record, file by file; errors name the file and line."""
     count = 0
     for url in files:
-        for record in read_records(url, required=(text_key,), on_error=on_error, stats=stats,
-                                   validate=lambda r: _string_field(r, text_key)):
+        for record in read_records(
+            url, required=(text_key,), on_error=on_error, stats=stats, validate=lambda r: _string_field(r, text_key)
+        ):
             if limit is not None and count >= limit:
                 return
             count += 1

@@ -64,6 +64,15 @@ def tokenize_corpus(config: TokenizeConfig) -> None:
             on_error=config.on_error,
             long_document_tokens=config.long_document_tokens,
         )
-        summary[split] = {k: ledger[k] for k in ("num_documents", "num_tokens", "empty_documents",
-                                                 "skipped_records", "long_documents", "max_document_tokens")}
+        summary[split] = {
+            k: ledger[k]
+            for k in (
+                "num_documents",
+                "num_tokens",
+                "empty_documents",
+                "skipped_records",
+                "long_documents",
+                "max_document_tokens",
+            )
+        }
     write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))

@@ -39,7 +39,9 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
     if exists(candidate):
         return Tokenizer.from_str(read_text(candidate))
     if is_absolute(name_or_path) or os.path.exists(name_or_path) or name_or_path.startswith("."):
-        raise FileNotFoundError(f"{name_or_path}: no {TOKENIZER_FILE} there (expected a file or a directory holding one)")
+        raise FileNotFoundError(
+            f"{name_or_path}: no {TOKENIZER_FILE} there (expected a file or a directory holding one)"
+        )
     return _load_from_hub(name_or_path)
 
 
@@ -84,12 +86,22 @@ class TrainTokenizerConfig:
 
     def __post_init__(self):
         # check() skips executor placeholders: the executor re-validates the concrete config.
-        check("TrainTokenizerConfig", "special_tokens", self.special_tokens, lambda v: len(v) > 0,
-              "at least the end-of-document token")
+        check(
+            "TrainTokenizerConfig",
+            "special_tokens",
+            self.special_tokens,
+            lambda v: len(v) > 0,
+            "at least the end-of-document token",
+        )
         known, specials = concrete(self.special_tokens)
         minimum = 256 + (len(specials) if known else 1)
-        check("TrainTokenizerConfig", "vocab_size", self.vocab_size, lambda v: v >= minimum,
-              f">= {minimum} (the 256 byte tokens and the special tokens)")
+        check(
+            "TrainTokenizerConfig",
+            "vocab_size",
+            self.vocab_size,
+            lambda v: v >= minimum,
+            f">= {minimum} (the 256 byte tokens and the special tokens)",
+        )
 
 
 def build_bpe_tokenizer(texts: Iterator[str], config: TrainTokenizerConfig) -> Tokenizer:

@@ -178,8 +178,20 @@ def build_cache(
         if done is not None:
             ledgers[index] = done
         else:
-            jobs.append(ShardJob(index, source, cache_url, tokenizer_json, tokenizer_fp, eos, text_key, batch_size, on_error,
-                                 long_document_tokens))
+            jobs.append(
+                ShardJob(
+                    index,
+                    source,
+                    cache_url,
+                    tokenizer_json,
+                    tokenizer_fp,
+                    eos,
+                    text_key,
+                    batch_size,
+                    on_error,
+                    long_document_tokens,
+                )
+            )
     if ledgers:
         logger.info("%s: %d of %d shards already complete", cache_url, len(ledgers), len(files))
     name = "/".join(cache_url.rstrip("/").split("/")[-2:])  # e.g. stories-4312b900/train
@@ -211,8 +223,13 @@ def build_cache(
         "shards": shards,
     }
     write_atomic(ledger_url, json.dumps(ledger, indent=2))
-    logger.info("%s: %d documents, %d tokens in %d shards", cache_url, ledger["num_documents"],
-                ledger["num_tokens"], len(shards))
+    logger.info(
+        "%s: %d documents, %d tokens in %d shards",
+        cache_url,
+        ledger["num_documents"],
+        ledger["num_tokens"],
+        len(shards),
+    )
     return ledger
 
 

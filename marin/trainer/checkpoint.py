@@ -70,7 +70,9 @@ class CheckpointConfig:
 
     def __post_init__(self):
         if self.save_interval_minutes is not None and self.save_interval_minutes <= 0:
-            raise ValueError(f"CheckpointConfig.save_interval_minutes must be > 0 or None, got {self.save_interval_minutes}")
+            raise ValueError(
+                f"CheckpointConfig.save_interval_minutes must be > 0 or None, got {self.save_interval_minutes}"
+            )
         if self.keep_every is not None and self.keep_every <= 0:
             raise ValueError(f"CheckpointConfig.keep_every must be > 0 or None, got {self.keep_every}")
 
@@ -168,7 +170,7 @@ class Checkpointer:
         self._last_save = time.monotonic()
 
     def due(self, step: int) -> str | None:
-        """"permanent", "temporary" or None for the state after ``step`` completed updates."""
+        """ "permanent", "temporary" or None for the state after ``step`` completed updates."""
         if self.config.keep_every and step % self.config.keep_every == 0:
             return "permanent"
         interval = self.config.save_interval_minutes
@@ -211,8 +213,14 @@ class Checkpointer:
         for w in writes:
             w.result()
         leaves = {n: {"shape": list(a.shape), "dtype": str(a.dtype), "crc32": _crc32(a)} for n, a in zip(names, arrays)}
-        manifest = {"format_version": FORMAT_VERSION, "step": step, "kind": kind, "time": time.time(), "leaves": leaves,
-                    "metadata": self.metadata}
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "step": step,
+            "kind": kind,
+            "time": time.time(),
+            "leaves": leaves,
+            "metadata": self.metadata,
+        }
         write_atomic(join(target, "manifest.json"), json.dumps(manifest, indent=1))
         logger.info("saved %s checkpoint at step %d to %s in %.1fs", kind, step, target, time.monotonic() - start)
         self._delete_old_temporaries(step)
@@ -260,8 +268,9 @@ def restore(url: str, template: Any, *, root: str | None = None, on_host: bool =
     return jax.tree.unflatten(jax.tree.structure(template), arrays)
 
 
-def restore_latest(base: str, template: Any, *, root: str | None = None, step: int | None = None,
-                   on_host: bool = False) -> tuple[Any, int] | None:
+def restore_latest(
+    base: str, template: Any, *, root: str | None = None, step: int | None = None, on_host: bool = False
+) -> tuple[Any, int] | None:
     """``restore`` of the newest intact checkpoint under ``base`` (or of ``step``), with its step; None if
     there is none. A corrupt checkpoint is skipped with a warning (falling back to the one before); one of a
     different model is an error."""

@@ -27,6 +27,7 @@ from marin.multihost import coordinates
 
 logger = logging.getLogger(__name__)
 
+
 def initialize(env: Mapping[str, str] = os.environ) -> bool:
     """Join the multi-host job described by ``env`` (idempotent); False when there is none."""
     found = coordinates(env)

@@ -89,7 +89,8 @@ class TrainerConfig:
                 raise ValueError(f"TrainerConfig.{name} must be > 0, got {getattr(self, name)}")
         if self.batch_size % self.num_microbatches:
             raise ValueError(
-                f"TrainerConfig.batch_size ({self.batch_size}) must be a multiple of num_microbatches ({self.num_microbatches})"
+                f"TrainerConfig.batch_size ({self.batch_size}) must be a multiple of num_microbatches "
+                f"({self.num_microbatches})"
             )
         if self.eval_every is not None and self.eval_every <= 0:
             raise ValueError(f"TrainerConfig.eval_every must be > 0 or None, got {self.eval_every}")
@@ -162,7 +163,9 @@ class _MetricsBuffer:
         for (step, _), values in zip(self.pending, host):
             loss = float(values["loss"])
             if not math.isfinite(loss):
-                raise NonFiniteLoss(f"training loss is {loss} at step {step} (the update consuming batch {step}); stopping")
+                raise NonFiniteLoss(
+                    f"training loss is {loss} at step {step} (the update consuming batch {step}); stopping"
+                )
             record = {f"train/{k}": float(v) for k, v in values.items() if k != "tokens"}
             self.tracker.log(step + 1, record)
             self.last_loss = loss
@@ -175,8 +178,9 @@ class _MetricsBuffer:
         self._clock = time.perf_counter()
 
 
-def load_or_init(config: TrainLmConfig, optimizer, checkpointer: Checkpointer, shardings: TrainState | None = None
-                 ) -> TrainState:  # fmt: skip
+def load_or_init(
+    config: TrainLmConfig, optimizer, checkpointer: Checkpointer, shardings: TrainState | None = None
+) -> TrainState:
     """The newest checkpoint's state, else a fresh one; with ``shardings`` every leaf is placed in them
     (whatever mesh wrote the checkpoint)."""
     trainer = config.trainer
@@ -228,19 +232,25 @@ def _check_batches_fit(trainer: TrainerConfig, shards: int, evaluates: bool) -> 
     eval_rows = trainer.eval_batch_size or trainer.batch_size
     if evaluates and eval_rows % shards:
         raise ValueError(
-            f"TrainerConfig.eval_batch_size ({eval_rows}) does not split over the {shards} batch shards of mesh {trainer.mesh}"
+            f"TrainerConfig.eval_batch_size ({eval_rows}) does not split over the {shards} batch shards of mesh "
+            f"{trainer.mesh}"
         )
 
 
-def evaluate(config: TrainLmConfig, eval_step, params, validation: dict, place: Callable[[dict], Any] = lambda b: b
-             ) -> dict[str, float]:  # fmt: skip
+def evaluate(
+    config: TrainLmConfig, eval_step, params, validation: dict, place: Callable[[dict], Any] = lambda b: b
+) -> dict[str, float]:
     """Loss, perplexity and bits-per-byte (if the source knows its bytes) of every validation set; ``place``
     puts a host batch where ``eval_step`` expects it (on the mesh, when there is one)."""
     trainer, out = config.trainer, {}
     for name, source in validation.items():
         loss_sum = weight = 0.0
-        for batch in eval_batches(source, seq_len=config.model.seq_len, batch_size=trainer.eval_batch_size or trainer.batch_size,
-                                  max_sequences=trainer.max_eval_sequences):  # fmt: skip
+        for batch in eval_batches(
+            source,
+            seq_len=config.model.seq_len,
+            batch_size=trainer.eval_batch_size or trainer.batch_size,
+            max_sequences=trainer.max_eval_sequences,
+        ):
             s, w = jax.device_get(eval_step(params, place(batch)))
             loss_sum, weight = loss_sum + float(s), weight + float(w)
         loss = loss_sum / max(weight, 1.0)
@@ -261,14 +271,19 @@ def train(config: TrainLmConfig) -> TrainResult:
     validation = {name: src.build() for name, src in config.data.validation.items()}
     batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
     optimizer = config.optimizer.build(total, param_axes(model))
-    step_cfg = StepConfig(num_microbatches=trainer.num_microbatches, precision=trainer.precision,
-                          z_loss=trainer.z_loss, ema_decay=config.optimizer.ema_decay)  # fmt: skip
+    step_cfg = StepConfig(
+        num_microbatches=trainer.num_microbatches,
+        precision=trainer.precision,
+        z_loss=trainer.z_loss,
+        ema_decay=config.optimizer.ema_decay,
+    )
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
     shardings, make_batch, place = None, batches.batch, lambda batch: batch
     if context is not None:
         _check_batches_fit(trainer, batch_shards(context), evaluates=bool(validation))
-        shardings = state_shardings(context, model, optimizer, ema=config.optimizer.ema_decay is not None,
-                                    policy=trainer.precision)  # fmt: skip
+        shardings = state_shardings(
+            context, model, optimizer, ema=config.optimizer.ema_decay is not None, policy=trainer.precision
+        )
 
         def make_batch(step: int) -> dict:  # runs on the prefetch thread: the transfer overlaps the step
             return shard_batch(context, lambda rows: batches.batch(step, rows), trainer.batch_size)
@@ -276,21 +291,31 @@ def train(config: TrainLmConfig) -> TrainResult:
         def place(batch: dict) -> dict:
             return shard_batch(context, lambda rows: {k: v[rows] for k, v in batch.items()}, len(batch["input_ids"]))
 
-    train_step = make_train_step(model, optimizer, config.optimizer.lr_schedule(total), step_cfg,
-                                 context=context, shardings=shardings)  # fmt: skip
-    eval_step = make_eval_step(model, trainer.precision, context=context,
-                               param_shardings=shardings.params if shardings else None)  # fmt: skip
-    checkpointer = Checkpointer(join(config.output_path, "checkpoints"), trainer.checkpoint,
-                                metadata={"model": result_dict(model)})
+    train_step = make_train_step(
+        model, optimizer, config.optimizer.lr_schedule(total), step_cfg, context=context, shardings=shardings
+    )
+    eval_step = make_eval_step(
+        model, trainer.precision, context=context, param_shardings=shardings.params if shardings else None
+    )
+    checkpointer = Checkpointer(
+        join(config.output_path, "checkpoints"), trainer.checkpoint, metadata={"model": result_dict(model)}
+    )
     state = load_or_init(config, optimizer, checkpointer, shardings)
     start = int(state.step)
 
-    tracker = Tracker(trainer.tracker, config.output_path, _as_dict(config), resume_step=start, total_steps=total,
-                      enabled=distributed.is_primary())  # fmt: skip
+    tracker = Tracker(
+        trainer.tracker,
+        config.output_path,
+        _as_dict(config),
+        resume_step=start,
+        total_steps=total,
+        enabled=distributed.is_primary(),
+    )
     peak = trainer.tracker.peak_flops_per_device or peak_flops_per_device()
     num_devices = context.mesh.size if context else 1
-    buffer = _MetricsBuffer(tracker, trainer.batch_size * model.seq_len, model.flops_per_token(),
-                            peak * num_devices if peak else None)  # fmt: skip
+    buffer = _MetricsBuffer(
+        tracker, trainer.batch_size * model.seq_len, model.flops_per_token(), peak * num_devices if peak else None
+    )
     eval_metrics: dict[str, float] = {}
 
     def run_eval(step: int) -> None:
@@ -334,4 +359,3 @@ def _as_dict(config: Any) -> dict:
         return draccus.encode(config)
     except Exception:  # the tracker's copy of the config is informational only
         return dataclasses.asdict(config)
-

@@ -98,7 +98,9 @@ class MeshConfig:
         for name in MESH_AXES:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or (value < 1 and value != -1):
-                raise ValueError(f"MeshConfig.{name} must be a positive int or -1 (the remaining devices), got {value!r}")
+                raise ValueError(
+                    f"MeshConfig.{name} must be a positive int or -1 (the remaining devices), got {value!r}"
+                )
         if sum(getattr(self, name) == -1 for name in MESH_AXES) > 1:
             raise ValueError(
                 f"MeshConfig: at most one axis may be -1, got {self._describe()} (fsdp defaults to -1: give it a size)"
@@ -159,8 +161,9 @@ def resolve_rules(sharding: ShardingSpec | Sequence, *, field: str = "sharding")
     return tuple(rules)
 
 
-def sharding_context(mesh: MeshConfig, sharding: ShardingSpec, devices: Sequence[jax.Device] | None = None
-                     ) -> ShardingContext | None:  # fmt: skip
+def sharding_context(
+    mesh: MeshConfig, sharding: ShardingSpec, devices: Sequence[jax.Device] | None = None
+) -> ShardingContext | None:
     """The mesh and rules to run under, or None when the mesh is one device (the unsharded program)."""
     rules = resolve_rules(sharding)
     built = mesh.build(devices)
@@ -211,9 +214,12 @@ def tree_shardings(context: ShardingContext, axes: Any, shapes: Any) -> Any:
 
 
 def optimizer_state_shardings(
-    context: ShardingContext, optimizer: optax.GradientTransformation, state_shapes: Any, params_shapes: Any,
+    context: ShardingContext,
+    optimizer: optax.GradientTransformation,
+    state_shapes: Any,
+    params_shapes: Any,
     param_shardings: Any,
-) -> Any:  # fmt: skip
+) -> Any:
     """Shardings for an optax state: every sub-tree the optimizer built from the parameters (Adam's
     ``mu`` and ``nu``, ...) mirrors the parameters' shardings leaf by leaf; everything else (step
     counts, a leaf whose shape differs from its parameter's, as in factored moments) is replicated.
@@ -225,12 +231,14 @@ def optimizer_state_shardings(
     def mirror(leaf, param, sharding):
         return sharding if tuple(leaf.shape) == tuple(param.shape) else replicated
 
-    return optax.tree_map_params(optimizer, mirror, state_shapes, params_shapes, param_shardings,
-                                 transform_non_params=lambda _: replicated)  # fmt: skip
+    return optax.tree_map_params(
+        optimizer, mirror, state_shapes, params_shapes, param_shardings, transform_non_params=lambda _: replicated
+    )
 
 
-def shard_batch(context: ShardingContext, rows: Callable[[slice], Mapping[str, np.ndarray]], num_rows: int
-                ) -> dict[str, jax.Array]:  # fmt: skip
+def shard_batch(
+    context: ShardingContext, rows: Callable[[slice], Mapping[str, np.ndarray]], num_rows: int
+) -> dict[str, jax.Array]:
     """A global batch (leaves [num_rows, seq]) on the mesh, split over its batch axis, built from
     ``rows(slice)``, which returns those rows of the batch as host arrays.
 
@@ -247,5 +255,7 @@ def shard_batch(context: ShardingContext, rows: Callable[[slice], Mapping[str, n
 
     # Any part tells the leaves' names and sequence lengths (the sequence dimension is never padded).
     sample = part(next(iter(sharding.addressable_devices_indices_map((num_rows, 1)).values())))
-    return {key: jax.make_array_from_callback((num_rows, leaf.shape[1]), sharding, lambda i, k=key: part(i)[k][:, i[1]])
-            for key, leaf in sample.items()}  # fmt: skip
+    return {
+        key: jax.make_array_from_callback((num_rows, leaf.shape[1]), sharding, lambda i, k=key: part(i)[k][:, i[1]])
+        for key, leaf in sample.items()
+    }

@@ -96,7 +96,9 @@ class OptimizerConfig:
             raise ValueError(f"OptimizerConfig.cycles {self.cycles} must end before num_train_steps={num_train_steps}")
         floor = self.learning_rate * self.min_lr_ratio
         pieces = [
-            _phase_schedule(self, start, end, self.warmup if i == 0 else self.rewarmup, warm_from=0.0 if i == 0 else floor)
+            _phase_schedule(
+                self, start, end, self.warmup if i == 0 else self.rewarmup, warm_from=0.0 if i == 0 else floor
+            )
             for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:]))
         ]
         return lambda step: _select_cycle(pieces, bounds, step)
@@ -137,7 +139,9 @@ def _phase_schedule(cfg: OptimizerConfig, start: int, end: int, warmup: float, w
     if w >= length:
         raise ValueError(f"schedule {cfg.schedule!r}: warmup of {w} steps does not fit in {length} steps")
     if cfg.schedule in ("wsd", "wsd_s") and w + decay_steps > length:
-        raise ValueError(f"schedule {cfg.schedule!r}: warmup ({w}) + decay ({decay_steps}) steps do not fit in {length} steps")
+        raise ValueError(
+            f"schedule {cfg.schedule!r}: warmup ({w}) + decay ({decay_steps}) steps do not fit in {length} steps"
+        )
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32) - start

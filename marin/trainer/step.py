@@ -56,11 +56,11 @@ class PrecisionPolicy:
     def __post_init__(self):
         for name in ("param_dtype", "compute_dtype"):
             if getattr(self, name) not in _DTYPES:
-                raise ValueError(f"PrecisionPolicy.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"PrecisionPolicy.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}"
+                )
         if self.matmul_dtype not in MATMUL_DTYPES:
-            raise ValueError(
-                f"PrecisionPolicy.matmul_dtype must be one of {MATMUL_DTYPES}, got {self.matmul_dtype!r}"
-            )
+            raise ValueError(f"PrecisionPolicy.matmul_dtype must be one of {MATMUL_DTYPES}, got {self.matmul_dtype!r}")
 
     @property
     def param(self) -> Any:
@@ -116,9 +116,13 @@ def init_state(
 
 
 def state_shardings(
-    context: ShardingContext, cfg: LlamaConfig, optimizer: optax.GradientTransformation, *, ema: bool,
+    context: ShardingContext,
+    cfg: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    *,
+    ema: bool,
     policy: PrecisionPolicy,
-) -> TrainState:  # fmt: skip
+) -> TrainState:
     """A ``TrainState`` whose leaves are the ``NamedSharding`` of each state leaf under ``context``:
     parameters (and the EMA) by their logical axes and the rules, optimizer moments like their
     parameters, and the step, PRNG key and optimizer counters replicated."""
@@ -152,9 +156,14 @@ def accumulate_gradients(grad_fn, params, batch: dict, num_microbatches: int):
 
 
 def make_train_step(
-    cfg: LlamaConfig, optimizer: optax.GradientTransformation, schedule: Schedule, step_cfg: StepConfig, *,
-    context: ShardingContext | None = None, shardings: TrainState | None = None,
-) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:  # fmt: skip
+    cfg: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    schedule: Schedule,
+    step_cfg: StepConfig,
+    *,
+    context: ShardingContext | None = None,
+    shardings: TrainState | None = None,
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated.
 
     With ``context`` (and the ``shardings`` of ``state_shardings``) the step runs SPMD on its mesh; the
@@ -165,8 +174,9 @@ def make_train_step(
     axes = param_axes(cfg)
 
     def loss_fn(params, micro):
-        return next_token_loss(cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss,
-                               matmul_dtype=policy.matmul_dtype)  # fmt: skip
+        return next_token_loss(
+            cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype
+        )
 
     def grad_fn(params, micro):
         (loss_sum, weight), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, micro)
@@ -193,8 +203,13 @@ def make_train_step(
         return jax.jit(train_step, donate_argnums=0)
     # Out shardings equal in shardings: XLA can only reuse a donated buffer for an output of the same
     # sharding. Metrics are scalars, replicated.
-    return _jit_sharded(train_step, context, in_shardings=(shardings, context.sharding((BATCH, SEQ))),
-                        out_shardings=(shardings, context.sharding(())), donate_argnums=0)  # fmt: skip
+    return _jit_sharded(
+        train_step,
+        context,
+        in_shardings=(shardings, context.sharding((BATCH, SEQ))),
+        out_shardings=(shardings, context.sharding(())),
+        donate_argnums=0,
+    )
 
 
 def make_eval_step(
@@ -207,8 +222,12 @@ def make_eval_step(
 
     if context is None:
         return jax.jit(eval_step)
-    return _jit_sharded(eval_step, context, in_shardings=(param_shardings, context.sharding((BATCH, SEQ))),
-                        out_shardings=context.sharding(()))  # fmt: skip
+    return _jit_sharded(
+        eval_step,
+        context,
+        in_shardings=(param_shardings, context.sharding((BATCH, SEQ))),
+        out_shardings=context.sharding(()),
+    )
 
 
 def _jit_sharded(fn: Callable, context: ShardingContext, **jit_kwargs) -> Callable:

@@ -65,7 +65,9 @@ class TrackerConfig:
 
     def __post_init__(self):
         if self.wandb_mode not in (None, "online", "offline", "disabled"):
-            raise ValueError(f"TrackerConfig.wandb_mode must be online/offline/disabled or None, got {self.wandb_mode!r}")
+            raise ValueError(
+                f"TrackerConfig.wandb_mode must be online/offline/disabled or None, got {self.wandb_mode!r}"
+            )
 
 
 class JsonlLog:
@@ -100,8 +102,15 @@ class Tracker:
     """Metrics to ``metrics.jsonl``, W&B and a progress bar; a disabled tracker (every process of a
     multi-host job but the primary) does nothing, so N processes never write one log."""
 
-    def __init__(self, config: TrackerConfig, output_path: str, run_config: dict, resume_step: int, total_steps: int,
-                 enabled: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        config: TrackerConfig,
+        output_path: str,
+        run_config: dict,
+        resume_step: int,
+        total_steps: int,
+        enabled: bool = True,
+    ):
         self.enabled = enabled
         self.wandb_run = self.bar = None
         if not enabled:
@@ -110,7 +119,9 @@ class Tracker:
         self.wandb_run = _start_wandb(config, output_path, run_config) if config.wandb else None
         if self.wandb_run is not None:  # the experiment report links the run from here
             url = self.wandb_run.get_url() if hasattr(self.wandb_run, "get_url") else None
-            write_atomic(join(output_path, "tracker.json"), json.dumps({"wandb_url": url, "wandb_id": self.wandb_run.id}))
+            write_atomic(
+                join(output_path, "tracker.json"), json.dumps({"wandb_url": url, "wandb_id": self.wandb_run.id})
+            )
         if config.progress_bar:
             self.bar = progress_bar(total_steps, "train", unit="step", initial=resume_step)
 
@@ -150,4 +161,6 @@ def _start_wandb(config: TrackerConfig, output_path: str, run_config: dict):
     directory = local_path(output_path) if is_local(output_path) else None
     run_id = os.path.basename(output_path.rstrip("/")).replace("/", "-") or None
     logger.info("wandb %s run %s", mode, run_id)
-    return wandb.init(project=config.wandb_project, id=run_id, resume="allow", mode=mode, dir=directory, config=run_config)
+    return wandb.init(
+        project=config.wandb_project, id=run_id, resume="allow", mode=mode, dir=directory, config=run_config
+    )

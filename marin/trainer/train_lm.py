@@ -26,9 +26,14 @@ def train_lm(config: TrainLmConfig) -> None:
     devices = jax.devices()
     logger.info(
         "training %s (%.1fM params) on %d x %s (%d processes) for %d steps into %s",
-        type(config.model).__name__, config.model.param_count / 1e6, len(devices), devices[0].device_kind,
-        jax.process_count(), config.trainer.num_train_steps, config.output_path,
-    )  # fmt: skip
+        type(config.model).__name__,
+        config.model.param_count / 1e6,
+        len(devices),
+        devices[0].device_kind,
+        jax.process_count(),
+        config.trainer.num_train_steps,
+        config.output_path,
+    )
     result = train(config)
     if not distributed.is_primary():
         return

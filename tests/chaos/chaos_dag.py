@@ -65,8 +65,13 @@ def _trace(config: ChaosConfig, kind: str, owner: str) -> None:
 
 def build(calls_dir: str, sleep_s: float) -> list[ExecutorStep]:
     def step(label, *inputs):
-        config = ChaosConfig(calls_dir=calls_dir, label=label, output_path=this_output_path(),
-                             inputs=tuple(i / "result.json" for i in inputs), sleep_s=sleep_s)
+        config = ChaosConfig(
+            calls_dir=calls_dir,
+            label=label,
+            output_path=this_output_path(),
+            inputs=tuple(i / "result.json" for i in inputs),
+            sleep_s=sleep_s,
+        )
         return ExecutorStep(name=f"chaos/{label}", fn=chaos_step, config=config, resources={"num_cpus": 0.25})
 
     src = [step(f"src{i}") for i in range(5)]

@@ -25,7 +25,6 @@ import pytest
 from marin.execution import Executor, ExecutorStep, LeaseConfig, this_output_path
 from marin.execution.status import StatusFileError, read_events
 from marin.storage import join, read_bytes, write_atomic
-
 from tests.execution.steps_lib import TraceConfig, call_counts, trace_step
 
 pytestmark = pytest.mark.usefixtures("ray_address")
@@ -34,11 +33,16 @@ FAST = LeaseConfig(heartbeat_s=0.1, stale_after_s=1.0)
 
 
 def dag(calls):
-    a = ExecutorStep(name="c/a", fn=trace_step,
-                     config=TraceConfig(calls_dir=str(calls), label="a", output_path=this_output_path()))
-    b = ExecutorStep(name="c/b", fn=trace_step,
-                     config=TraceConfig(calls_dir=str(calls), label="b", output_path=this_output_path(),
-                                        inputs=(a / "result.json",)))
+    a = ExecutorStep(
+        name="c/a", fn=trace_step, config=TraceConfig(calls_dir=str(calls), label="a", output_path=this_output_path())
+    )
+    b = ExecutorStep(
+        name="c/b",
+        fn=trace_step,
+        config=TraceConfig(
+            calls_dir=str(calls), label="b", output_path=this_output_path(), inputs=(a / "result.json",)
+        ),
+    )
     return a, b
 
 
@@ -81,8 +85,9 @@ def test_damaged_status_is_one_line_on_the_command_line(tmp_path):
     prefix = str(tmp_path / "store")
     calls, b, out_b = finished(tmp_path, prefix)
     Path(out_b, ".executor_status").write_text('{"state": "RUNNING", "time": 1}\n{"state": "SUCC')
-    proc = subprocess.run([sys.executable, str(script), "--prefix", prefix], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--prefix", prefix], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert f"{out_b}/.executor_status, line 2: not a status event" in line
@@ -100,8 +105,9 @@ GARBAGE_LEASES = [
 
 
 @pytest.mark.parametrize("garbage", GARBAGE_LEASES)
-def test_unreadable_lease_of_an_unfinished_step_is_taken_over_after_a_stale_period(tmp_path, gcs_prefix, garbage,
-                                                                                   caplog):
+def test_unreadable_lease_of_an_unfinished_step_is_taken_over_after_a_stale_period(
+    tmp_path, gcs_prefix, garbage, caplog
+):
     calls = tmp_path / "calls"
     a, b = dag(calls)
     ex = Executor(prefix=gcs_prefix, poll_s=0.05, lease=FAST)

@@ -29,7 +29,6 @@ import pytest
 from marin.execution.plan import plan_steps
 from marin.execution.status import read_events
 from marin.storage import join, read_text
-
 from tests.chaos.chaos_dag import LABELS, build, traces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +38,20 @@ FAST_LEASES = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "3", "--p
 
 
 def launch(ray_address, prefix, calls, log, sleep_s, flags=FAST_LEASES):
-    env = {**os.environ, "RAY_ADDRESS": ray_address, "CHAOS_CALLS": str(calls), "CHAOS_SLEEP": str(sleep_s),
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, str(SCRIPT), "--prefix", prefix, *flags], cwd=ROOT, env=env,
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": ray_address,
+        "CHAOS_CALLS": str(calls),
+        "CHAOS_SLEEP": str(sleep_s),
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--prefix", prefix, *flags],
+        cwd=ROOT,
+        env=env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_all(procs, logs, timeout=240):
@@ -148,12 +157,16 @@ def test_sigkilled_executors_rerun_until_done_lose_and_duplicate_nothing(tmp_pat
                 if procs[i].poll() is None:
                     os.kill(procs[i].pid, signal.SIGKILL)
                     killed_pids.add(procs[i].pid)
-                    kill_log.append(f"round {round_}: killed executor {i} after {count(calls, 'start')} attempts "
-                                    f"started, {count(calls, 'done')} finished")
+                    kill_log.append(
+                        f"round {round_}: killed executor {i} after {count(calls, 'start')} attempts "
+                        f"started, {count(calls, 'done')} finished"
+                    )
         wait_all(procs, logs)
         for proc, log in zip(procs, logs):
             assert proc.pid in killed_pids or proc.returncode == 0, log.read_text()[-3000:]
-        states = {label: events[-1]["state"] if events else None for label, (events, _) in outputs(prefix, calls).items()}
+        states = {
+            label: events[-1]["state"] if events else None for label, (events, _) in outputs(prefix, calls).items()
+        }
         if set(states.values()) == {"SUCCESS"}:
             break
     else:

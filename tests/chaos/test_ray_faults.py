@@ -19,7 +19,6 @@ import pytest
 from marin.execution import Executor, ExecutorStep, PreviouslyFailed, ResourceConfig, StepsFailed, this_output_path
 from marin.execution.status import read_events
 from marin.storage import exists, join, read_text
-
 from tests.chaos.fault_steps import (
     TPU_RESOURCE,
     ReaderConfig,
@@ -35,13 +34,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def victim_dag(calls, max_retries):
-    victim = ExecutorStep(name="chaos/victim", fn=victim_step,
-                          config=VictimConfig(calls_dir=str(calls), output_path=this_output_path()),
-                          resources=ResourceConfig(num_cpus=0.5, max_retries=max_retries))
-    reader = ExecutorStep(name="chaos/reader", fn=reader_step,
-                          config=ReaderConfig(calls_dir=str(calls), input_path=victim / "result.json",
-                                              output_path=this_output_path()),
-                          resources={"num_cpus": 0.5})
+    victim = ExecutorStep(
+        name="chaos/victim",
+        fn=victim_step,
+        config=VictimConfig(calls_dir=str(calls), output_path=this_output_path()),
+        resources=ResourceConfig(num_cpus=0.5, max_retries=max_retries),
+    )
+    reader = ExecutorStep(
+        name="chaos/reader",
+        fn=reader_step,
+        config=ReaderConfig(calls_dir=str(calls), input_path=victim / "result.json", output_path=this_output_path()),
+        resources={"num_cpus": 0.5},
+    )
     return victim, reader
 
 
@@ -116,16 +120,22 @@ def test_preempted_node_step_is_rescheduled_when_capacity_returns_and_resumes_fr
 
     calls = tmp_path / "calls"
     fast_failure_detection = {"health_check_period_ms": 500, "health_check_failure_threshold": 3}
-    cluster = Cluster(initialize_head=True, connect=False,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                      "_system_config": fast_failure_detection})
+    cluster = Cluster(
+        initialize_head=True,
+        connect=False,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": fast_failure_detection},
+    )
     try:
         slice_node = cluster.add_node(num_cpus=1, resources={TPU_RESOURCE: 1})
         env = {**os.environ, "RAY_ADDRESS": cluster.address, "FAULT_CALLS": str(calls), "PYTHONPATH": str(ROOT)}
         log = tmp_path / "executor.log"
-        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "chaos" / "fault_steps.py"),
-                                 "--prefix", gcs_prefix], cwd=ROOT, env=env, stdout=open(log, "w"),
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "chaos" / "fault_steps.py"), "--prefix", gcs_prefix],
+            cwd=ROOT,
+            env=env,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+        )
         ckpt = join(training_out(gcs_prefix, calls), "checkpoint.json")
         deadline = time.time() + 120
         while not (exists(ckpt) and checkpoint_step(ckpt) >= 8):

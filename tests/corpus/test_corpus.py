@@ -15,8 +15,13 @@ from marin.corpus.domains import ANIMAL_SOUNDS, NUMBER_WORDS, OPPOSITE_OF
 from marin.dedupe.text import jaccard, normalize_exact
 from marin.storage.records import find_record_files, read_documents, read_records
 
-SMALL = dict(train_docs_per_domain=600, validation_docs_per_domain=50, train_shards_per_domain=3,
-             eval_items_per_task=40, contaminated_docs_per_task=4)
+SMALL = dict(
+    train_docs_per_domain=600,
+    validation_docs_per_domain=50,
+    train_shards_per_domain=3,
+    eval_items_per_task=40,
+    contaminated_docs_per_task=4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +53,8 @@ def test_layout_size_and_schema(corpus):
     root, manifest = corpus
     train = find_record_files(os.path.join(root, "train"))
     assert [os.path.relpath(f, root) for f in train] == [
-        f"train/{d}/shard-{i:05d}.jsonl.gz" for d in ("arithmetic", "stories") for i in range(8)]
+        f"train/{d}/shard-{i:05d}.jsonl.gz" for d in ("arithmetic", "stories") for i in range(8)
+    ]
     assert len(find_record_files(os.path.join(root, "validation"))) == 2
     docs = [d for f in train for d in read_documents(f)]
     assert all(set(d) == {"id", "text", "source"} for d in docs)
@@ -83,10 +89,12 @@ def test_ground_truth_matches_the_text(corpus):
 
 def test_eval_tasks_follow_frequent_training_patterns(corpus):
     root, _ = corpus
-    stories = " ".join(d["text"] for f in find_record_files(os.path.join(root, "train/stories"))
-                       for d in read_documents(f))
-    arithmetic = " ".join(d["text"] for f in find_record_files(os.path.join(root, "train/arithmetic"))
-                          for d in read_documents(f))
+    stories = " ".join(
+        d["text"] for f in find_record_files(os.path.join(root, "train/stories")) for d in read_documents(f)
+    )
+    arithmetic = " ".join(
+        d["text"] for f in find_record_files(os.path.join(root, "train/arithmetic")) for d in read_documents(f)
+    )
     for task in ("animal_sounds", "opposites", "addition", "counting"):
         items = list(read_records(os.path.join(root, "eval", f"{task}.jsonl")))
         assert len(items) == 200 and len({i["context"] for i in items}) == 200
@@ -112,9 +120,22 @@ def test_eval_tasks_follow_frequent_training_patterns(corpus):
 
 
 def test_cli_writes_a_corpus(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "marin.corpus", "--output", str(tmp_path / "c"),
-                          "--train_docs_per_domain", "300", "--eval_items_per_task", "20"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marin.corpus",
+            "--output",
+            str(tmp_path / "c"),
+            "--train_docs_per_domain",
+            "300",
+            "--eval_items_per_task",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1])["contaminated"] == 40
     manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
     assert manifest["config"]["train_docs_per_domain"] == 300

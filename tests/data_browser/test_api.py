@@ -11,8 +11,16 @@ from data_browser.config import BrowserConfig
 
 @pytest.fixture(scope="module")
 def client(lab):
-    return TestClient(create_app(BrowserConfig(roots=[lab["prefix"]], records_per_page=100, max_line_bytes=100_000,
-                                               github_repo_url="https://github.com/lab/marin")))
+    return TestClient(
+        create_app(
+            BrowserConfig(
+                roots=[lab["prefix"]],
+                records_per_page=100,
+                max_line_bytes=100_000,
+                github_repo_url="https://github.com/lab/marin",
+            )
+        )
+    )
 
 
 def get(client, route, **params):
@@ -33,8 +41,9 @@ def test_directory_listing_shows_step_states(client, lab):
     assert "SUCCESS" in html and "docs.jsonl.gz" in html
 
 
-@pytest.mark.parametrize("name, total", [("docs.jsonl", 250), ("docs.jsonl.gz", 30), ("docs.jsonl.zst", 30),
-                                         ("docs.parquet", 130)])
+@pytest.mark.parametrize(
+    "name, total", [("docs.jsonl", 250), ("docs.jsonl.gz", 30), ("docs.jsonl.zst", 30), ("docs.parquet", 130)]
+)
 def test_record_pages_for_every_format(client, lab, name, total):
     path = f"{lab['raw']}/{name}"
     first = get(client, "/api/records", path=path).json()
@@ -80,36 +89,39 @@ def test_side_by_side_aligns_by_id(client, lab):
     assert "record number 1 " in html and "aligned by id" in html
     data = get(client, "/api/compare", left=f"{lab['raw']}/docs.jsonl", right=f"{lab['raw']}/deduped.jsonl").json()
     assert data["align"] == "id" and data["more"] and not data["scan_cut"]  # both files have ids: the default
-    assert all(r is None or r["data"]["id"] == l["data"]["id"] for l, r in data["pairs"])
-    assert [r["index"] for l, r in data["pairs"][1:3]] == [0, 1]  # doc-1, doc-2 lead the deduped file
+    assert all(r is None or r["data"]["id"] == lrec["data"]["id"] for lrec, r in data["pairs"])
+    assert [r["index"] for lrec, r in data["pairs"][1:3]] == [0, 1]  # doc-1, doc-2 lead the deduped file
 
 
 def test_side_by_side_aligns_by_index(client, lab):
     left, right = f"{lab['raw']}/docs.jsonl", f"{lab['raw']}/deduped.jsonl"
     data = get(client, "/api/compare", left=left, right=right, align="index", offset=100).json()
     assert data["align"] == "index"
-    assert [(l["index"], r["index"]) for l, r in data["pairs"][:2]] == [(100, 100), (101, 101)]
-    assert [r["data"]["id"] for l, r in data["pairs"][:2]] == ["doc-151", "doc-152"]  # record #100 of deduped
+    assert [(lrec["index"], r["index"]) for lrec, r in data["pairs"][:2]] == [(100, 100), (101, 101)]
+    assert [r["data"]["id"] for lrec, r in data["pairs"][:2]] == ["doc-151", "doc-152"]  # record #100 of deduped
     html = get(client, "/compare", left=left, right=right, align="index").text
     assert "aligned by record index" in html and "align=id" in html and "align=index" in html  # toggle, next
     no_ids = get(client, "/api/compare", left=left, right=f"{lab['raw']}/texts.jsonl").json()
     assert no_ids["align"] == "index" and no_ids["more"]  # the right file has no ids: index is the default
-    assert [r["data"]["text"] for l, r in no_ids["pairs"][:5]] == [f"no id {i}" for i in range(5)]
-    assert all(r is None for l, r in no_ids["pairs"][5:]) and len(no_ids["pairs"]) == 100
+    assert [r["data"]["text"] for _, r in no_ids["pairs"][:5]] == [f"no id {i}" for i in range(5)]
+    assert all(r is None for _, r in no_ids["pairs"][5:]) and len(no_ids["pairs"]) == 100
     assert get(client, "/compare", left=left, right=right, align="bogus").status_code == 422
 
 
 def test_side_by_side_says_when_the_id_scan_stopped(lab):
     bounded = TestClient(create_app(BrowserConfig(roots=[lab["prefix"]], max_search_records=50)))
-    html = get(bounded, "/compare", left=f"{lab['raw']}/docs.jsonl", right=f"{lab['raw']}/deduped.jsonl",
-               offset=100).text
+    html = get(
+        bounded, "/compare", left=f"{lab['raw']}/docs.jsonl", right=f"{lab['raw']}/deduped.jsonl", offset=100
+    ).text
     assert "not in the first 50 records of the right file" in html and "not in right file" not in html
 
 
 def test_records_page_links_to_side_by_side(client, lab):
     html = get(client, "/records", path=f"{lab['raw']}/docs.jsonl", offset=100).text
-    link = (f'href="/compare?left={quote(lab["raw"] + "/docs.jsonl", safe="")}'
-            f'&right={quote(lab["raw"] + "/deduped.jsonl", safe="")}&offset=100"')
+    link = (
+        f'href="/compare?left={quote(lab["raw"] + "/docs.jsonl", safe="")}'
+        f'&right={quote(lab["raw"] + "/deduped.jsonl", safe="")}&offset=100"'
+    )
     assert link in html and 'class="compare-with"' in html and 'id="compare-right"' in html
     assert quote(lab["raw"] + "/corrupt.parquet", safe="") in html  # every record file is offered
     assert quote(lab["raw"] + "/result.json", safe="") not in html  # .json metadata in a step is not data
@@ -138,12 +150,19 @@ def test_experiment_file_links_to_github_at_its_commit(tmp_path, ray_address):
     script = repo / "experiments" / "exp_linked.py"
     script.write_text("# an experiment file\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    for args in (["init", "-q"], ["add", "experiments/exp_linked.py"], ["commit", "-q", "-m", "exp"],
-                 ["remote", "add", "origin", "https://github.com/org/repo.git"]):
+    for args in (
+        ["init", "-q"],
+        ["add", "experiments/exp_linked.py"],
+        ["commit", "-q", "-m", "exp"],
+        ["remote", "add", "origin", "https://github.com/org/repo.git"],
+    ):
         subprocess.run(git + args, check=True, capture_output=True)
     commit = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    step = ExecutorStep(name="documents/linked", fn=trace_step, config=TraceConfig(
-        calls_dir=str(tmp_path / "calls"), label="linked", output_path=this_output_path()))
+    step = ExecutorStep(
+        name="documents/linked",
+        fn=trace_step,
+        config=TraceConfig(calls_dir=str(tmp_path / "calls"), label="linked", output_path=this_output_path()),
+    )
     Executor(prefix=str(tmp_path / "store"), caller_file=str(script)).run([step])
     [record] = (tmp_path / "store" / "experiments").glob("exp_linked-*.json")
 
@@ -152,14 +171,24 @@ def test_experiment_file_links_to_github_at_its_commit(tmp_path, ray_address):
     link = f"https://github.com/org/repo/blob/{commit}/experiments/exp_linked.py"
     assert f'<a id="github" href="{link}">experiments/exp_linked.py at {commit[:10]}</a>' in html
     assert "uncommitted changes" not in html
-    configured = TestClient(create_app(BrowserConfig(roots=[str(tmp_path / "store")],
-                                                     github_repo_url="https://github.com/lab/marin")))
-    assert f"https://github.com/lab/marin/blob/{commit}/experiments/exp_linked.py" in get(
-        configured, "/experiment", path=record).text
+    configured = TestClient(
+        create_app(BrowserConfig(roots=[str(tmp_path / "store")], github_repo_url="https://github.com/lab/marin"))
+    )
+    assert (
+        f"https://github.com/lab/marin/blob/{commit}/experiments/exp_linked.py"
+        in get(configured, "/experiment", path=record).text
+    )
 
 
-@pytest.mark.parametrize("remote", ["https://github.com/org/repo.git", "git@github.com:org/repo.git",
-                                    "ssh://git@github.com/org/repo.git", "https://github.com/org/repo"])
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "https://github.com/org/repo.git",
+        "git@github.com:org/repo.git",
+        "ssh://git@github.com/org/repo.git",
+        "https://github.com/org/repo",
+    ],
+)
 def test_every_github_remote_form_links_to_the_same_page(remote):
     from data_browser.experiments import github_url
 
@@ -189,9 +218,14 @@ def test_eval_results_are_a_table(client, lab):
     import re
 
     html = get(client, "/training", path=lab["train"]).text
-    table = html[html.index('<table id="results">'):html.index("</table>", html.index('<table id="results">'))]
-    cells = lambda name, metric: re.findall(r"<td[^>]*>(.*?)</td>", table.split(  # noqa: E731
-        f'data-name="{name}" data-metric="{metric}">')[1].split("</tr>")[0], re.S)
+    table = html[html.index('<table id="results">') : html.index("</table>", html.index('<table id="results">'))]
+    cells = lambda name, metric: re.findall(
+        r"<td[^>]*>(.*?)</td>",
+        table.split(  # noqa: E731
+            f'data-name="{name}" data-metric="{metric}">'
+        )[1].split("</tr>")[0],
+        re.S,
+    )
     assert cells("arith_mc", "acc")[-4:] == ["acc", "0.8100", "0.0394", "[0.7222, 0.8749]"]
     assert cells("arith_mc", "items")[-4:-2] == ["items", "100"]
     assert cells("stories", "bits_per_byte")[-4:-2] == ["bits_per_byte", "0.8115"]
@@ -225,9 +259,20 @@ REFUSED = [
     "http://127.0.0.1:1/secret",
     "relative/path",
 ]
-ENDPOINTS = [("/browse", "path"), ("/api/list", "path"), ("/records", "path"), ("/api/records", "path"),
-             ("/compare", "left"), ("/compare", "right"), ("/api/compare", "left"), ("/api/compare", "right"),
-             ("/experiment", "path"), ("/api/experiment", "path"), ("/training", "path"), ("/api/metrics", "path")]
+ENDPOINTS = [
+    ("/browse", "path"),
+    ("/api/list", "path"),
+    ("/records", "path"),
+    ("/api/records", "path"),
+    ("/compare", "left"),
+    ("/compare", "right"),
+    ("/api/compare", "left"),
+    ("/api/compare", "right"),
+    ("/experiment", "path"),
+    ("/api/experiment", "path"),
+    ("/training", "path"),
+    ("/api/metrics", "path"),
+]
 
 
 @pytest.mark.parametrize("route, param", ENDPOINTS)
@@ -235,8 +280,10 @@ def test_paths_outside_roots_are_refused(client, lab, route, param):
     ok = {"left": f"{lab['raw']}/docs.jsonl", "right": f"{lab['raw']}/deduped.jsonl"}
     for bad in REFUSED:
         path = bad.format(prefix=lab["prefix"], secret=lab["secret"])
-        query = "&".join(f"{k}={quote(path, safe='%') if k == param else quote(v, safe='')}"
-                         for k, v in ({param: path} if param == "path" else ok).items())
+        query = "&".join(
+            f"{k}={quote(path, safe='%') if k == param else quote(v, safe='')}"
+            for k, v in ({param: path} if param == "path" else ok).items()
+        )
         r = client.get(f"{route}?{query}", follow_redirects=False)
         assert r.status_code == 403, (route, param, path, r.status_code)
         assert "outside the root" not in r.text  # never the secret's content

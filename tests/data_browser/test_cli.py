@@ -7,8 +7,9 @@ from data_browser.config import BrowserConfig
 
 
 def test_repeated_root_flags_and_yaml_config(tmp_path):
-    config = draccus.parse(BrowserConfig, args=_roots_to_list(["--root", "./local_store", "--root=gs://b/p",
-                                                                "--port", "5055"]))
+    config = draccus.parse(
+        BrowserConfig, args=_roots_to_list(["--root", "./local_store", "--root=gs://b/p", "--port", "5055"])
+    )
     assert config.roots == ["./local_store", "gs://b/p"] and config.port == 5055
     yaml = tmp_path / "browser.yaml"
     yaml.write_text("roots: [s3://bucket/lab]\nport: 6000\nrecords_per_page: 20\nmax_line_bytes: 4096\n")

@@ -30,15 +30,18 @@ def client_for(root, **kwargs):
     return TestClient(create_app(BrowserConfig(roots=[str(root)], **kwargs)))
 
 
-@pytest.mark.parametrize("name, content, problem", [
-    ("not_json.json", "{\"steps\": [", "not valid JSON"),
-    ("binary.json", b"\xff\xfe\x00garbage", "not valid JSON"),
-    ("a_list.json", "[]", "expected a JSON object, got list"),
-    ("no_steps.json", "{\"script\": \"x\"}", "'steps' must be a list"),
-    ("bad_step.json", json.dumps({"steps": [{"name": 1}]}), "steps[0] must be an object with string"),
-    ("bad_deps.json", json.dumps({"steps": [{**step_entry("/x"), "dependencies": "a"}]}), "steps[0].dependencies"),
-    ("bad_commit.json", json.dumps({"git_commit": 5, "steps": []}), "'git_commit' must be a string"),
-])
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("not_json.json", '{"steps": [', "not valid JSON"),
+        ("binary.json", b"\xff\xfe\x00garbage", "not valid JSON"),
+        ("a_list.json", "[]", "expected a JSON object, got list"),
+        ("no_steps.json", '{"script": "x"}', "'steps' must be a list"),
+        ("bad_step.json", json.dumps({"steps": [{"name": 1}]}), "steps[0] must be an object with string"),
+        ("bad_deps.json", json.dumps({"steps": [{**step_entry("/x"), "dependencies": "a"}]}), "steps[0].dependencies"),
+        ("bad_commit.json", json.dumps({"git_commit": 5, "steps": []}), "'git_commit' must be a string"),
+    ],
+)
 def test_corrupt_experiment_record_is_an_error_page_naming_the_file(root, name, content, problem):
     path = root / "experiments" / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -68,8 +71,14 @@ def test_damaged_step_files_mark_only_their_step(root):
     (bad / ".executor_info").write_text("{not json")
     (bad / "tracker.json").write_text(json.dumps({"wandb_url": "javascript:alert(1)"}))
     record = root / "experiments" / "exp-1.json"
-    record.write_text(json.dumps({"script": "exp", "steps": [
-        step_entry(good), step_entry(bad, "documents/b", "documents/b-2", ["documents/a-1"])]}))
+    record.write_text(
+        json.dumps(
+            {
+                "script": "exp",
+                "steps": [step_entry(good), step_entry(bad, "documents/b", "documents/b-2", ["documents/a-1"])],
+            }
+        )
+    )
     client = client_for(root)
     steps = get(client, "/api/experiment", path=record).json()["steps"]
     assert [s["state"] for s in steps] == ["SUCCESS", "UNREADABLE"] and steps[0]["config"] == {"n": 3}
@@ -122,17 +131,20 @@ def test_metrics_larger_than_the_limit_are_sampled_and_thinned_and_the_page_says
     steps = sampled["metrics"]["step"]
     assert len(steps) < 20_000 / 45 and steps[0] == 1 and steps[-1] >= 4990  # the whole run, coarsely
     assert steps == sorted(steps) and all(isinstance(v, float) for v in sampled["metrics"]["train/loss"] if v)
-    assert f"is {size / 1e6:.1f} MB" in sampled["metrics_notes"][0] and "evenly spaced slices" in sampled[
-        "metrics_notes"][0]
+    assert (
+        f"is {size / 1e6:.1f} MB" in sampled["metrics_notes"][0]
+        and "evenly spaced slices" in sampled["metrics_notes"][0]
+    )
 
     thin = client_for(root, max_metric_points=100)
     data = get(thin, "/api/metrics", path=step).json()
     loss = [v for v in data["metrics"]["train/loss"] if v is not None]
     assert 90 <= len(loss) <= 101 and data["metrics"]["step"][0] == 1
     assert len([v for v in data["metrics"]["eval/bpb"] if v is not None]) == 10  # sparse metrics keep every point
-    assert data["metrics_notes"] == ["3 line(s) without a JSON object holding a numeric step were skipped.",
-                                     "Metrics with more than 100 points are thinned to about that many "
-                                     "(max_metric_points): lr, train/loss."]
+    assert data["metrics_notes"] == [
+        "3 line(s) without a JSON object holding a numeric step were skipped.",
+        "Metrics with more than 100 points are thinned to about that many (max_metric_points): lr, train/loss.",
+    ]
     html = get(thin, "/training", path=step).text
     assert 'class="warn note">3 line(s)' in html and "thinned to about that many" in html
 

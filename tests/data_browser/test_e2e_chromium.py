@@ -15,8 +15,16 @@ from tests.requirements import require_module, require_path
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 require_path(CHROMIUM, "Debian chromium (make test installs it with apt-get: make chromium)")
 require_module("playwright.sync_api", "playwright (the dev extra)")
@@ -29,8 +37,9 @@ def server(lab):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = uvicorn.Config(create_app(BrowserConfig(roots=[lab["prefix"]])), host="127.0.0.1", port=port,
-                            log_level="warning")
+    config = uvicorn.Config(
+        create_app(BrowserConfig(roots=[lab["prefix"]])), host="127.0.0.1", port=port, log_level="warning"
+    )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -122,8 +131,9 @@ def test_training_page_draws_charts(page, server, lab):
 
     page.goto(f"{server}/training?path={quote(lab['train'], safe='')}")
     page.wait_for_selector("div.chart canvas")
-    metrics = {page.locator("div.chart").nth(i).get_attribute("data-metric")
-               for i in range(page.locator("div.chart").count())}
+    metrics = {
+        page.locator("div.chart").nth(i).get_attribute("data-metric") for i in range(page.locator("div.chart").count())
+    }
     assert {"loss", "lr", "tokens_per_s", "eval/stories/bpb"} <= metrics
     acc = page.locator("#results tr[data-name='arith_mc'][data-metric='acc'] td.value")
     assert acc.inner_text() == "0.8100"
@@ -140,8 +150,14 @@ def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run, 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(BrowserConfig(roots=[quickstart_run["prefix"]])),
-                                        host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(
+        uvicorn.Config(
+            create_app(BrowserConfig(roots=[quickstart_run["prefix"]])),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     while not srv.started:

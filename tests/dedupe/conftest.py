@@ -14,8 +14,14 @@ def corpus(tmp_path_factory):
     generate_corpus(CorpusConfig(output_path=root))
     docs = {d["id"]: d["text"] for f in find_record_files(os.path.join(root, "train")) for d in read_documents(f)}
     duplicates, contaminated = load_ground_truth(root)
-    return {"root": root, "train": os.path.join(root, "train"), "eval": os.path.join(root, "eval"), "docs": docs,
-            "duplicates": duplicates, "contaminated": contaminated}
+    return {
+        "root": root,
+        "train": os.path.join(root, "train"),
+        "eval": os.path.join(root, "eval"),
+        "docs": docs,
+        "duplicates": duplicates,
+        "contaminated": contaminated,
+    }
 
 
 def attributes(output_path):

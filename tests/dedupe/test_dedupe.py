@@ -14,12 +14,11 @@ from marin.dedupe import (
     MinHashConfig,
     ParagraphDedupeConfig,
     dedupe_documents,
+    pipeline,
 )
-from marin.dedupe import pipeline
 from marin.dedupe.text import jaccard, normalize_exact, normalize_paragraph, split_paragraphs
 from marin.parallel import TaskFailed
 from marin.storage.records import find_record_files, read_documents, write_records
-
 from tests.dedupe.conftest import attributes, output_files
 
 
@@ -63,8 +62,9 @@ def test_fuzzy_dedupe_recall_and_precision(corpus, tmp_path):
     for doc_id in attrs:
         clusters[representative(attrs, doc_id)].append(doc_id)
     removed = [i for i, a in attrs.items() if not a["kept"]]
-    true_pos = sum(any(jaccard(docs[i], docs[m]) >= 0.8 for m in clusters[attrs[i]["duplicate_of"]] if m != i)
-                   for i in removed)
+    true_pos = sum(
+        any(jaccard(docs[i], docs[m]) >= 0.8 for m in clusters[attrs[i]["duplicate_of"]] if m != i) for i in removed
+    )
     precision = true_pos / len(removed)
     assert recall >= 0.95, recall
     assert precision >= 0.99, precision
@@ -77,8 +77,16 @@ def test_fuzzy_dedupe_recall_and_precision(corpus, tmp_path):
 
 def test_paragraph_dedupe_against_exact_paragraph_ground_truth(corpus, tmp_path):
     rate = 0.01
-    config, summary = run(corpus, tmp_path, "para", exact=None, fuzzy=None, paragraph=ParagraphDedupeConfig(
-        separator="\n\n", false_positive_rate=rate, batch_size=256, num_partitions=4, expected_items=88_000))
+    config, summary = run(
+        corpus,
+        tmp_path,
+        "para",
+        exact=None,
+        fuzzy=None,
+        paragraph=ParagraphDedupeConfig(
+            separator="\n\n", false_positive_rate=rate, batch_size=256, num_partitions=4, expected_items=88_000
+        ),
+    )
     attrs = attributes(config.output_path)
     seen, truly_repeated, false_pos, unique = set(), 0, 0, 0
     for f in find_record_files(corpus["train"]):
@@ -102,18 +110,28 @@ def test_paragraph_dedupe_against_exact_paragraph_ground_truth(corpus, tmp_path)
     assert 0 < false_pos / unique <= 2 * rate, false_pos / unique
     assert summary["paragraphs"]["removed"] == truly_repeated + false_pos
     # The kept text is the original minus exactly the removed paragraphs.
-    out = {d["id"]: d["text"] for f in find_record_files(os.path.join(config.output_path, "documents"))
-           for d in read_documents(f)}
+    out = {
+        d["id"]: d["text"]
+        for f in find_record_files(os.path.join(config.output_path, "documents"))
+        for d in read_documents(f)
+    }
     some = next(i for i, a in attrs.items() if a["kept"] and a.get("removed_paragraphs"))
     original = split_paragraphs(corpus["docs"][some], "\n\n")
-    kept_paras = [corpus["docs"][some][s:e] for k, (s, e) in enumerate(original)
-                  if k not in attrs[some]["removed_paragraphs"]]
+    kept_paras = [
+        corpus["docs"][some][s:e] for k, (s, e) in enumerate(original) if k not in attrs[some]["removed_paragraphs"]
+    ]
     assert out[some] == "\n\n".join(kept_paras)
 
 
 def test_decontamination_removes_every_planted_document(corpus, tmp_path):
-    config, summary = run(corpus, tmp_path, "decon", exact=None, fuzzy=None,
-                          decontaminate=DecontaminationConfig(eval_paths=(corpus["eval"],)))
+    config, summary = run(
+        corpus,
+        tmp_path,
+        "decon",
+        exact=None,
+        fuzzy=None,
+        decontaminate=DecontaminationConfig(eval_paths=(corpus["eval"],)),
+    )
     attrs = attributes(config.output_path)
     planted = {c["id"]: c["eval_id"] for c in corpus["contaminated"]}
     flagged = {i: a["eval_item"] for i, a in attrs.items() if a.get("reason") == "contaminated"}
@@ -124,15 +142,18 @@ def test_decontamination_removes_every_planted_document(corpus, tmp_path):
 
 def test_output_mirrors_input_and_summary_counts(corpus, tmp_path):
     inp = tmp_path / "in"
-    write_records(str(inp / "a" / "x.parquet"), [{"id": "1", "text": "same text here", "meta": 1},
-                                                  {"id": "2", "text": "Same  text here", "meta": 2}])
+    write_records(
+        str(inp / "a" / "x.parquet"),
+        [{"id": "1", "text": "same text here", "meta": 1}, {"id": "2", "text": "Same  text here", "meta": 2}],
+    )
     write_records(str(inp / "b.jsonl.zst"), [{"id": "3", "text": "other"}, {"id": "4", "text": "same text here"}])
     config = DedupeConfig(input_path=str(inp), output_path=str(tmp_path / "out"), use_ray=False)
     summary = dedupe_documents(config)
     out = tmp_path / "out"
     assert sorted(os.listdir(out)) == ["attributes", "documents", "summary.json"]  # _work is cleaned up
-    assert list(read_documents(str(out / "documents/a/x.parquet"))) == [{"id": "1", "text": "same text here",
-                                                                         "meta": 1}]
+    assert list(read_documents(str(out / "documents/a/x.parquet"))) == [
+        {"id": "1", "text": "same text here", "meta": 1}
+    ]
     assert list(read_documents(str(out / "documents/b.jsonl.zst"))) == [{"id": "3", "text": "other"}]
     assert json.loads((out / "summary.json").read_text())["removed"]["exact"] == 2 == summary["removed"]["exact"]
     assert attributes(str(out))["4"] == {"id": "4", "kept": False, "reason": "exact", "duplicate_of": "1"}
@@ -177,21 +198,25 @@ def test_resume_redoes_only_unfinished_tasks(corpus, tmp_path, monkeypatch):
 def test_malformed_input_errors_name_file_and_line_or_are_skipped(tmp_path):
     inp = tmp_path / "in"
     inp.mkdir()
-    (inp / "s.jsonl").write_text('{"id": "a", "text": "fine text"}\n{"id": "b", "txt": "oops"}\n'
-                                 '{"id": "c", "text": "more text"}\n')
+    (inp / "s.jsonl").write_text(
+        '{"id": "a", "text": "fine text"}\n{"id": "b", "txt": "oops"}\n{"id": "c", "text": "more text"}\n'
+    )
     config = DedupeConfig(input_path=str(inp), output_path=str(tmp_path / "out"), use_ray=False)
     with pytest.raises(TaskFailed, match=r"s\.jsonl:2: missing required field 'text'"):
         dedupe_documents(config)
-    summary = dedupe_documents(DedupeConfig(input_path=str(inp), output_path=str(tmp_path / "out2"),
-                                            use_ray=False, on_error="skip"))
+    summary = dedupe_documents(
+        DedupeConfig(input_path=str(inp), output_path=str(tmp_path / "out2"), use_ray=False, on_error="skip")
+    )
     assert summary["skipped_malformed"] == 1 and summary["documents_out"] == 2
     with pytest.raises(FileNotFoundError, match="nothing: no such file or directory"):
-        dedupe_documents(DedupeConfig(input_path=str(tmp_path / "nothing"), output_path=str(tmp_path / "o3"),
-                                      use_ray=False))
+        dedupe_documents(
+            DedupeConfig(input_path=str(tmp_path / "nothing"), output_path=str(tmp_path / "o3"), use_ray=False)
+        )
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no record files"):
-        dedupe_documents(DedupeConfig(input_path=str(tmp_path / "empty"), output_path=str(tmp_path / "o4"),
-                                      use_ray=False))
+        dedupe_documents(
+            DedupeConfig(input_path=str(tmp_path / "empty"), output_path=str(tmp_path / "o4"), use_ray=False)
+        )
 
 
 def test_config_errors_name_field_and_value():

@@ -9,8 +9,17 @@ from marin.dedupe.bloom import BloomFilter, bloom_size
 from marin.dedupe.hashing import band_hashes, minhash_params, minhash_signatures, shingle_hashes, word_hashes
 from marin.dedupe.text import jaccard, remove_spans, shingles, split_paragraphs, words
 
-TEXTS = ["Hello,  World! Hello-world.", "", "   ", "one", "a b c d", "Ünïcode  café, naïve—façade\u00a0x",
-         "The cow said moo.\n\nThe cow said moo!\n", "x " * 40, "tab\tseparated\nlines\r\nhere"]
+TEXTS = [
+    "Hello,  World! Hello-world.",
+    "",
+    "   ",
+    "one",
+    "a b c d",
+    "Ünïcode  café, naïve—façade\u00a0x",
+    "The cow said moo.\n\nThe cow said moo!\n",
+    "x " * 40,
+    "tab\tseparated\nlines\r\nhere",
+]
 
 
 def test_vectorized_words_and_shingles_match_reference():
@@ -32,8 +41,12 @@ def test_hashes_do_not_depend_on_batch_boundaries(corpus):
     texts = list(corpus["docs"].values())[:300]
     a, b = minhash_params(60, 0)
     whole = minhash_signatures(*shingle_hashes(*word_hashes(texts), 5), a, b)
-    parts = np.concatenate([minhash_signatures(*shingle_hashes(*word_hashes(texts[i : i + 7]), 5), a, b,
-                                               block_shingles=64) for i in range(0, 300, 7)])
+    parts = np.concatenate(
+        [
+            minhash_signatures(*shingle_hashes(*word_hashes(texts[i : i + 7]), 5), a, b, block_shingles=64)
+            for i in range(0, 300, 7)
+        ]
+    )
     np.testing.assert_array_equal(whole, parts)
     np.testing.assert_array_equal(band_hashes(whole, 10, 6), band_hashes(parts, 10, 6))
 

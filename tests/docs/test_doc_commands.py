@@ -11,8 +11,6 @@ import tomllib
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from marin.storage import exists, glob, read_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,8 +25,14 @@ def _free_port() -> int:
 def _serve_and_get(args: list[str], port: int, timeout: float = 90.0) -> str:
     """Start ``python -m data_browser <args>``, return the body of ``/`` once it answers, stop it."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.Popen([sys.executable, "-m", "data_browser", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "data_browser", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -65,8 +69,14 @@ def test_data_browser_command_lines_serve(tmp_path, gcs_prefix):
 def test_hello_world_on_a_gs_prefix(gcs_prefix, ray_address):
     env = {**os.environ, "RAY_ADDRESS": ray_address}  # join the session's Ray: its workers reach the emulator
     env.pop("MARIN_PREFIX", None)
-    out = subprocess.run([sys.executable, "experiments/hello_world.py", "--prefix", f"{gcs_prefix}/lab"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "experiments/hello_world.py", "--prefix", f"{gcs_prefix}/lab"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"outputs are under {gcs_prefix}/lab: ran 2" in out.stdout
     [stats] = glob(f"{gcs_prefix}/lab/hello/stats-*/stats.json")
@@ -94,8 +104,14 @@ def test_exp11_dry_run_reuses_the_quickstart(tmp_path):
     assert len(control.version["config"]["data.stages"]) == 1 and len(shifted.version["config"]["data.stages"]) == 2
 
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    out = subprocess.run([sys.executable, "experiments/exp11_mixture_shift.py", "--dry_run", "true", "--prefix",
-                          str(tmp_path / "lab")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "experiments/exp11_mixture_shift.py", "--dry_run", "true", "--prefix", str(tmp_path / "lab")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(re.findall(r"^run ", out.stdout, re.M)) == 17 and not (tmp_path / "lab").exists()  # 15 + 2 new
 
@@ -106,8 +122,11 @@ def test_documented_extras_exist_and_dev_installs_them():
     extras = pyproject["project"]["optional-dependencies"]
     documented = set()
     for page in (ROOT / "docs").glob("*.md"):
-        documented |= {e for group in re.findall(r"install -e ['\"]\.\[([\w,-]+)\]['\"]", page.read_text())
-                       for e in group.split(",")}
+        documented |= {
+            e
+            for group in re.findall(r"install -e ['\"]\.\[([\w,-]+)\]['\"]", page.read_text())
+            for e in group.split(",")
+        }
     assert {"gcs", "s3", "cluster", "dev"} <= documented
 
     def requirements(extra: str) -> set[str]:

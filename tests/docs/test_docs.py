@@ -23,18 +23,19 @@ NEEDS_CLOUD: dict[str, str] = {
     "gcloud storage buckets create gs://YOUR_BUCKET --location=us": "creates a GCS bucket",
     "gcloud iam service-accounts create marin-worker": "creates a service account",
     "gcloud storage buckets add-iam-policy-binding gs://YOUR_BUCKET "
-    "--member=serviceAccount:marin-worker@YOUR_GCP_PROJECT.iam.gserviceaccount.com --role=roles/storage.objectAdmin":
-        "grants bucket access",
+    "--member=serviceAccount:marin-worker@YOUR_GCP_PROJECT.iam.gserviceaccount.com "
+    "--role=roles/storage.objectAdmin": "grants bucket access",
     "gcloud artifacts repositories create marin --repository-format=docker --location=us": "creates a registry",
-    "docker build -f infra/Dockerfile -t us-docker.pkg.dev/YOUR_GCP_PROJECT/marin/marin-tpu:latest .":
-        "no Docker daemon in CI; the Dockerfile is checked statically",
+    "docker build -f infra/Dockerfile -t us-docker.pkg.dev/YOUR_GCP_PROJECT/marin/marin-tpu:latest .": (
+        "no Docker daemon in CI; the Dockerfile is checked statically"
+    ),
     "docker push us-docker.pkg.dev/YOUR_GCP_PROJECT/marin/marin-tpu:latest": "pushes to a registry",
     "ray up infra/cluster-tpu-v5e.yaml --yes": "creates GCP VMs; the YAML passes Ray's checks in CI",
     "ray dashboard infra/cluster-tpu-v5e.yaml": "needs a running cluster",
     "ray up infra/cluster-gpu.yaml --yes": "creates GCP VMs; the YAML passes Ray's checks in CI",
     "ray down infra/cluster-tpu-v5e.yaml --yes": "needs a running cluster",
     "ray job submit --address http://127.0.0.1:8265 --working-dir . --runtime-env-json "
-    "'{\"env_vars\": {\"MARIN_PREFIX\": \"gs://YOUR_BUCKET/lab\"}}' -- python experiments/tootsie_8b.py "
+    '\'{"env_vars": {"MARIN_PREFIX": "gs://YOUR_BUCKET/lab"}}\' -- python experiments/tootsie_8b.py '
     "--run_only tootsie-8b-phase1": "needs v5e-256 slices; the same submission runs hello_world in CI",
     "python -m marin.report experiments/tootsie_8b.py --prefix gs://YOUR_BUCKET/lab --post": (
         "reads a real bucket and posts to GitHub; tests/report/test_report.py runs --post with a stand-in gh"
@@ -95,8 +96,13 @@ def test_mkdocs_build_strict(tmp_path):
     mkdocs = Path(sys.executable).parent / "mkdocs"
     if not mkdocs.exists():
         pytest.fail(f"mkdocs is not installed next to {sys.executable}: it is in the dev extra")
-    out = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     nav_pages = re.findall(r":\s*([\w/]+)\.md\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
     assert {"installation", "first_experiment", "quickstart", "cluster", "experiment_issues"} <= set(nav_pages)

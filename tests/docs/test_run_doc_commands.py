@@ -110,8 +110,15 @@ def env_for(ray_address: str) -> dict[str, str]:
 
 
 def serve(command: str, cwd: Path, env: dict, port: int) -> None:
-    proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", "-c", f"exec {command}"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:

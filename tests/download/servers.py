@@ -48,7 +48,7 @@ class FileServer:
                     for ref in (spec["sha"], *spec.get("refs", ())):
                         prefix = f"{base}/resolve/{ref}/"
                         if path.startswith(prefix):
-                            path, repo_spec = "/" + path[len(prefix):], spec
+                            path, repo_spec = "/" + path[len(prefix) :], spec
                             break
                     if repo_spec is not None:
                         break
@@ -88,21 +88,28 @@ class FileServer:
                 repo, rev = "/".join(parts[3:5]), parts[6] if len(parts) > 6 else "main"
                 spec = server.hub.get(repo)
                 if spec is None or rev not in (spec["sha"], *spec.get("refs", ())):
-                    return self._send(404, json.dumps({"error": "Repository not found"}).encode(), True,
-                                      {"Content-Type": "application/json", "X-Error-Code": "RepoNotFound"})
+                    return self._send(
+                        404,
+                        json.dumps({"error": "Repository not found"}).encode(),
+                        True,
+                        {"Content-Type": "application/json", "X-Error-Code": "RepoNotFound"},
+                    )
                 siblings = []
                 for name in spec["files"]:
                     data = server.files["/" + name]
                     sib = {"rfilename": name, "size": len(data)}
                     if name in spec.get("lfs", ()):
-                        sib["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                                      "pointerSize": 134}
+                        sib["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
                         sib["blobId"] = hashlib.sha1(b"pointer").hexdigest()
                     else:
                         sib["blobId"] = hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
                     siblings.append(sib)
-                self._send(200, json.dumps({"id": repo, "sha": spec["sha"], "siblings": siblings}).encode(), True,
-                           {"Content-Type": "application/json"})
+                self._send(
+                    200,
+                    json.dumps({"id": repo, "sha": spec["sha"], "siblings": siblings}).encode(),
+                    True,
+                    {"Content-Type": "application/json"},
+                )
 
             def _send(self, code, payload, body, headers=None):
                 self.send_response(code)

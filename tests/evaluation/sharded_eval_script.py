@@ -20,8 +20,18 @@ if __name__ == "__main__":
     export, held_out, task, out = sys.argv[1:5]
     cfg, params, _ = load_model(export, None)
     placed = place_params(cfg, params)
-    specs = {"/".join(str(k.key) for k in path): [str(a) for a in leaf.sharding.spec]
-             for path, leaf in jax.tree_util.tree_flatten_with_path(placed)[0]}  # fmt: skip
-    results = evaluate_model(EvalConfig(checkpoint_path=export, tokenizer=export, output_path=out,
-                                        validation={"held_out": held_out}, tasks=[task], batch_size=4))  # fmt: skip
+    specs = {
+        "/".join(str(k.key) for k in path): [str(a) for a in leaf.sharding.spec]
+        for path, leaf in jax.tree_util.tree_flatten_with_path(placed)[0]
+    }
+    results = evaluate_model(
+        EvalConfig(
+            checkpoint_path=export,
+            tokenizer=export,
+            output_path=out,
+            validation={"held_out": held_out},
+            tasks=[task],
+            batch_size=4,
+        )
+    )
     print(json.dumps({"devices": jax.device_count(), "specs": specs, "results": results}))

@@ -45,9 +45,13 @@ def arc_rows(items):
     rows = []
     for item in items:
         labels = list(string.ascii_uppercase[: len(item["choices"])])
-        rows.append({"question": item["context"].removeprefix("the letter "),
-                     "choices": {"text": [c.strip() for c in item["choices"]], "label": labels},
-                     "answerKey": labels[item["gold"]]})
+        rows.append(
+            {
+                "question": item["context"].removeprefix("the letter "),
+                "choices": {"text": [c.strip() for c in item["choices"]], "label": labels},
+                "answerKey": labels[item["gold"]],
+            }
+        )
     return rows
 
 
@@ -66,8 +70,10 @@ def planted(tmp_path):
 def test_parquet_dataset_task_maps_fields_and_scores_like_the_jsonl_task(tmp_path, planted):
     (tmp_path / "arc.yaml").write_text(ARC_STYLE_YAML.format(k=0))
     task = load_task_yaml(str(tmp_path / "arc.yaml"))
-    assert task.data_files == {"train": [str(tmp_path / "data" / "train.parquet")],
-                               "test": [str(tmp_path / "data" / "test.parquet")]}
+    assert task.data_files == {
+        "train": [str(tmp_path / "data" / "train.parquet")],
+        "test": [str(tmp_path / "data" / "test.parquet")],
+    }
     expected = [{**item, "choices": [c.strip() for c in item["choices"]]} for item in planted["items"]]
     assert load_items(task) == expected[40:]
     assert load_items(task, "train") == expected[:40]
@@ -100,8 +106,10 @@ def test_fewshot_examples_come_from_the_fewshot_split(tmp_path, planted):
     scorer = RecordingScorer(Scorer(_successor_model(planted["successor"]), batch_size=32, max_len=64))
     result = score_task(task, scorer, encode, EOS)
     assert result["num_fewshot"] == 2 and result["acc"]["value"] == 1.0
-    train_shots = {f"the letter {r['question']} {r['choices']['text'][string.ascii_uppercase.index(r['answerKey'])]}"
-                   for r in train_rows}
+    train_shots = {
+        f"the letter {r['question']} {r['choices']['text'][string.ascii_uppercase.index(r['answerKey'])]}"
+        for r in train_rows
+    }
     test_contexts = [i["context"] for i in planted["items"][40:]]
     assert len(scorer.requests) == 4 * 80  # four choices per test item, in item order
     prompts = [bytes(context[1:]).decode() for context, _ in scorer.requests[::4]]
@@ -120,7 +128,8 @@ def test_local_dataset_directory_relative_to_the_yaml(tmp_path, planted):
         (local / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     (tmp_path / "tasks" / "arc.yaml").write_text(
         "name: arc_local\ndataset: ./arc_local\nsplit: test\ndoc_to_text: 'the letter {question}'\n"
-        "doc_to_choice: choices.text\ndoc_to_target: answerKey\ntarget_labels: choices.label\n")
+        "doc_to_choice: choices.text\ndoc_to_target: answerKey\ntarget_labels: choices.label\n"
+    )
     task = load_task_yaml(str(tmp_path / "tasks" / "arc.yaml"))
     assert task.dataset == str(local)
     items = load_items(task)
@@ -129,15 +138,29 @@ def test_local_dataset_directory_relative_to_the_yaml(tmp_path, planted):
 
 
 def test_literal_choices_and_digit_string_targets(tmp_path):
-    pq.write_table(pa.Table.from_pylist([{"passage": "Sky is blue.", "q": "is the sky blue", "label": "1"},
-                                         {"passage": "Fire is cold.", "q": "is fire cold", "label": "0"}]),
-                   tmp_path / "boolq.parquet")
-    task = MultipleChoiceTask(name="yesno", dataset="parquet", data_files=str(tmp_path / "boolq.parquet"),
-                              split="train", doc_to_text="{passage}\nQuestion: {q}?\nAnswer:",
-                              doc_to_choice=["no", "yes"], doc_to_target="label", target_delimiter=" ")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {"passage": "Sky is blue.", "q": "is the sky blue", "label": "1"},
+                {"passage": "Fire is cold.", "q": "is fire cold", "label": "0"},
+            ]
+        ),
+        tmp_path / "boolq.parquet",
+    )
+    task = MultipleChoiceTask(
+        name="yesno",
+        dataset="parquet",
+        data_files=str(tmp_path / "boolq.parquet"),
+        split="train",
+        doc_to_text="{passage}\nQuestion: {q}?\nAnswer:",
+        doc_to_choice=["no", "yes"],
+        doc_to_target="label",
+        target_delimiter=" ",
+    )
     assert load_items(task) == [
         {"context": "Sky is blue.\nQuestion: is the sky blue?\nAnswer:", "choices": ["no", "yes"], "gold": 1},
-        {"context": "Fire is cold.\nQuestion: is fire cold?\nAnswer:", "choices": ["no", "yes"], "gold": 0}]
+        {"context": "Fire is cold.\nQuestion: is fire cold?\nAnswer:", "choices": ["no", "yes"], "gold": 0},
+    ]
 
 
 def test_hub_specs_reach_load_dataset_with_subset_split_and_revision(monkeypatch):
@@ -148,8 +171,16 @@ def test_hub_specs_reach_load_dataset_with_subset_split_and_revision(monkeypatch
         return datasets.Dataset.from_list([{"q": "2+2=", "options": ["3", "4"], "answer": "4"}])
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    task = MultipleChoiceTask(name="t", dataset="hf://datasets/someone/math_mc", subset="easy", split="dev",
-                              revision="0123abc", doc_to_text="{q}", doc_to_choice="options", doc_to_target="answer")
+    task = MultipleChoiceTask(
+        name="t",
+        dataset="hf://datasets/someone/math_mc",
+        subset="easy",
+        split="dev",
+        revision="0123abc",
+        doc_to_text="{q}",
+        doc_to_choice="options",
+        doc_to_target="answer",
+    )
     assert load_items(task) == [{"context": "2+2=", "choices": ["3", "4"], "gold": 1}]
     assert calls == [("someone/math_mc", "easy", {"split": "dev", "revision": "0123abc", "data_files": None})]
 
@@ -163,9 +194,16 @@ def test_unreachable_hub_dataset_and_bad_mappings_name_the_task():
 
 
 def test_missing_field_is_reported_with_the_item(tmp_path):
-    pq.write_table(pa.Table.from_pylist([{"question": "q", "choices": ["a", "b"], "answer": 0}]),
-                   tmp_path / "t.parquet")
-    task = MultipleChoiceTask(name="t", dataset="parquet", data_files=str(tmp_path / "t.parquet"), split="train",
-                              doc_to_text="{question}", doc_to_target="label")
+    pq.write_table(
+        pa.Table.from_pylist([{"question": "q", "choices": ["a", "b"], "answer": 0}]), tmp_path / "t.parquet"
+    )
+    task = MultipleChoiceTask(
+        name="t",
+        dataset="parquet",
+        data_files=str(tmp_path / "t.parquet"),
+        split="train",
+        doc_to_text="{question}",
+        doc_to_target="label",
+    )
     with pytest.raises(ValueError, match=r"task t: .*item 0 has no field 'label'"):
         load_items(task)

@@ -26,7 +26,7 @@ def test_harness_requests_on_the_quickstart_model(quickstart_run):
     results = lm.loglikelihood([inst("loglikelihood", (context, " moo")), inst("loglikelihood", (context, " caw"))])
     (moo, moo_greedy), (caw, caw_greedy) = results
     assert moo > caw  # the corpus teaches what cows say
-    ctx, cont = lm._encode(context), lm._encode(context + " moo")[len(lm._encode(context)):]
+    ctx, cont = lm._encode(context), lm._encode(context + " moo")[len(lm._encode(context)) :]
     direct = lm.scorer.loglikelihood([([lm.eos, *ctx], cont)])[0][0]
     assert moo == pytest.approx(direct, abs=1e-5)
     # is_greedy means: every continuation token is the model's argmax given what precedes it
@@ -35,9 +35,9 @@ def test_harness_requests_on_the_quickstart_model(quickstart_run):
     from marin.trainer.model.llama import forward
 
     for word, flag in ((" moo", moo_greedy), (" caw", caw_greedy)):
-        cont = lm._encode(context + word)[len(ctx):]
+        cont = lm._encode(context + word)[len(ctx) :]
         row = np.asarray([[lm.eos, *ctx, *cont]], np.int32)
-        predicted = np.argmax(np.asarray(forward(lm.cfg, lm.params, row[:, :-1]))[0, -len(cont):], axis=-1)
+        predicted = np.argmax(np.asarray(forward(lm.cfg, lm.params, row[:, :-1]))[0, -len(cont) :], axis=-1)
         assert flag == bool(np.all(predicted == np.asarray(cont))), word
 
     text = "Once upon a time there was a little dog."
@@ -46,15 +46,17 @@ def test_harness_requests_on_the_quickstart_model(quickstart_run):
     per_token = lm.scorer.token_nll([[lm.eos, *tokens]])[0]
     assert rolling == pytest.approx(-float(per_token.sum()), abs=1e-4) and math.isfinite(rolling)
 
-    [generated] = lm.generate_until([inst("generate_until", ("Once upon a time", {"until": ["."],
-                                                                                 "max_gen_toks": 30}))])
+    [generated] = lm.generate_until(
+        [inst("generate_until", ("Once upon a time", {"until": ["."], "max_gen_toks": 30}))]
+    )
     assert generated and "." not in generated
 
 
 def test_registering_marin_keeps_lm_evals_own_models():
     """lm-eval fills its registry lazily only while it is empty: ours must not hide "hf", "dummy", ..."""
-    import marin.evaluation.lm_eval_adapter  # noqa: F401
     from lm_eval.api.registry import get_model
+
+    import marin.evaluation.lm_eval_adapter  # noqa: F401
 
     assert get_model("marin").__name__ == "MarinLM"
     assert get_model("dummy").__name__ == "DummyLM"
@@ -97,19 +99,45 @@ def test_lm_eval_command_line_runs_the_marin_model(tmp_path):
 
     checkpoint = str(tmp_path / "hf")
     cfg, params = make_tiny_export(checkpoint)
-    items = [{"context": f"The {a} said", "choices": [" moo", " caw", " woof", " oink"], "gold": i % 4}
-             for i, a in enumerate(["cow", "crow", "dog", "cat", "hen", "pig", "owl", "fox", "duck", "bee"])]
+    items = [
+        {"context": f"The {a} said", "choices": [" moo", " caw", " woof", " oink"], "gold": i % 4}
+        for i, a in enumerate(["cow", "crow", "dog", "cat", "hen", "pig", "owl", "fox", "duck", "bee"])
+    ]
     data = tmp_path / "sounds.jsonl"
     data.write_text("".join(json.dumps(i) + "\n" for i in items))
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "marin_sounds.yaml").write_text(LM_EVAL_TASK.format(data=data))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets-cache"), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets-cache"),
+        "JAX_PLATFORMS": "cpu",
+    }
     out = subprocess.run(
-        [sys.executable, "-m", "marin.evaluation.lm_eval_cli", "--model", "marin", "--model_args",
-         f"checkpoint={checkpoint}", "--tasks", "marin_sounds", "--include_path", str(tmp_path / "tasks"),
-         "--batch_size", "4", "--output_path", str(tmp_path / "out"), "--log_samples"],
-        capture_output=True, text=True, env=env, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "marin.evaluation.lm_eval_cli",
+            "--model",
+            "marin",
+            "--model_args",
+            f"checkpoint={checkpoint}",
+            "--tasks",
+            "marin_sounds",
+            "--include_path",
+            str(tmp_path / "tasks"),
+            "--batch_size",
+            "4",
+            "--output_path",
+            str(tmp_path / "out"),
+            "--log_samples",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     [results_file] = glob.glob(str(tmp_path / "out" / "*" / "results_*.json"))
     [samples_file] = glob.glob(str(tmp_path / "out" / "*" / "samples_marin_sounds_*.jsonl"))

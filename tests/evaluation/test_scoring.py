@@ -57,8 +57,13 @@ def test_loglikelihood_equals_hand_computation(table):
 
 def test_padding_and_batching_do_not_change_scores(table):
     rng = random.Random(1)
-    requests = [([EOS] + [rng.randrange(256) for _ in range(rng.randint(1, 40))],
-                 [rng.randrange(256) for _ in range(rng.randint(1, 9))]) for _ in range(23)]
+    requests = [
+        (
+            [EOS] + [rng.randrange(256) for _ in range(rng.randint(1, 40))],
+            [rng.randrange(256) for _ in range(rng.randint(1, 9))],
+        )
+        for _ in range(23)
+    ]
     a = Scorer(bigram_model(table), batch_size=1, max_len=64).loglikelihood(requests)
     b = Scorer(bigram_model(table), batch_size=8, max_len=64).loglikelihood(requests)
     np.testing.assert_allclose([x for x, _ in a], [x for x, _ in b], atol=1e-4)
@@ -102,8 +107,13 @@ def planted_task(tmp_path, n=400):
         wrong = rng.sample([c for c in letters if c != successor[key]], 3)
         choices = wrong + [successor[key]]
         rng.shuffle(choices)
-        items.append({"context": f"the letter {key}", "choices": [f" {c}" for c in choices],
-                      "gold": choices.index(successor[key])})
+        items.append(
+            {
+                "context": f"the letter {key}",
+                "choices": [f" {c}" for c in choices],
+                "gold": choices.index(successor[key]),
+            }
+        )
     path = tmp_path / "planted.jsonl"
     path.write_text("".join(json.dumps(i) + "\n" for i in items))
     return path, successor
@@ -127,6 +137,7 @@ def test_planted_task_oracle_scores_one_and_random_model_scores_chance(tmp_path)
 
 def _successor_model(successor):
     """A model that knows the rule: it tracks the key letter through the space with a 2-token lookback."""
+
     def forward(tokens):
         prev = jnp.concatenate([jnp.zeros_like(tokens[:, :1]), tokens[:, :-1]], axis=1)
         logits = jnp.zeros(tokens.shape + (VOCAB,))
@@ -137,6 +148,7 @@ def _successor_model(successor):
         # at a space, predict the successor of the letter before the space
         boost = jnp.asarray(table)[prev] * (tokens == ord(" "))[..., None]
         return logits + boost
+
     return forward
 
 

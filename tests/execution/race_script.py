@@ -8,7 +8,6 @@ Sleep time is unversioned, so a rerun with a different RACE_SLEEP targets the sa
 import os
 
 from marin.execution import ExecutorStep, executor_main, this_output_path
-
 from tests.execution.steps_lib import TraceConfig, trace_step
 
 

@@ -79,6 +79,11 @@ def host_step(config: HostConfig) -> None:
     from jax.experimental import multihost_utils
 
     gathered = multihost_utils.process_allgather(np.int32(jax.process_index() + 1))
-    doc = {"process_index": jax.process_index(), "process_count": jax.process_count(), "pid": os.getpid(),
-           "coordinates": list(coordinates or ()), "gathered": np.asarray(gathered).tolist()}  # fmt: skip
+    doc = {
+        "process_index": jax.process_index(),
+        "process_count": jax.process_count(),
+        "pid": os.getpid(),
+        "coordinates": list(coordinates or ()),
+        "gathered": np.asarray(gathered).tolist(),
+    }
     write_atomic(join(config.output_path, f"host-{jax.process_index()}.json"), json.dumps(doc))

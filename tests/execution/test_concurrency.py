@@ -10,12 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from marin.execution.plan import plan_steps
 from marin.execution.status import read_events
 from marin.storage import exists, join, read_text
-
 from tests.execution.race_script import build
 from tests.execution.steps_lib import call_counts
 
@@ -33,7 +30,9 @@ def launch(ray_address, prefix, calls, *extra, **env):
         **{k: str(v) for k, v in env.items()},
     }
     args = [sys.executable, str(SCRIPT), "--prefix", str(prefix), "--poll_s", "0.1", *extra]
-    return subprocess.Popen(args, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        args, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def final_states(prefix, calls):
@@ -59,8 +58,9 @@ def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address,
 def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray_address, store_prefix):
     prefix, calls = store_prefix, tmp_path / "calls"
     lease_flags = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "3")  # robust on a loaded machine
-    victim = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined",
-                    RACE_SLOW_S=60)
+    victim = launch(
+        ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined", RACE_SLOW_S=60
+    )
     deadline = time.time() + 120
     while "race_joined" not in call_counts(calls):
         assert time.time() < deadline and victim.poll() is None, victim.stdout.read() if victim.poll() else "timeout"

@@ -89,8 +89,13 @@ def test_failure_marks_dependents_and_lets_independent_branches_finish(tmp_path,
     }
     assert "told to fail" in err.value.failed[next(i for i in err.value.failed if i.startswith("bad-"))]
     st = states(ex.plan([after_after, good]))
-    assert st == {"root": "SUCCESS", "bad": "FAILED", "after_bad": "DEP_FAILED", "after_after": "DEP_FAILED",
-                  "good": "SUCCESS"}
+    assert st == {
+        "root": "SUCCESS",
+        "bad": "FAILED",
+        "after_bad": "DEP_FAILED",
+        "after_after": "DEP_FAILED",
+        "good": "SUCCESS",
+    }
     assert "after_bad" not in call_counts(calls)
 
 
@@ -166,8 +171,9 @@ def test_lost_lease_cancels_the_task_and_writes_nothing_over_the_new_holder(tmp_
         for _ in range(400):
             blob = read_versioned(lease_url)
             if blob is not None and call_counts(calls):  # the step's task is running
-                thief = json.dumps({"owner": "thief", "attempt": "t", "acquired": time.time(),
-                                    "heartbeat": time.time()}).encode()  # fmt: skip
+                thief = json.dumps(
+                    {"owner": "thief", "attempt": "t", "acquired": time.time(), "heartbeat": time.time()}
+                ).encode()
                 assert replace_if_version(lease_url, thief, blob.version) is not None
                 return
             time.sleep(0.02)

@@ -67,8 +67,13 @@ slack for a loaded 2-core machine (Ray's kill, the store's latency)."""
 
 def launch(ray_address, prefix, calls, log):
     env = {**os.environ, "RAY_ADDRESS": ray_address, "ZOMBIE_CALLS": str(calls), "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "execution" / "zombie_dag.py"), "--prefix", prefix,
-                             *FLAGS], cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "execution" / "zombie_dag.py"), "--prefix", prefix, *FLAGS],
+        cwd=ROOT,
+        env=env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_for(predicate, what, timeout=120, proc=None, log=None):
@@ -230,16 +235,20 @@ def test_late_writes_into_a_committed_output_are_removed_or_refuse_the_dependent
     committed = contents(out)
 
     write_atomic(join(out, "part-99.json"), '{"part": 99}')  # a zombie's late new file
-    reader = ExecutorStep(name="fence/reader", fn=reader_step,
-                          config=ReaderConfig(calls_dir=str(calls), input_path=writer / "result.json",
-                                              output_path=this_output_path()))  # fmt: skip
+    reader = ExecutorStep(
+        name="fence/reader",
+        fn=reader_step,
+        config=ReaderConfig(calls_dir=str(calls), input_path=writer / "result.json", output_path=this_output_path()),
+    )
     executor.run([reader])
     assert contents(out) == committed  # removed before anyone read the dependency
 
     write_atomic(join(out, "part-03.json"), '{"part": "zombie"}')  # a zombie's late overwrite
-    other = ExecutorStep(name="fence/reader2", fn=reader_step,
-                         config=ReaderConfig(calls_dir=str(calls), input_path=writer / "result.json",
-                                             output_path=this_output_path()))  # fmt: skip
+    other = ExecutorStep(
+        name="fence/reader2",
+        fn=reader_step,
+        config=ReaderConfig(calls_dir=str(calls), input_path=writer / "result.json", output_path=this_output_path()),
+    )
     with pytest.raises(StepsFailed, match=r"changed \['part-03.json'\]"):
         executor.run([other])
     with pytest.raises(OutputChanged, match="part-03.json"):
@@ -301,9 +310,12 @@ def test_a_lost_lease_stops_every_host_of_a_gang(tmp_path):
     from tests.execution.zombie_dag import GangConfig, gang_writer
 
     calls = tmp_path / "calls"
-    step = ExecutorStep(name="fence/gang", fn=gang_writer,
-                        config=GangConfig(calls_dir=str(calls), output_path=this_output_path()),
-                        resources=ResourceConfig(num_cpus=0.5, hosts=2))  # fmt: skip
+    step = ExecutorStep(
+        name="fence/gang",
+        fn=gang_writer,
+        config=GangConfig(calls_dir=str(calls), output_path=this_output_path()),
+        resources=ResourceConfig(num_cpus=0.5, hosts=2),
+    )
     executor = Executor(prefix=str(tmp_path / "store"), lease=FAST, poll_s=0.1)
     out = executor.plan([step]).steps[0].output_path
     outcome = {}

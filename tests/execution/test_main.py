@@ -20,8 +20,9 @@ HELLO = ROOT / "experiments" / "hello_world.py"
 def run_script(script, *args, cwd, env=None, timeout=180):
     environment = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
     environment.update(env or {})
-    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=environment, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(script), *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_hello_world_default_prefix_run_rerun_and_dry_run(tmp_path):
@@ -41,11 +42,19 @@ def test_hello_world_default_prefix_run_rerun_and_dry_run(tmp_path):
     assert again.returncode == 0 and "ran 0, reused 2 of 2" in again.stdout
     assert "starting a local Ray" not in again.stderr  # nothing to do: Ray never starts
     # ... and a no-op rerun never imports Ray or JAX at all (the bulk of a cold start's time)
-    probe = ("import runpy, sys\nsys.argv = [sys.argv[1]]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-             "except SystemExit as e:\n    assert not e.code, e.code\n"
-             "print('IMPORTED', sorted(m for m in ('jax', 'ray', 'torch') if m in sys.modules))")
-    noop = subprocess.run([sys.executable, "-c", probe, str(HELLO)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")})
+    probe = (
+        "import runpy, sys\nsys.argv = [sys.argv[1]]\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('IMPORTED', sorted(m for m in ('jax', 'ray', 'torch') if m in sys.modules))"
+    )
+    noop = subprocess.run(
+        [sys.executable, "-c", probe, str(HELLO)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")},
+    )
     assert noop.returncode == 0 and "IMPORTED []" in noop.stdout, noop.stdout + noop.stderr
 
     dry = run_script(HELLO, "--dry_run", "true", cwd=tmp_path)
@@ -56,8 +65,15 @@ def test_hello_world_default_prefix_run_rerun_and_dry_run(tmp_path):
 def test_marin_prefix_env_and_flag(tmp_path):
     dry = run_script(HELLO, "--dry_run", "true", cwd=tmp_path, env={"MARIN_PREFIX": str(tmp_path / "env")})
     assert f"dry run under {tmp_path / 'env'}:" in dry.stdout
-    dry = run_script(HELLO, "--dry_run", "true", "--prefix", "memory://lab", cwd=tmp_path,
-                     env={"MARIN_PREFIX": str(tmp_path / "env")})
+    dry = run_script(
+        HELLO,
+        "--dry_run",
+        "true",
+        "--prefix",
+        "memory://lab",
+        cwd=tmp_path,
+        env={"MARIN_PREFIX": str(tmp_path / "env")},
+    )
     assert "dry run under memory://lab:" in dry.stdout and "memory://lab/hello/numbers-" in dry.stdout
     assert not (tmp_path / "env").exists() and not (tmp_path / "local_store").exists()
 

@@ -15,8 +15,12 @@ pytestmark = pytest.mark.usefixtures("ray_address")
 
 
 def gang(name: str, hosts: int = 2, **config) -> ExecutorStep:
-    return ExecutorStep(name=name, fn=host_step, config=HostConfig(output_path=this_output_path(), **config),
-                        resources=ResourceConfig(num_cpus=1, hosts=hosts))  # fmt: skip
+    return ExecutorStep(
+        name=name,
+        fn=host_step,
+        config=HostConfig(output_path=this_output_path(), **config),
+        resources=ResourceConfig(num_cpus=1, hosts=hosts),
+    )
 
 
 def _use_jax() -> int:
@@ -51,8 +55,12 @@ def test_a_host_that_raises_fails_the_step_at_once_naming_the_host(tmp_path):
 
 
 def test_more_hosts_than_the_cluster_holds_fail_fast(tmp_path, monkeypatch):
-    big = ExecutorStep(name="train/many", fn=host_step, config=HostConfig(output_path=this_output_path()),
-                       resources=ResourceConfig(num_cpus=4, hosts=3))  # the session's Ray has 8 CPUs: 2 fit
+    big = ExecutorStep(
+        name="train/many",
+        fn=host_step,
+        config=HostConfig(output_path=this_output_path()),
+        resources=ResourceConfig(num_cpus=4, hosts=3),
+    )  # the session's Ray has 8 CPUs: 2 fit
     with pytest.raises(InfeasibleResources, match=r"'train/many' needs 3 hosts of \{'CPU': 4.0\}; .* holds only 2"):
         Executor(prefix=str(tmp_path / "store")).run([big])
 

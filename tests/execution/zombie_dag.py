@@ -41,9 +41,12 @@ def slow_writer(config: WriterConfig) -> None:
 
 
 def writer_step(calls_dir: str) -> ExecutorStep:
-    return ExecutorStep(name="fence/writer", fn=slow_writer,
-                        config=WriterConfig(calls_dir=calls_dir, output_path=this_output_path()),
-                        resources={"num_cpus": 0.5})  # fmt: skip
+    return ExecutorStep(
+        name="fence/writer",
+        fn=slow_writer,
+        config=WriterConfig(calls_dir=calls_dir, output_path=this_output_path()),
+        resources={"num_cpus": 0.5},
+    )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,6 @@
 """experiments/defaults.py: stable step names, which fields define a step's result (and so its output
 path), and that speed/placement knobs do not."""
 
-import sys
-from pathlib import Path
-
-from marin.execution import Executor, ExecutorStep, ResourceConfig
-from marin.trainer.data.mixture import MixtureStage
-from marin.trainer.mesh import MeshConfig
-
-
 from experiments.defaults import (
     default_dedupe,
     default_download,
@@ -20,6 +12,9 @@ from experiments.defaults import (
     mixture_stages,
 )
 from experiments.models import SimpleTrainConfig, llama_nano
+from marin.execution import Executor, ExecutorStep, ResourceConfig
+from marin.trainer.data.mixture import MixtureStage
+from marin.trainer.mesh import MeshConfig
 
 
 def output_path(step: ExecutorStep) -> str:
@@ -29,22 +24,43 @@ def output_path(step: ExecutorStep) -> str:
 def pipeline(tokenizer="meta-llama/Meta-Llama-3.1-8B", revision="abc123", workers=1, **train_overrides):
     raw = default_download("web", "hf://datasets/org/web", revision=revision)
     documents = default_dedupe("web", raw)
-    tokenized = default_tokenize("web", train=[documents / "documents"], validation=["gs://b/val.jsonl"],
-                                 tokenizer=tokenizer, num_workers=workers)  # fmt: skip
+    tokenized = default_tokenize(
+        "web",
+        train=[documents / "documents"],
+        validation=["gs://b/val.jsonl"],
+        tokenizer=tokenizer,
+        num_workers=workers,
+    )
     train = SimpleTrainConfig(**{"num_train_steps": 100, "batch_size": 8, "learning_rate": 1e-3, **train_overrides})
     model = default_train("nano-web", {"web": tokenized}, llama_nano(), train)
-    return {"raw": raw, "documents": documents, "tokenized": tokenized, "model": model,
-            "tokenizer": default_train_tokenizer("web-bpe", [documents / "documents"]),
-            "eval": default_eval("nano-web", model, tokenizer=tokenizer, validation={"web": "gs://b/val.jsonl"},
-                                 tasks=["gs://b/tasks/arc.yaml"]),
-            "export": default_export("nano-web", model, tokenizer=tokenizer)}  # fmt: skip
+    return {
+        "raw": raw,
+        "documents": documents,
+        "tokenized": tokenized,
+        "model": model,
+        "tokenizer": default_train_tokenizer("web-bpe", [documents / "documents"]),
+        "eval": default_eval(
+            "nano-web",
+            model,
+            tokenizer=tokenizer,
+            validation={"web": "gs://b/val.jsonl"},
+            tasks=["gs://b/tasks/arc.yaml"],
+        ),
+        "export": default_export("nano-web", model, tokenizer=tokenizer),
+    }
 
 
 def test_steps_are_named_where_users_browse():
     names = {k: s.name for k, s in pipeline().items()}
-    assert names == {"raw": "raw/web", "documents": "documents/web", "tokenized": "tokenized/web",
-                     "model": "checkpoints/nano-web", "tokenizer": "tokenizers/web-bpe",
-                     "eval": "evaluation/nano-web", "export": "exports/nano-web"}  # fmt: skip
+    assert names == {
+        "raw": "raw/web",
+        "documents": "documents/web",
+        "tokenized": "tokenized/web",
+        "model": "checkpoints/nano-web",
+        "tokenizer": "tokenizers/web-bpe",
+        "eval": "evaluation/nano-web",
+        "export": "exports/nano-web",
+    }
 
 
 def test_output_paths_are_stable_and_defined_by_what_changes_results():
@@ -57,8 +73,13 @@ def test_output_paths_are_stable_and_defined_by_what_changes_results():
     other = {k: output_path(s) for k, s in pipeline(revision="def456").items()}
     assert all(base[k] != other[k] for k in base)
     # Workers, microbatches, mesh, sharding and resources only change speed or placement.
-    same = pipeline(workers=8, num_microbatches=4, mesh=MeshConfig(data=2, fsdp=-1), sharding="dp",
-                    resources=ResourceConfig(num_cpus=4))  # fmt: skip
+    same = pipeline(
+        workers=8,
+        num_microbatches=4,
+        mesh=MeshConfig(data=2, fsdp=-1),
+        sharding="dp",
+        resources=ResourceConfig(num_cpus=4),
+    )
     assert {k: output_path(s) for k, s in same.items()} == base
     # The batch size and learning rate define the training run (and what evaluates it).
     for change in ({"batch_size": 16}, {"learning_rate": 3e-4}, {"schedule": "cosine"}):
@@ -86,18 +107,28 @@ def test_eval_and_export_version_their_inputs_and_take_resources():
 
 def test_mixture_stages_start_at_zero_and_change_at_the_given_steps():
     stages = mixture_stages({"a": 0.7, "b": 0.3}, [(120, {"a": 0.4, "b": 0.6})])
-    assert stages == (MixtureStage(start_step=0, weights={"a": 0.7, "b": 0.3}),
-                      MixtureStage(start_step=120, weights={"a": 0.4, "b": 0.6}))  # fmt: skip
-    model = default_train("m", {"a": pipeline()["tokenized"]}, llama_nano(),
-                          SimpleTrainConfig(num_train_steps=10, batch_size=8, learning_rate=1e-3))  # fmt: skip
+    assert stages == (
+        MixtureStage(start_step=0, weights={"a": 0.7, "b": 0.3}),
+        MixtureStage(start_step=120, weights={"a": 0.4, "b": 0.6}),
+    )
+    model = default_train(
+        "m",
+        {"a": pipeline()["tokenized"]},
+        llama_nano(),
+        SimpleTrainConfig(num_train_steps=10, batch_size=8, learning_rate=1e-3),
+    )
     assert model.config.data.stages.value == (MixtureStage(start_step=0, weights={"a": 1.0}),)
 
 
 def test_phase_two_initializes_from_phase_one_and_depends_on_it():
     phase1 = pipeline()["model"]
-    phase2 = default_train("nano-web-2", {"web": pipeline()["tokenized"]}, llama_nano(),
-                           SimpleTrainConfig(num_train_steps=50, batch_size=8, learning_rate=1e-3),
-                           initialize_from=phase1)  # fmt: skip
+    phase2 = default_train(
+        "nano-web-2",
+        {"web": pipeline()["tokenized"]},
+        llama_nano(),
+        SimpleTrainConfig(num_train_steps=50, batch_size=8, learning_rate=1e-3),
+        initialize_from=phase1,
+    )
     plan = Executor(prefix="/lab").plan([phase2])
     planned = {p.name: p for p in plan.steps}
     assert planned["checkpoints/nano-web-2"].inputs["initialize_from"] == planned["checkpoints/nano-web"].output_path

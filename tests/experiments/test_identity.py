@@ -11,8 +11,8 @@ from experiments.models import SimpleTrainConfig, llama_nano
 from marin.execution import ExecutorStep, InputName, this_output_path, versioned
 from marin.execution.executor import Executor
 from marin.identity import is_runtime, result_dict
-from marin.trainer.data import TokenCacheSourceConfig
 from marin.trainer.checkpoint import CheckpointConfig
+from marin.trainer.data import TokenCacheSourceConfig
 from marin.trainer.data.loader import DataConfig
 from marin.trainer.data.mixture import MixtureStage
 from marin.trainer.loop import TrainerConfig, TrainLmConfig
@@ -30,45 +30,107 @@ PRECISION = PrecisionPolicy()
 
 # (config class, field) -> a different value. Runtime fields must keep the hash, all others must move it.
 CHANGES = {
-    (LlamaConfig, "vocab_size"): 4096, (LlamaConfig, "hidden_dim"): 128, (LlamaConfig, "mlp_dim"): 512,
-    (LlamaConfig, "num_layers"): 3, (LlamaConfig, "num_heads"): 8, (LlamaConfig, "num_kv_heads"): 2,
-    (LlamaConfig, "seq_len"): 128, (LlamaConfig, "head_dim"): 32, (LlamaConfig, "rope_theta"): 500_000.0,
-    (LlamaConfig, "rope_scaling"): Llama3RopeScaling(), (LlamaConfig, "norm_eps"): 1e-6,
-    (LlamaConfig, "tie_embeddings"): True, (LlamaConfig, "initializer_range"): 0.01,
-    (LlamaConfig, "scan_layers"): True, (LlamaConfig, "remat"): "full", (LlamaConfig, "attention_backend"): "pallas",
-    (TrainerConfig, "num_train_steps"): 200, (TrainerConfig, "batch_size"): 16,
-    (TrainerConfig, "precision"): PrecisionPolicy(compute_dtype="float32"), (TrainerConfig, "z_loss"): 1e-4,
-    (TrainerConfig, "seed"): 1, (TrainerConfig, "max_eval_sequences"): 64, (TrainerConfig, "num_microbatches"): 4,
-    (TrainerConfig, "log_every"): 1, (TrainerConfig, "eval_every"): 5, (TrainerConfig, "eval_batch_size"): 4,
+    (LlamaConfig, "vocab_size"): 4096,
+    (LlamaConfig, "hidden_dim"): 128,
+    (LlamaConfig, "mlp_dim"): 512,
+    (LlamaConfig, "num_layers"): 3,
+    (LlamaConfig, "num_heads"): 8,
+    (LlamaConfig, "num_kv_heads"): 2,
+    (LlamaConfig, "seq_len"): 128,
+    (LlamaConfig, "head_dim"): 32,
+    (LlamaConfig, "rope_theta"): 500_000.0,
+    (LlamaConfig, "rope_scaling"): Llama3RopeScaling(),
+    (LlamaConfig, "norm_eps"): 1e-6,
+    (LlamaConfig, "tie_embeddings"): True,
+    (LlamaConfig, "initializer_range"): 0.01,
+    (LlamaConfig, "scan_layers"): True,
+    (LlamaConfig, "remat"): "full",
+    (LlamaConfig, "attention_backend"): "pallas",
+    (TrainerConfig, "num_train_steps"): 200,
+    (TrainerConfig, "batch_size"): 16,
+    (TrainerConfig, "precision"): PrecisionPolicy(compute_dtype="float32"),
+    (TrainerConfig, "z_loss"): 1e-4,
+    (TrainerConfig, "seed"): 1,
+    (TrainerConfig, "max_eval_sequences"): 64,
+    (TrainerConfig, "num_microbatches"): 4,
+    (TrainerConfig, "log_every"): 1,
+    (TrainerConfig, "eval_every"): 5,
+    (TrainerConfig, "eval_batch_size"): 4,
     (TrainerConfig, "checkpoint"): CheckpointConfig(keep_every=10, save_interval_minutes=1.0, async_save=False),
     (TrainerConfig, "tracker"): TrackerConfig(wandb=False, progress_bar=False),
-    (TrainerConfig, "mesh"): MeshConfig(data=2, fsdp=-1), (TrainerConfig, "sharding"): "tp",
-    (PrecisionPolicy, "param_dtype"): "bfloat16", (PrecisionPolicy, "compute_dtype"): "float32",
+    (TrainerConfig, "mesh"): MeshConfig(data=2, fsdp=-1),
+    (TrainerConfig, "sharding"): "tp",
+    (PrecisionPolicy, "param_dtype"): "bfloat16",
+    (PrecisionPolicy, "compute_dtype"): "float32",
     (PrecisionPolicy, "matmul_dtype"): "float8",
-    **{(OptimizerConfig, name): value for name, value in {
-        "learning_rate": 1e-3, "weight_decay": 0.0, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6,
-        "max_grad_norm": None, "schedule": "cosine", "warmup": 0.1, "decay": 0.3, "min_lr_ratio": 0.0,
-        "cycles": (50,), "rewarmup": 0.1, "decay_embeddings": True, "ema_decay": 0.99}.items()},
-    (DataConfig, "stages"): (MixtureStage(start_step=0, weights={"web": 1.0}),), (DataConfig, "seed"): 3,
-    (DataConfig, "mixture_block_size"): 512, (DataConfig, "prefetch"): 0,
+    **{
+        (OptimizerConfig, name): value
+        for name, value in {
+            "learning_rate": 1e-3,
+            "weight_decay": 0.0,
+            "beta1": 0.8,
+            "beta2": 0.99,
+            "epsilon": 1e-6,
+            "max_grad_norm": None,
+            "schedule": "cosine",
+            "warmup": 0.1,
+            "decay": 0.3,
+            "min_lr_ratio": 0.0,
+            "cycles": (50,),
+            "rewarmup": 0.1,
+            "decay_embeddings": True,
+            "ema_decay": 0.99,
+        }.items()
+    },
+    (DataConfig, "stages"): (MixtureStage(start_step=0, weights={"web": 1.0}),),
+    (DataConfig, "seed"): 3,
+    (DataConfig, "mixture_block_size"): 512,
+    (DataConfig, "prefetch"): 0,
 }
-RUNTIME = {(LlamaConfig, "scan_layers"), (LlamaConfig, "remat"), (LlamaConfig, "attention_backend"),
-           (TrainerConfig, "num_microbatches"), (TrainerConfig, "log_every"), (TrainerConfig, "eval_every"),
-           (TrainerConfig, "eval_batch_size"), (TrainerConfig, "checkpoint"), (TrainerConfig, "tracker"),
-           (TrainerConfig, "mesh"), (TrainerConfig, "sharding"), (DataConfig, "prefetch")}
+RUNTIME = {
+    (LlamaConfig, "scan_layers"),
+    (LlamaConfig, "remat"),
+    (LlamaConfig, "attention_backend"),
+    (TrainerConfig, "num_microbatches"),
+    (TrainerConfig, "log_every"),
+    (TrainerConfig, "eval_every"),
+    (TrainerConfig, "eval_batch_size"),
+    (TrainerConfig, "checkpoint"),
+    (TrainerConfig, "tracker"),
+    (TrainerConfig, "mesh"),
+    (TrainerConfig, "sharding"),
+    (DataConfig, "prefetch"),
+}
 # Inputs: dependencies, counted by the upstream step's identity, not by value.
 INPUTS = {(DataConfig, "train"), (DataConfig, "validation")}
 
 
 def _path(model=MODEL, trainer=TRAINER, optimizer=OPTIMIZER, **data_fields) -> str:
     source = TokenCacheSourceConfig(path=InputName.hardcoded("tokenized/web/train"))
-    fields = {"stages": (MixtureStage(start_step=0, weights={"web": 0.5}),), "seed": 0, "mixture_block_size": 2048,
-              **data_fields}
-    data = DataConfig(train={"web": source}, stages=versioned(fields["stages"]), seed=versioned(fields["seed"]),
-                      mixture_block_size=versioned(fields["mixture_block_size"]), prefetch=fields.get("prefetch", 2))
-    step = ExecutorStep(name="checkpoints/identity", fn=train_lm, config=TrainLmConfig(
-        output_path=this_output_path(), model=versioned(model), data=data, trainer=versioned(trainer),
-        optimizer=versioned(optimizer)))  # fmt: skip
+    fields = {
+        "stages": (MixtureStage(start_step=0, weights={"web": 0.5}),),
+        "seed": 0,
+        "mixture_block_size": 2048,
+        **data_fields,
+    }
+    data = DataConfig(
+        train={"web": source},
+        stages=versioned(fields["stages"]),
+        seed=versioned(fields["seed"]),
+        mixture_block_size=versioned(fields["mixture_block_size"]),
+        prefetch=fields.get("prefetch", 2),
+    )
+    step = ExecutorStep(
+        name="checkpoints/identity",
+        fn=train_lm,
+        config=TrainLmConfig(
+            output_path=this_output_path(),
+            model=versioned(model),
+            data=data,
+            trainer=versioned(trainer),
+            optimizer=versioned(optimizer),
+        ),
+    )
     return Executor(prefix="/lab").plan([step]).steps[0].output_path
 
 
@@ -81,8 +143,11 @@ def test_every_field_of_every_training_config_is_in_the_table():
     assert {(cls, f.name) for cls in CLASSES for f in dataclasses.fields(cls) if is_runtime(f)} == RUNTIME
 
 
-@pytest.mark.parametrize("cls,field", sorted(CHANGES, key=lambda k: (k[0].__name__, k[1])),
-                         ids=lambda v: v if isinstance(v, str) else v.__name__)
+@pytest.mark.parametrize(
+    "cls,field",
+    sorted(CHANGES, key=lambda k: (k[0].__name__, k[1])),
+    ids=lambda v: v if isinstance(v, str) else v.__name__,
+)
 def test_runtime_fields_keep_the_path_and_result_fields_move_it(cls, field):
     value = CHANGES[(cls, field)]
     if cls is LlamaConfig:
@@ -114,12 +179,25 @@ def test_default_train_runtime_knobs_keep_the_path():
     def path(train):
         return Executor(prefix="/lab").plan([default_train("nano", tokenized, MODEL, train)]).steps[-1].output_path
 
-    for runtime in ({"num_microbatches": 2}, {"mesh": MeshConfig(data=2, fsdp=-1)}, {"sharding": "dp"},
-                    {"log_every": 1}, {"eval_every": 7}, {"save_interval_minutes": None}, {"keep_every": 5},
-                    {"wandb": not base.wandb}):
+    for runtime in (
+        {"num_microbatches": 2},
+        {"mesh": MeshConfig(data=2, fsdp=-1)},
+        {"sharding": "dp"},
+        {"log_every": 1},
+        {"eval_every": 7},
+        {"save_interval_minutes": None},
+        {"keep_every": 5},
+        {"wandb": not base.wandb},
+    ):
         assert path(dataclasses.replace(base, **runtime)) == path(base), runtime
-    for result in ({"learning_rate": 2e-3}, {"compute_dtype": "float32"}, {"matmul_dtype": "float8"},
-                   {"z_loss": 1e-4}, {"seed": 1}, {"batch_size": 16}):
+    for result in (
+        {"learning_rate": 2e-3},
+        {"compute_dtype": "float32"},
+        {"matmul_dtype": "float8"},
+        {"z_loss": 1e-4},
+        {"seed": 1},
+        {"batch_size": 16},
+    ):
         assert path(dataclasses.replace(base, **result)) != path(base), result
     remat = dataclasses.replace(MODEL, remat="full", scan_layers=True, attention_backend="reference")
     plan = Executor(prefix="/lab").plan([default_train("nano", tokenized, remat, base)])
@@ -128,8 +206,11 @@ def test_default_train_runtime_knobs_keep_the_path():
 
 def test_simple_train_config_has_no_defaults_of_its_own():
     simple = SimpleTrainConfig(num_train_steps=1, batch_size=1, learning_rate=1.0)
-    assert (simple.schedule, simple.warmup, simple.min_lr_ratio) == (OPTIMIZER.schedule, OPTIMIZER.warmup,
-                                                                     OPTIMIZER.min_lr_ratio)
+    assert (simple.schedule, simple.warmup, simple.min_lr_ratio) == (
+        OPTIMIZER.schedule,
+        OPTIMIZER.warmup,
+        OPTIMIZER.min_lr_ratio,
+    )
     assert (simple.compute_dtype, simple.wandb) == (PRECISION.compute_dtype, TrackerConfig().wandb)
     assert simple.num_microbatches == TRAINER.num_microbatches and simple.keep_every == CheckpointConfig().keep_every
 

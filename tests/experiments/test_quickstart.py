@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from experiments import quickstart
 from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
-
-from experiments import quickstart
 
 
 @pytest.mark.slow
@@ -60,9 +59,22 @@ def test_instruct_phase_beats_the_base_model_on_held_out_instructions(quickstart
 @pytest.mark.slow
 def test_chat_command_line_answers_with_the_instruct_model(quickstart_run):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-m", "marin.inference.chat", "--checkpoint", quickstart_run["paths"]["sft"],
-                          "--message", "What does the owl say?"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marin.inference.chat",
+            "--checkpoint",
+            quickstart_run["paths"]["sft"],
+            "--message",
+            "What does the owl say?",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip().splitlines()) == 1 and "<|" not in out.stdout
 
@@ -71,14 +83,46 @@ def test_chat_command_line_answers_with_the_instruct_model(quickstart_run):
 def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, tmp_path):
     paths = quickstart_run["paths"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-m", "marin.inference.sample", "--checkpoint", paths["export"], "--prompt",
-                          "Once upon a time", "--max_new_tokens", "20", "--temperature", "0"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marin.inference.sample",
+            "--checkpoint",
+            paths["export"],
+            "--prompt",
+            "Once upon a time",
+            "--max_new_tokens",
+            "20",
+            "--temperature",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Once upon a time") and len(out.stdout.split()) > 6
-    out = subprocess.run([sys.executable, "-m", "marin.export", "--checkpoint_path", paths["checkpoints"],
-                          "--output_path", str(tmp_path / "hf"), "--tokenizer", paths["tokenizer"]],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marin.export",
+            "--checkpoint_path",
+            paths["checkpoints"],
+            "--output_path",
+            str(tmp_path / "hf"),
+            "--tokenizer",
+            paths["tokenizer"],
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     a = (tmp_path / "hf" / "model.safetensors").read_bytes()
     b = (Path(paths["export"]) / "model.safetensors").read_bytes()
@@ -88,8 +132,14 @@ def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, 
 def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
     assert quickstart.STEPS["checkpoints"].config.trainer.value.num_train_steps == 200
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    out = subprocess.run([sys.executable, "experiments/quickstart.py", "--dry_run", "true", "--prefix",
-                          str(tmp_path / "s")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "experiments/quickstart.py", "--dry_run", "true", "--prefix", str(tmp_path / "s")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     actions = [line.split()[0] for line in out.stdout.splitlines() if line[:5] in ("run  ", "skip ", "wait ")]
     assert actions == ["run"] * len(quickstart.STEPS) and not (tmp_path / "s").exists()

@@ -5,11 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiments import tootsie_8b
 from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
-
-from experiments import tootsie_8b
 
 
 def plan():
@@ -20,7 +19,11 @@ def test_dag_structure_and_phase_chaining():
     p = plan()
     by_name = {s.name: s for s in p.steps}
     phase1, phase2, cooldown = (by_name[f"checkpoints/tootsie-8b-{n}"] for n in ("phase1", "phase2", "cooldown"))
-    assert {d.name for d in phase1.deps} >= {"tokenized/dclm_baseline", "tokenized/starcoderdata", "tokenized/proofpile_2"}
+    assert {d.name for d in phase1.deps} >= {
+        "tokenized/dclm_baseline",
+        "tokenized/starcoderdata",
+        "tokenized/proofpile_2",
+    }
     assert phase2.inputs["initialize_from"] == phase1.output_path
     assert cooldown.inputs["initialize_from"] == phase2.output_path
     assert phase1 in phase2.deps and phase2 in cooldown.deps
@@ -39,17 +42,25 @@ def test_dag_structure_and_phase_chaining():
 
 def test_versions_are_stable_across_processes():
     here = {s.identity for s in plan().steps}
-    code = ("from experiments import tootsie_8b; from marin.execution import Executor;"
-            "print('\\n'.join(sorted(s.identity for s in Executor(prefix='gs://x').plan([*tootsie_8b.evals, "
-            "*tootsie_8b.exports]).steps)))")
+    code = (
+        "from experiments import tootsie_8b; from marin.execution import Executor;"
+        "print('\\n'.join(sorted(s.identity for s in Executor(prefix='gs://x').plan([*tootsie_8b.evals, "
+        "*tootsie_8b.exports]).steps)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert set(out.split()) == here
 
 
 def test_dry_run_on_a_laptop_prints_plan_params_and_tokens(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    out = subprocess.run([sys.executable, "experiments/tootsie_8b.py", "--dry_run", "true", "--prefix",
-                          str(tmp_path / "lab")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "experiments/tootsie_8b.py", "--dry_run", "true", "--prefix", str(tmp_path / "lab")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "8.03B parameters" in out.stdout
     assert "phase1" in out.stdout and "T tokens" in out.stdout and "2 x v5litepod 16x16 (128 hosts)" in out.stdout
@@ -59,9 +70,21 @@ def test_dry_run_on_a_laptop_prints_plan_params_and_tokens(tmp_path):
 
 def test_running_without_tpus_fails_fast_saying_what_is_missing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    out = subprocess.run([sys.executable, "experiments/tootsie_8b.py", "--prefix", str(tmp_path / "lab"),
-                          "--run_only", "checkpoints/tootsie-8b-phase1"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=180)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "experiments/tootsie_8b.py",
+            "--prefix",
+            str(tmp_path / "lab"),
+            "--run_only",
+            "checkpoints/tootsie-8b-phase1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 1
     assert "'checkpoints/tootsie-8b-phase1" in out.stderr and "TPU: needs 4, largest node has 0" in out.stderr
     assert "RAY_ADDRESS" in out.stderr and "MARIN_AUTOSCALING" in out.stderr
@@ -80,23 +103,38 @@ def test_tootsie_evaluates_multiple_choice_tasks_whose_yaml_maps_their_data_sets
     evals = {s.name: s for s in tootsie_8b.evals}
     for step in evals.values():
         assert list(step.config.tasks) and all(t.value in tootsie_8b.TASKS for t in step.config.tasks)
-    arc_row = {"id": "Mercury_1", "question": "Which gas do plants take in?",
-               "choices": {"text": ["oxygen", "carbon dioxide", "helium", "neon"], "label": ["A", "B", "C", "D"]},
-               "answerKey": "B"}  # fmt: skip
-    hellaswag_row = {"ind": 4, "activity_label": "Baking cookies", "ctx_a": "A woman mixes dough.",
-                     "ctx_b": "she", "ctx": "A woman mixes dough. she", "endings": ["sings.", "bakes it.", "runs.", "flies."],
-                     "source_id": "x", "split": "val", "split_type": "indomain", "label": "1"}  # fmt: skip
-    expected = {"arc_easy": (arc_row, "Question: Which gas do plants take in?\nAnswer:", 1),
-                "arc_challenge": (arc_row, "Question: Which gas do plants take in?\nAnswer:", 1),
-                "hellaswag": (hellaswag_row, "Baking cookies: A woman mixes dough. she", 1)}  # fmt: skip
+    arc_row = {
+        "id": "Mercury_1",
+        "question": "Which gas do plants take in?",
+        "choices": {"text": ["oxygen", "carbon dioxide", "helium", "neon"], "label": ["A", "B", "C", "D"]},
+        "answerKey": "B",
+    }
+    hellaswag_row = {
+        "ind": 4,
+        "activity_label": "Baking cookies",
+        "ctx_a": "A woman mixes dough.",
+        "ctx_b": "she",
+        "ctx": "A woman mixes dough. she",
+        "endings": ["sings.", "bakes it.", "runs.", "flies."],
+        "source_id": "x",
+        "split": "val",
+        "split_type": "indomain",
+        "label": "1",
+    }
+    expected = {
+        "arc_easy": (arc_row, "Question: Which gas do plants take in?\nAnswer:", 1),
+        "arc_challenge": (arc_row, "Question: Which gas do plants take in?\nAnswer:", 1),
+        "hellaswag": (hellaswag_row, "Baking cookies: A woman mixes dough. she", 1),
+    }
     for path in tootsie_8b.TASKS:
         task = load_task_yaml(str(ROOT / path))
         assert task.dataset and task.revision and task.split
         row, context, gold = expected[task.name]
         data = tmp_path / f"{task.name}.parquet"
         pq.write_table(pa.Table.from_pylist([row]), data)
-        local = dataclasses.replace(task, dataset="parquet", subset=None, revision=None,
-                                    data_files={task.split: str(data)})  # fmt: skip
+        local = dataclasses.replace(
+            task, dataset="parquet", subset=None, revision=None, data_files={task.split: str(data)}
+        )
         [item] = load_items(local)
         assert (item["context"], item["gold"], len(item["choices"])) == (context, gold, 4)
 

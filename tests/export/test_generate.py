@@ -30,7 +30,7 @@ def greedy_without_cache(params, prompt, n, width=32):
         padded[0, : len(tokens)] = tokens
         logits = _full_forward(params, padded)
         tokens.append(int(np.argmax(logits[0, len(tokens) - 1])))
-    return tokens[len(prompt):]
+    return tokens[len(prompt) :]
 
 
 def test_greedy_with_cache_equals_recomputation(params):
@@ -83,8 +83,8 @@ def test_cli_stops_before_stop_strings_and_stop_token_ids(tiny_export, capsys):
     assert capsys.readouterr().out == prompt + full_text + "\n"
 
     # a stop string: the first later position whose two characters did not occur before
-    k = next(k for k in range(4, len(full_text) - 2) if full_text.index(full_text[k:k + 2]) == k)
-    stop = full_text[k:k + 2]
+    k = next(k for k in range(4, len(full_text) - 2) if full_text.index(full_text[k : k + 2]) == k)
+    stop = full_text[k : k + 2]
     main(base + ["--stop", "never-generated", "--stop", stop])
     assert capsys.readouterr().out == prompt + full_text[:k] + "\n"
 

@@ -11,16 +11,27 @@ from marin.tokenize.tokenizer import TrainTokenizerConfig, build_bpe_tokenizer
 from marin.trainer.model.config import model_preset
 from marin.trainer.model.llama import init_params
 
-TEXTS = ["Once upon a time there was a little dog. The dog ran to the farm.",
-         "The cow said moo and the crow said caw. Then they all slept."] * 20
-CFG = dataclasses.replace(model_preset("nano"), vocab_size=320, hidden_dim=64, mlp_dim=128, num_layers=2,
-                          num_heads=4, num_kv_heads=2, seq_len=128)
+TEXTS = [
+    "Once upon a time there was a little dog. The dog ran to the farm.",
+    "The cow said moo and the crow said caw. Then they all slept.",
+] * 20
+CFG = dataclasses.replace(
+    model_preset("nano"),
+    vocab_size=320,
+    hidden_dim=64,
+    mlp_dim=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    seq_len=128,
+)
 
 
 def make_tiny_export(path: str):
     """Write ``tokenizer.json``, ``config.json`` and ``model.safetensors`` to ``path``; return (cfg, params)."""
-    tokenizer = build_bpe_tokenizer(iter(TEXTS), TrainTokenizerConfig(input_paths=["-"], output_path="-",
-                                                                      vocab_size=300, min_frequency=1))
+    tokenizer = build_bpe_tokenizer(
+        iter(TEXTS), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300, min_frequency=1)
+    )
     assert tokenizer.get_vocab_size() <= CFG.vocab_size
     tok_path = f"{path}-tokenizer.json"
     with open(tok_path, "w") as f:
@@ -29,7 +40,11 @@ def make_tiny_export(path: str):
     # the usual scale for peakier logits (argmax well separated), norms at 1
     rng = np.random.default_rng(0)
     shapes = jax.eval_shape(lambda: init_params(CFG, jax.random.PRNGKey(0)))
-    params = jax.tree.map(lambda s: (rng.normal(size=s.shape) * 3 * CFG.initializer_range if len(s.shape) > 1
-                                     else np.ones(s.shape)).astype(np.float32), shapes)
+    params = jax.tree.map(
+        lambda s: (
+            rng.normal(size=s.shape) * 3 * CFG.initializer_range if len(s.shape) > 1 else np.ones(s.shape)
+        ).astype(np.float32),
+        shapes,
+    )
     export_hf(CFG, params, path, tokenizer=tok_path)
     return CFG, jax.tree.map(jax.numpy.asarray, params)

@@ -19,6 +19,7 @@ import pytest
 import ray.autoscaler
 import yaml
 
+from experiments import tootsie_8b
 from marin.execution import Executor, ResourceConfig, TpuSlices
 from marin.execution.step import TPU_POD_TYPES
 
@@ -27,7 +28,6 @@ INFRA = ROOT / "infra"
 CLUSTERS = sorted(INFRA.glob("cluster-*.yaml"))
 TPU_CLUSTERS = [p for p in CLUSTERS if "tpu" in p.name]
 
-from experiments import tootsie_8b
 
 def load(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
@@ -42,7 +42,9 @@ def offered(config: dict) -> dict[str, dict[str, float]]:
     from ray.autoscaler._private.gcp.node_provider import GCPNodeProvider
 
     filled = GCPNodeProvider.fillout_available_node_types_resources(config)
-    return {name: {k: float(v) for k, v in t["resources"].items()} for name, t in filled["available_node_types"].items()}
+    return {
+        name: {k: float(v) for k, v in t["resources"].items()} for name, t in filled["available_node_types"].items()
+    }
 
 
 def test_there_are_tpu_and_gpu_clusters():
@@ -112,8 +114,12 @@ def _slice_head(tpu: TpuSlices) -> str:
 def _slice_worker_types(tpu: TpuSlices) -> list[tuple[Path, str, dict]]:
     """(cluster, node type, its YAML) of every TPU worker type that boots slices of this kind."""
     head = _slice_head(tpu)
-    return [(p, t, load(p)["available_node_types"][t]) for p in TPU_CLUSTERS for t, r in offered(load(p)).items()
-            if head in r]  # fmt: skip
+    return [
+        (p, t, load(p)["available_node_types"][t])
+        for p in TPU_CLUSTERS
+        for t, r in offered(load(p)).items()
+        if head in r
+    ]
 
 
 def test_tootsie_trains_on_every_host_of_whole_slices():
@@ -153,8 +159,12 @@ def test_each_single_host_tootsie_request_fits_one_worker_type_of_a_tpu_cluster(
     for name, request in tootsie_resources().items():
         if request.hosts > 1:
             continue
-        types = [f"{p.name}:{t}" for p in TPU_CLUSTERS for t, r in offered(load(p)).items()
-                 if t != "head" and _fits(request.demands(), r)]  # fmt: skip
+        types = [
+            f"{p.name}:{t}"
+            for p in TPU_CLUSTERS
+            for t, r in offered(load(p)).items()
+            if t != "head" and _fits(request.demands(), r)
+        ]
         assert types, f"no worker type can hold {request.demands()} ({name})"
 
 
@@ -192,13 +202,24 @@ def test_pod_head_resources_stay_on_the_first_host_only():
 
     env = {**os.environ, "RAY_OVERRIDE_RESOURCES": json.dumps(resources)}
     for worker_id, expected in (("0", resources), ("3", {"CPU": 112, "TPU": 4})):
-        out = subprocess.run([sys.executable, str(INFRA / "tpu_head_resources.py")], env={**env, "TPU_WORKER_ID": worker_id},
-                             capture_output=True, text=True, timeout=120, check=True)
+        out = subprocess.run(
+            [sys.executable, str(INFRA / "tpu_head_resources.py")],
+            env={**env, "TPU_WORKER_ID": worker_id},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         assert json.loads(out.stdout) == expected
     cpu_only = json.dumps({"CPU": 32, "memory": 161061273600})  # CPU workers: passed through, no TPU lookup
-    out = subprocess.run([sys.executable, "-S", str(INFRA / "tpu_head_resources.py")],
-                         env={"RAY_OVERRIDE_RESOURCES": cpu_only, "PATH": os.environ["PATH"]},
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-S", str(INFRA / "tpu_head_resources.py")],
+        env={"RAY_OVERRIDE_RESOURCES": cpu_only, "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip() == cpu_only
 
 
@@ -218,8 +239,11 @@ def test_dockerfile_installs_the_project_it_is_built_from():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     python = re.search(r"^FROM python:(\d+\.\d+)", dockerfile, re.M).group(1)
     assert f">={python}" in pyproject["project"]["requires-python"]
-    ignored = {line.strip() for line in (INFRA / "Dockerfile.dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip()
+        for line in (INFRA / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     for sources in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M):
         for source in sources.split():
             assert (ROOT / source).exists() and source not in ignored, source

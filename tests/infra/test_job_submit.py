@@ -32,8 +32,14 @@ while not internal_kv._internal_kv_get(key, namespace=b"dashboard"):
         sys.exit("the dashboard agent did not register within 120 s")
     time.sleep(0.5)
 """
-PORTS = ("port", "dashboard-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
-         "metrics-export-port")  # fmt: skip
+PORTS = (
+    "port",
+    "dashboard-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+    "metrics-export-port",
+)
 
 
 def _free_port() -> int:
@@ -57,18 +63,40 @@ def ray_head(tmp_path):
     holds; the agent then never starts and every submission fails with "No available agent"."""
     ports = {name: _free_port() for name in PORTS}
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MARIN_PREFIX")}
-    env.update(RAY_TMPDIR=tempfile.mkdtemp(prefix="mrayj", dir="/tmp"), RAY_AUTH_MODE="disabled",
-               RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
-    args = ["ray", "start", "--head", "--block", "--num-cpus", "2", "--include-dashboard", "true",
-            "--dashboard-host", "127.0.0.1", *(f"--{name}={port}" for name, port in ports.items())]
+    env.update(
+        RAY_TMPDIR=tempfile.mkdtemp(prefix="mrayj", dir="/tmp"),
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+    )
+    args = [
+        "ray",
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus",
+        "2",
+        "--include-dashboard",
+        "true",
+        "--dashboard-host",
+        "127.0.0.1",
+        *(f"--{name}={port}" for name, port in ports.items()),
+    ]
     head = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        ready = subprocess.run([sys.executable, "-c", AGENT_READY, f"127.0.0.1:{ports['port']}"], env=env,
-                               capture_output=True, text=True, timeout=300)
+        ready = subprocess.run(
+            [sys.executable, "-c", AGENT_READY, f"127.0.0.1:{ports['port']}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if ready.returncode != 0:
             head.terminate()
-            pytest.fail(f"local Ray head with job server did not start: {ready.stderr[-2000:]}\n"
-                        f"{head.communicate(timeout=60)[0][-2000:]}")
+            pytest.fail(
+                f"local Ray head with job server did not start: {ready.stderr[-2000:]}\n"
+                f"{head.communicate(timeout=60)[0][-2000:]}"
+            )
         yield ports["dashboard-port"], env
     finally:
         if head.poll() is None:
@@ -85,9 +113,12 @@ def test_documented_job_submission_runs_an_experiment_on_a_ray_cluster(ray_head,
     port, env = ray_head
     prefix = tmp_path / "lab"
     export, submit = documented_submission()
-    submit = submit.replace("http://127.0.0.1:8265", f"http://127.0.0.1:{port}").replace("gs://YOUR_BUCKET/lab", str(prefix))
-    out = subprocess.run(["bash", "-c", f"{export}\n{submit}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    submit = submit.replace("http://127.0.0.1:8265", f"http://127.0.0.1:{port}").replace(
+        "gs://YOUR_BUCKET/lab", str(prefix)
+    )
+    out = subprocess.run(
+        ["bash", "-c", f"{export}\n{submit}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert re.search(r"Job 'raysubmit_\w+' succeeded", out.stdout + out.stderr), out.stdout[-3000:]
 
@@ -98,12 +129,18 @@ def test_documented_job_submission_runs_an_experiment_on_a_ray_cluster(ray_head,
     # .git travelled with the working dir: the record names the file as in the repo, at a real commit
     assert record["caller_file"] == "experiments/hello_world.py", record["caller_file"]
     assert re.fullmatch(r"[0-9a-f]{40}", record["git_commit"] or "")
-    subprocess.run(["git", "cat-file", "-e", f"{record['git_commit']}:experiments/hello_world.py"], cwd=ROOT, check=True)
+    subprocess.run(
+        ["git", "cat-file", "-e", f"{record['git_commit']}:experiments/hello_world.py"], cwd=ROOT, check=True
+    )
 
     from marin.report import Links, write_report
 
-    files = write_report(str(ROOT / "experiments" / "hello_world.py"), str(prefix), str(tmp_path / "r.md"),
-                         Links(repo_url="https://github.com/example/lab"))
+    files = write_report(
+        str(ROOT / "experiments" / "hello_world.py"),
+        str(prefix),
+        str(tmp_path / "r.md"),
+        Links(repo_url="https://github.com/example/lab"),
+    )
     body = Path(files.markdown).read_text()
     assert f"https://github.com/example/lab/blob/{record['git_commit']}/experiments/hello_world.py" in body
     assert body.count("✅ SUCCESS") == 2

@@ -37,9 +37,20 @@ More words about it.
 
 
 def _git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
-                         env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
-                              "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"})
+    out = subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@x",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@x",
+        },
+    )
     return out.stdout.strip()
 
 
@@ -53,27 +64,53 @@ def _status(path: str, *events: tuple[str, float, str | None]) -> None:
 
 def _steps():
     data = ExecutorStep(name="data/tiny", fn=tiny_fn, config=TinyConfig(n=versioned(1), output_path=this_output_path()))
-    train = ExecutorStep(name="checkpoints/tiny", fn=tiny_fn, config=TinyConfig(n=versioned(2), input_path=data,
-                                                                                output_path=this_output_path()))
-    evaluation = ExecutorStep(name="evaluation/tiny", fn=tiny_fn,
-                              config=TinyConfig(n=versioned(3), input_path=train, output_path=this_output_path()))
-    broken = ExecutorStep(name="export/tiny", fn=tiny_fn,
-                          config=TinyConfig(n=versioned(4), input_path=train, output_path=this_output_path()))
-    after = ExecutorStep(name="generate/tiny", fn=tiny_fn,
-                         config=TinyConfig(n=versioned(5), input_path=broken, output_path=this_output_path()))
-    pending = ExecutorStep(name="pending/tiny", fn=tiny_fn,
-                           config=TinyConfig(n=versioned(6), input_path=data, output_path=this_output_path()))
+    train = ExecutorStep(
+        name="checkpoints/tiny",
+        fn=tiny_fn,
+        config=TinyConfig(n=versioned(2), input_path=data, output_path=this_output_path()),
+    )
+    evaluation = ExecutorStep(
+        name="evaluation/tiny",
+        fn=tiny_fn,
+        config=TinyConfig(n=versioned(3), input_path=train, output_path=this_output_path()),
+    )
+    broken = ExecutorStep(
+        name="export/tiny",
+        fn=tiny_fn,
+        config=TinyConfig(n=versioned(4), input_path=train, output_path=this_output_path()),
+    )
+    after = ExecutorStep(
+        name="generate/tiny",
+        fn=tiny_fn,
+        config=TinyConfig(n=versioned(5), input_path=broken, output_path=this_output_path()),
+    )
+    pending = ExecutorStep(
+        name="pending/tiny",
+        fn=tiny_fn,
+        config=TinyConfig(n=versioned(6), input_path=data, output_path=this_output_path()),
+    )
     return [data, train, evaluation, broken, after, pending]
 
 
-TRACEBACK = "\n".join(["Traceback (most recent call last):", *[f'  File "x.py", line {i}' for i in range(60)],
-                       "ValueError: export needs a tokenizer"])
+TRACEBACK = "\n".join(
+    [
+        "Traceback (most recent call last):",
+        *[f'  File "x.py", line {i}' for i in range(60)],
+        "ValueError: export needs a tokenizer",
+    ]
+)
 RESULTS = {
-    "validation": {"stories": {"loss": 1.25, "perplexity": 3.4903, "bits_per_byte": 0.6123,
-                               "unigram_bits_per_byte": 2.0345}},
-    "tasks": {"animal_sounds": {"acc": {"value": 0.75, "stderr": 0.04, "ci95": [0.671, 0.829]},
-                                "acc_norm": {"value": 0.7, "stderr": 0.05, "ci95": [0.602, 0.798]},
-                                "chance": 0.25, "items": 100}},
+    "validation": {
+        "stories": {"loss": 1.25, "perplexity": 3.4903, "bits_per_byte": 0.6123, "unigram_bits_per_byte": 2.0345}
+    },
+    "tasks": {
+        "animal_sounds": {
+            "acc": {"value": 0.75, "stderr": 0.04, "ci95": [0.671, 0.829]},
+            "acc_norm": {"value": 0.7, "stderr": 0.05, "ci95": [0.602, 0.798]},
+            "chance": 0.25,
+            "items": 100,
+        }
+    },
 }
 
 
@@ -121,8 +158,14 @@ def lab(tmp_path):
         json.dump(RESULTS, f)
     with open(os.path.join(paths["checkpoints/tiny"], "tracker.json"), "w") as f:
         json.dump({"wandb_url": "https://wandb.ai/example/marin/runs/abc"}, f)
-    return {"repo": repo, "experiment": experiment, "prefix": prefix, "paths": paths, "record_url": url,
-            "commit": _git(repo, "rev-parse", "HEAD")}
+    return {
+        "repo": repo,
+        "experiment": experiment,
+        "prefix": prefix,
+        "paths": paths,
+        "record_url": url,
+        "commit": _git(repo, "rev-parse", "HEAD"),
+    }
 
 
 def test_report_of_every_step_state_with_links_metrics_failures_and_image(lab, tmp_path):
@@ -140,9 +183,14 @@ def test_report_of_every_step_state_with_links_metrics_failures_and_image(lab, t
     assert "a warmup makes the loss drop faster." in body.split("## Hypothesis")[1].split("##")[0]
     assert files.issue == 7
 
-    expected = {"data/tiny": ("SUCCESS", "3.5 s"), "checkpoints/tiny": ("SUCCESS", "1m 30s"),
-                "evaluation/tiny": ("SUCCESS", "1h 00m"), "export/tiny": ("FAILED", "1.0 s"),
-                "generate/tiny": ("DEP_FAILED", "–"), "pending/tiny": ("not started", "–")}
+    expected = {
+        "data/tiny": ("SUCCESS", "3.5 s"),
+        "checkpoints/tiny": ("SUCCESS", "1m 30s"),
+        "evaluation/tiny": ("SUCCESS", "1h 00m"),
+        "export/tiny": ("FAILED", "1.0 s"),
+        "generate/tiny": ("DEP_FAILED", "–"),
+        "pending/tiny": ("not started", "–"),
+    }
     for name, (state, duration) in expected.items():
         cells = [c.strip() for c in rows[name].split("|")]
         assert cells[2].endswith(state) and cells[3] == duration, rows[name]
@@ -165,7 +213,9 @@ def test_report_of_every_step_state_with_links_metrics_failures_and_image(lab, t
     from matplotlib.image import imread
 
     pixels = imread(files.image)
-    assert Path(files.image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and pixels.shape[0] > 200 and pixels.shape[1] > 400
+    assert (
+        Path(files.image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and pixels.shape[0] > 200 and pixels.shape[1] > 400
+    )
     assert pixels[..., :3].std() > 0.05  # something was drawn
 
 
@@ -181,8 +231,9 @@ def test_outside_git_and_without_a_remote_the_report_says_what_is_missing(lab, t
     record = json.loads(Path(lab["record_url"]).read_text())
     record.update(git_remote=None, git_dirty=True, created=T0 + 10)
     Path(lab["record_url"]).write_text(json.dumps(record))
-    body = Path(write_report(str(lab["experiment"]), lab["prefix"], str(tmp_path / "a.md"),
-                             Links(browser_url=None)).markdown).read_text()
+    body = Path(
+        write_report(str(lab["experiment"]), lab["prefix"], str(tmp_path / "a.md"), Links(browser_url=None)).markdown
+    ).read_text()
     assert f"at commit `{lab['commit'][:12]}`" in body and "pass `--repo_url`" in body and "uncommitted" in body
     assert "?path=" not in body  # no browser: plain paths
 
@@ -241,19 +292,40 @@ def test_post_updates_the_issue_of_the_file_name_or_creates_one(lab, tmp_path, m
     (tmp_path / "gh.log").unlink()
     assert report_main([str(renamed), "--prefix", lab["prefix"], "--out", str(out), "--post"]) == 0
     assert (tmp_path / "gh.log").read_text().splitlines()[1] == (
-        f"issue create --title tiny: tiny: warmup vs none --body-file {out} --repo example/lab")
+        f"issue create --title tiny: tiny: warmup vs none --body-file {out} --repo example/lab"
+    )
 
 
 def test_cli_entry_point_runs_as_a_module(lab, tmp_path):
     out = tmp_path / "cli.md"
-    run = subprocess.run([sys.executable, "-m", "marin.report", "experiments/exp7_tiny.py", "--prefix", lab["prefix"],
-                          "--out", str(out), "--browser_url", "http://lab.example:8080"],
-                         cwd=lab["repo"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "marin.report",
+            "experiments/exp7_tiny.py",
+            "--prefix",
+            lab["prefix"],
+            "--out",
+            str(out),
+            "--browser_url",
+            "http://lab.example:8080",
+        ],
+        cwd=lab["repo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == [str(out), str(tmp_path / "cli_loss.png")]
     assert "http://lab.example:8080/browse?path=" in out.read_text()
-    missing = subprocess.run([sys.executable, "-m", "marin.report", "experiments/nope.py", "--prefix", lab["prefix"]],
-                             cwd=lab["repo"], capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "-m", "marin.report", "experiments/nope.py", "--prefix", lab["prefix"]],
+        cwd=lab["repo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2 and "no experiment record for experiments/nope.py" in missing.stderr
 
 
@@ -269,8 +341,10 @@ def test_records_are_matched_to_the_file_however_it_was_recorded_or_typed(lab, m
     assert not same_file(None, experiment)
 
 
-@pytest.mark.parametrize("seconds, text", [(None, "–"), (0.04, "0.0 s"), (59.9, "59.9 s"), (61, "1m 01s"),
-                                           (3599.6, "1h 00m"), (7 * 86400, "7.0 days")])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(None, "–"), (0.04, "0.0 s"), (59.9, "59.9 s"), (61, "1m 01s"), (3599.6, "1h 00m"), (7 * 86400, "7.0 days")],
+)
 def test_durations(seconds, text):
     assert format_duration(seconds) == text
 
@@ -310,7 +384,9 @@ def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path, monkeypatch
 
     metrics = [json.loads(line) for line in Path(paths["checkpoints"], "metrics.jsonl").read_text().splitlines()]
     final_loss = [m["train/loss"] for m in metrics if "train/loss" in m][-1]
-    train_row = next(line for line in body.split("## Training")[1].splitlines() if "checkpoints/quickstart-nano" in line)
+    train_row = next(
+        line for line in body.split("## Training")[1].splitlines() if "checkpoints/quickstart-nano" in line
+    )
     assert f"| {final_loss:.4f} |" in train_row
     for name in ("stories", "arithmetic"):
         bpb = [m[f"eval/{name}/bpb"] for m in metrics if f"eval/{name}/bpb" in m][-1]
@@ -318,8 +394,10 @@ def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path, monkeypatch
 
     results = json.loads(Path(paths["evaluation"], "results.json").read_text())
     for name, r in results["validation"].items():
-        assert f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | " \
-               f"{r['unigram_bits_per_byte']:.4f} |" in body
+        assert (
+            f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | "
+            f"{r['unigram_bits_per_byte']:.4f} |" in body
+        )
     for name, r in results["tasks"].items():
         lo, hi = r["acc"]["ci95"]
         assert f"| {name} | {r['acc']['value']:.3f} ({lo:.3f}–{hi:.3f}) |" in body

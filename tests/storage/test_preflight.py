@@ -16,7 +16,6 @@ import pytest
 
 from marin.execution import Executor
 from marin.storage import StoreUnavailable, check_prefix
-
 from tests.object_store_servers import ForbiddenStore, free_port
 from tests.storage.test_store_faults import bind  # noqa: F401 - fixture
 
@@ -116,8 +115,14 @@ def test_command_line_reports_bad_store_in_one_line_and_runs_nothing(tmp_path, c
             pytest.skip(object_stores.s3_missing)
         prefix = "s3://no-such-bucket-here/lab"
         expected = f"error: {prefix}: bucket s3://no-such-bucket-here does not exist"
-    proc = subprocess.run([sys.executable, str(script), "--prefix", prefix], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--prefix", prefix],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith(expected), proc.stderr

@@ -85,8 +85,9 @@ def test_skip_counts_add_up_across_files_and_blank_lines_are_ignored(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n\nnot json\n{"text": "y"}\n\n')
     (tmp_path / "b.jsonl").write_text('{"nope": 1}\n{"text": "z"}\n')
     stats = ReadStats()
-    texts = [d["text"] for f in find_record_files(str(tmp_path)) for d in read_documents(f, on_error="skip",
-                                                                                          stats=stats)]
+    texts = [
+        d["text"] for f in find_record_files(str(tmp_path)) for d in read_documents(f, on_error="skip", stats=stats)
+    ]
     assert texts == ["x", "y", "z"] and stats.skipped == 2 and stats.records == 3
     assert f"{tmp_path}/a.jsonl:3:" in stats.first_errors[0]
 
@@ -140,5 +141,8 @@ def test_find_record_files_skips_metadata_and_work_dirs(tmp_path):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("")
     assert [os.path.relpath(f, tmp_path) for f in find_record_files(str(tmp_path))] == [
-        "a/1.jsonl", "b/2.jsonl.gz", "c.parquet"]
+        "a/1.jsonl",
+        "b/2.jsonl.gz",
+        "c.parquet",
+    ]
     assert find_record_files(f"{tmp_path}/*/*.jsonl*") == [f"{tmp_path}/a/1.jsonl", f"{tmp_path}/b/2.jsonl.gz"]

@@ -10,9 +10,16 @@ import uuid
 
 import pytest
 
-from marin.storage import backend_name, check_prefix, conditional, create_only, object_stores, preflight
-from marin.storage import read_versioned, replace_if_version
-
+from marin.storage import (
+    backend_name,
+    check_prefix,
+    conditional,
+    create_only,
+    object_stores,
+    preflight,
+    read_versioned,
+    replace_if_version,
+)
 from tests.object_store_servers import GCS_BUCKET, S3_BUCKET, FaultyProxy
 
 BUCKETS = {"gcs": ("gs", GCS_BUCKET), "s3": ("s3", S3_BUCKET)}
@@ -32,8 +39,9 @@ def bind(monkeypatch, object_stores):
         else:
             if object_stores.s3_url is None:
                 pytest.skip(object_stores.s3_missing)
-            backend = object_stores_module().S3Backend({"endpoint_url": endpoint, "key": "testing",
-                                                        "secret": "testing"})
+            backend = object_stores_module().S3Backend(
+                {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+            )
             monkeypatch.setattr(object_stores_module(), "S3", backend)
         monkeypatch.setattr(conditional, "_UNCONDITIONAL", {})
         monkeypatch.setattr(preflight, "_checked", set())
@@ -76,8 +84,7 @@ def test_lost_response_to_an_applied_write_is_recognized_by_reading_back(store, 
 
 
 @pytest.mark.parametrize("store", ["gcs", "s3"])
-def test_store_that_ignores_preconditions_is_detected_and_falls_back_with_a_warning(store, bind, object_stores,
-                                                                                     caplog):
+def test_store_that_ignores_preconditions_is_detected_and_falls_back_with_a_warning(store, bind, object_stores, caplog):
     proxy = FaultyProxy(server_url(object_stores, store))
     proxy.strip_preconditions = True
     bind(store, proxy.url)

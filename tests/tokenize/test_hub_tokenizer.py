@@ -21,8 +21,9 @@ def hub_env(tmp_path, monkeypatch):
 
 
 def test_hub_repo_id_loads_through_the_real_client(hub_env):
-    tok = build_bpe_tokenizer(iter(["hello world"] * 20), TrainTokenizerConfig(input_paths=["x"], output_path="y",
-                                                                                 vocab_size=300))
+    tok = build_bpe_tokenizer(
+        iter(["hello world"] * 20), TrainTokenizerConfig(input_paths=["x"], output_path="y", vocab_size=300)
+    )
     hub = {"lab/tiny-bpe": {"sha": "c" * 40, "refs": ("main",), "files": ["tokenizer.json"], "kind": "model"}}
     with FileServer({"/tokenizer.json": tok.to_str().encode()}, hub=hub) as server:
         hub_env(server.url)

@@ -83,9 +83,11 @@ def test_tokenizer_training_is_byte_identical_across_runs_and_processes(corpus, 
     reference = Path(tokenizer_path, "tokenizer.json").read_bytes()
     assert (again / "tokenizer.json").read_bytes() == reference
     other = tmp_path / "other"
-    code = ("from marin.tokenize import train_tokenizer, TrainTokenizerConfig;"
-            f"train_tokenizer(TrainTokenizerConfig(input_paths=[{str(corpus[0])!r}], output_path={str(other)!r},"
-            " vocab_size=400))")
+    code = (
+        "from marin.tokenize import train_tokenizer, TrainTokenizerConfig;"
+        f"train_tokenizer(TrainTokenizerConfig(input_paths=[{str(corpus[0])!r}], output_path={str(other)!r},"
+        " vocab_size=400))"
+    )
     env = {**os.environ, "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     assert (other / "tokenizer.json").read_bytes() == reference
@@ -185,8 +187,13 @@ def test_reader_is_shared_across_processes(corpus, tokenizer_path, tmp_path):
     ranges = [[(int(s), 256) for s in rng.integers(0, cache.num_tokens - 256, 32)] for _ in range(4)]
     expected = [_digest_of_reads(cache, r) for r in ranges]  # maps shards in the parent first
     # A fork in a fresh process (this one runs Ray and JAX threads, which a fork may deadlock on).
-    probe = subprocess.run([sys.executable, "-c", FORK_PROBE, str(tmp_path / "c"), ",".join(str(s) for s, _ in ranges[0])],
-                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    probe = subprocess.run(
+        [sys.executable, "-c", FORK_PROBE, str(tmp_path / "c"), ",".join(str(s) for s, _ in ranges[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert probe.stdout.split() == [expected[0], expected[0]]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
@@ -219,8 +226,10 @@ def test_cache_bytes_do_not_depend_on_worker_count(corpus, tokenizer_path, tmp_p
 def test_fingerprint_mismatch_is_a_clear_error(corpus, tokenizer_path, tmp_path):
     _, files = corpus
     build_cache(files[:1], str(tmp_path / "c"), load_tokenizer(tokenizer_path), tokenizer_name="stories-bpe")
-    other = build_bpe_tokenizer(iter(["completely different text"] * 10),
-                                TrainTokenizerConfig(input_paths=["x"], output_path="y", vocab_size=300))
+    other = build_bpe_tokenizer(
+        iter(["completely different text"] * 10),
+        TrainTokenizerConfig(input_paths=["x"], output_path="y", vocab_size=300),
+    )
     with pytest.raises(CacheError, match=r"built with tokenizer 'stories-bpe'.*read with a different one"):
         TokenCache.open(str(tmp_path / "c"), tokenizer=other)
     with pytest.raises(CacheError, match="no ledger"):
@@ -242,8 +251,14 @@ def test_tokenize_step_writes_both_splits(corpus, tokenizer_path, tmp_path):
     root, files = corpus
     val = tmp_path / "val.jsonl"
     write_records(str(val), make_docs(99, 20))
-    tokenize_corpus(TokenizeConfig(train_paths=[str(root)], validation_paths=[str(val)], tokenizer=tokenizer_path,
-                                   output_path=str(tmp_path / "out")))
+    tokenize_corpus(
+        TokenizeConfig(
+            train_paths=[str(root)],
+            validation_paths=[str(val)],
+            tokenizer=tokenizer_path,
+            output_path=str(tmp_path / "out"),
+        )
+    )
     train = TokenCache.open(str(tmp_path / "out" / "train"))
     valid = TokenCache.open(str(tmp_path / "out" / "validation"))
     assert len(train.ledger["shards"]) == len(files) and valid.num_documents == 20
@@ -304,8 +319,13 @@ def test_cache_is_a_trainer_token_source(corpus, tokenizer_path, tmp_path):
 def test_configs_accept_executor_placeholders_and_validate_values():
     from marin.execution import this_output_path, versioned
 
-    TokenizeConfig(train_paths=[this_output_path()], validation_paths=[], tokenizer="t",
-                   output_path=this_output_path(), num_workers=versioned(2))
+    TokenizeConfig(
+        train_paths=[this_output_path()],
+        validation_paths=[],
+        tokenizer="t",
+        output_path=this_output_path(),
+        num_workers=versioned(2),
+    )
     TrainTokenizerConfig(input_paths=[this_output_path()], output_path=this_output_path(), vocab_size=versioned(512))
     with pytest.raises(ValueError, match=r"TokenizeConfig.num_workers must be >= 1, got 0"):
         TokenizeConfig(train_paths=["x"], validation_paths=[], tokenizer="t", output_path="o", num_workers=versioned(0))

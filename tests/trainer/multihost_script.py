@@ -37,5 +37,13 @@ TrainBatches.batch = recording_batch
 
 if __name__ == "__main__":
     train_lm(tiny_config(Path(sys.argv[1]), MeshConfig(fsdp=-1), "fsdp", evaluate=True))
-    print(json.dumps({"process_index": jax.process_index(), "process_count": jax.process_count(),
-                      "devices": jax.device_count(), "rows": rows_built}))
+    print(
+        json.dumps(
+            {
+                "process_index": jax.process_index(),
+                "process_count": jax.process_count(),
+                "devices": jax.device_count(),
+                "rows": rows_built,
+            }
+        )
+    )

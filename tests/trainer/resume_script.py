@@ -26,10 +26,12 @@ from marin.trainer import (  # noqa: E402
     TrainLmConfig,
     train_lm,
 )
-from marin.trainer.data import TokenCacheSourceConfig  # noqa: E402
-from marin.trainer.data import TokenSourceConfig  # noqa: E402
-from marin.trainer.sft import TrainSftConfig, train_sft  # noqa: E402
+from marin.trainer.data import (
+    TokenCacheSourceConfig,  # noqa: E402
+    TokenSourceConfig,  # noqa: E402
+)
 from marin.trainer.model import LlamaConfig  # noqa: E402
+from marin.trainer.sft import TrainSftConfig, train_sft  # noqa: E402
 
 
 @TokenSourceConfig.register_subclass("slow_synthetic")
@@ -67,21 +69,28 @@ class SlowCacheConfig(TokenCacheSourceConfig):
 
 
 def config(output_path: str, num_steps: int, vocab_size: int = 256, train=None) -> TrainLmConfig:
-    model = LlamaConfig(vocab_size=vocab_size, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                        seq_len=32)  # fmt: skip
-    train = train or {"a": SlowSyntheticConfig(vocab_size=vocab_size, num_tokens=30_000, seed=1),
-                      "b": SlowSyntheticConfig(vocab_size=vocab_size, num_tokens=20_000, seed=2)}  # fmt: skip
+    model = LlamaConfig(
+        vocab_size=vocab_size, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32
+    )
+    train = train or {
+        "a": SlowSyntheticConfig(vocab_size=vocab_size, num_tokens=30_000, seed=1),
+        "b": SlowSyntheticConfig(vocab_size=vocab_size, num_tokens=20_000, seed=2),
+    }
     return TrainLmConfig(
         output_path=output_path,
         model=model,
         data=DataConfig(train=train, mixture_block_size=16),
         optimizer=OptimizerConfig(learning_rate=3e-3, schedule="wsd", warmup=3, decay=0.25, ema_decay=0.9),
         trainer=TrainerConfig(
-            num_train_steps=num_steps, batch_size=8, num_microbatches=2, z_loss=1e-4, log_every=1,
+            num_train_steps=num_steps,
+            batch_size=8,
+            num_microbatches=2,
+            z_loss=1e-4,
+            log_every=1,
             precision=PrecisionPolicy(compute_dtype="bfloat16"),
             checkpoint=CheckpointConfig(keep_every=4, save_interval_minutes=0.2 / 60),
             tracker=TrackerConfig(wandb=False, progress_bar=False),
-        ),  # fmt: skip
+        ),
     )
 
 

@@ -61,8 +61,10 @@ def spec_of(array: jax.Array) -> list:
 
 
 def max_diff(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
-               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # fmt: skip
+    return max(
+        float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
 
 
 def losses(output: Path) -> list[float]:
@@ -84,7 +86,9 @@ def initialized_from(out: Path, source: str, target: str):
     optimizer = cfg.optimizer.build(STEPS, param_axes(cfg.model))
     context = sharding_context(cfg.trainer.mesh, cfg.trainer.sharding)
     shardings = state_shardings(context, cfg.model, optimizer, ema=True, policy=cfg.trainer.precision)
-    return load_or_init(cfg, optimizer, Checkpointer(f"{cfg.output_path}/checkpoints", cfg.trainer.checkpoint), shardings)
+    return load_or_init(
+        cfg, optimizer, Checkpointer(f"{cfg.output_path}/checkpoints", cfg.trainer.checkpoint), shardings
+    )
 
 
 def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
@@ -102,8 +106,10 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
             elif kind == "init_from":
                 source, target = rest.split(":")
                 state = initialized_from(out, source, target)
-                entry = {"params_are_source_ema": bitwise_equal(state.params, host_states[source].ema),
-                         "ema_is_params": bitwise_equal(state.ema, state.params)}  # fmt: skip
+                entry = {
+                    "params_are_source_ema": bitwise_equal(state.params, host_states[source].ema),
+                    "ema_is_params": bitwise_equal(state.ema, state.params),
+                }
             else:
                 result = train(config(out / job, job, evaluate))
                 state, host_states[job] = result.state, jax.device_get(result.state)

@@ -12,11 +12,14 @@ from marin.trainer.attention import blockwise_attention, reference_attention
 from tests.trainer.attention_cases import FWD_ATOL, GRAD_ATOL, inputs, max_errors, out_and_grads
 
 
-@pytest.mark.parametrize("seq,heads,kv_heads,packed", [
-    (200, 4, 4, True),   # blocks of 64: 64, 64, 64, 8; no GQA
-    (300, 8, 2, True),   # blocks of 128: 128, 128, 44; GQA 4
-    (260, 6, 1, False),  # GQA 6 (multi-query), no packing
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "seq,heads,kv_heads,packed",
+    [
+        (200, 4, 4, True),  # blocks of 64: 64, 64, 64, 8; no GQA
+        (300, 8, 2, True),  # blocks of 128: 128, 128, 44; GQA 4
+        (260, 6, 1, False),  # GQA 6 (multi-query), no packing
+    ],
+)
 def test_matches_reference_values_and_gradients_fp32(seq, heads, kv_heads, packed):
     q, k, v, segments, ct = inputs(seq, heads, kv_heads, packed=packed)
     ours = out_and_grads(blockwise_attention, q, k, v, segments, ct)

@@ -29,8 +29,10 @@ def _state(seed=0):
 
 
 def _equal_bits(a, b):
-    return all(np.asarray(x).tobytes() == np.asarray(y).tobytes() and np.asarray(x).dtype == np.asarray(y).dtype
-               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # fmt: skip
+    return all(
+        np.asarray(x).tobytes() == np.asarray(y).tobytes() and np.asarray(x).dtype == np.asarray(y).dtype
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
 
 
 @pytest.mark.parametrize("async_save", [True, False])
@@ -59,7 +61,9 @@ def test_corrupt_newest_falls_back_with_a_warning(tmp_path, caplog):
     ckpt = Checkpointer(str(tmp_path), CheckpointConfig(async_save=False))
     ckpt.save(_state(1), 1, "permanent")
     ckpt.save(_state(2), 2, "permanent")
-    chunk = next(p for p in (tmp_path / "step-00000002" / "params" / "w").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk = next(
+        p for p in (tmp_path / "step-00000002" / "params" / "w").rglob("*") if p.is_file() and p.name != "zarr.json"
+    )
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped byte
     chunk.write_bytes(bytes(data))

@@ -96,8 +96,9 @@ def test_stage_switch_happens_exactly_at_its_step():
 
 
 def test_each_source_is_read_without_repeats_within_an_epoch():
-    config = DataConfig(train=_sources(), stages=(MixtureStage(start_step=0, weights={"web": 0.5, "code": 0.5}),),
-                        mixture_block_size=80)  # fmt: skip
+    config = DataConfig(
+        train=_sources(), stages=(MixtureStage(start_step=0, weights={"web": 0.5, "code": 0.5}),), mixture_block_size=80
+    )
     loader = _loader(config, batch_size=8, seq_len=16)
     located = [loader.locate(step) for step in range(100)]
     sources = np.concatenate([s for s, _ in located])
@@ -172,11 +173,14 @@ def test_prefetcher_delivers_in_order_and_reraises_errors():
     prefetch.close()
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(train={}), "at least one source"),
-    (dict(train={"a": None}, stages=(MixtureStage(start_step=0, weights={"b": 1.0}),)), "unknown sources"),
-    (dict(train={"a": None}, stages=(MixtureStage(start_step=3, weights={"a": 1.0}),)), "begin at step 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(train={}), "at least one source"),
+        (dict(train={"a": None}, stages=(MixtureStage(start_step=0, weights={"b": 1.0}),)), "unknown sources"),
+        (dict(train={"a": None}, stages=(MixtureStage(start_step=3, weights={"a": 1.0}),)), "begin at step 0"),
+    ],
+)
 def test_data_config_validation(kwargs, match):
     placeholder = SyntheticSourceConfig(vocab_size=20, num_tokens=20)
     kwargs = {**kwargs, "train": {k: placeholder for k in kwargs["train"]}}

@@ -134,8 +134,11 @@ def test_config_switch_is_validated_and_off_by_default():
 
 def _dots(program_text: str) -> Counter:
     """``(lhs, rhs, result)`` tensor types of every dot_general in a lowered (StableHLO) program."""
-    return Counter(re.findall(r"stablehlo\.dot_general[^\n]*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> (tensor<[^>]*>)",
-                              program_text))  # fmt: skip
+    return Counter(
+        re.findall(
+            r"stablehlo\.dot_general[^\n]*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> (tensor<[^>]*>)", program_text
+        )
+    )
 
 
 def test_switch_reaches_the_projections_but_not_the_lm_head():
@@ -144,8 +147,12 @@ def test_switch_reaches_the_projections_but_not_the_lm_head():
     bf16; the default policy has no FP8 anywhere. Checked through the train and the eval step too."""
     cfg = tiny_model(seq_len=64, scan_layers=True)  # one compiled block: each projection's dot appears once
     tokens = np.ones((2, 64), np.int32)  # 128 tokens
-    batch = {"input_ids": tokens, "targets": tokens, "segment_ids": np.zeros_like(tokens),
-             "loss_mask": np.ones((2, 64), np.float32)}  # fmt: skip
+    batch = {
+        "input_ids": tokens,
+        "targets": tokens,
+        "segment_ids": np.zeros_like(tokens),
+        "loss_mask": np.ones((2, 64), np.float32),
+    }
     params = jax.eval_shape(lambda k: init_params(cfg, k, jnp.bfloat16), jax.random.PRNGKey(0))  # shapes suffice
 
     def loss_grad_program(matmul_dtype):
@@ -166,7 +173,9 @@ def test_switch_reaches_the_projections_but_not_the_lm_head():
     opt = OptimizerConfig(learning_rate=1e-2, schedule="constant", warmup=0)
     tx = opt.build(10, param_axes(cfg))
     for policy, has_fp8 in ((PrecisionPolicy(), False), (PrecisionPolicy(matmul_dtype="float8"), True)):
-        state = jax.eval_shape(lambda k: init_state(cfg, tx, k, ema=False, policy=policy), jax.random.PRNGKey(0))
+        state = jax.eval_shape(
+            lambda k, policy=policy: init_state(cfg, tx, k, ema=False, policy=policy), jax.random.PRNGKey(0)
+        )
         train = make_train_step(cfg, tx, opt.lr_schedule(10), StepConfig(precision=policy)).lower(state, batch)
         evaluate = make_eval_step(cfg, policy).lower(state.params, batch)
         assert ("f8E5M2" in train.as_text()) == has_fp8 and ("f8E4M3FN" in evaluate.as_text()) == has_fp8
@@ -176,8 +185,9 @@ def _train_losses(cfg, policy: PrecisionPolicy, steps: int, batch_size: int = 8)
     """Per-step training losses of ``steps`` steps on arithmetic-progression documents (the learnable
     synthetic source), from one seed and one data order for every policy."""
     source = SyntheticSourceConfig(vocab_size=cfg.vocab_size, num_tokens=200_000)
-    batches = TrainBatches({"s": source.build()}, DataConfig(train={"s": source}), seq_len=cfg.seq_len,
-                           batch_size=batch_size)  # fmt: skip
+    batches = TrainBatches(
+        {"s": source.build()}, DataConfig(train={"s": source}), seq_len=cfg.seq_len, batch_size=batch_size
+    )
     opt = OptimizerConfig(learning_rate=1e-2, warmup=0.1, schedule="cosine", min_lr_ratio=0.1)
     tx = opt.build(steps, param_axes(cfg))
     state = jax.jit(lambda k: init_state(cfg, tx, k, ema=False, policy=policy))(jax.random.PRNGKey(0))

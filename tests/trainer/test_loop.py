@@ -29,8 +29,13 @@ VOCAB = 256
 
 
 def _config(output_path, steps=2, **trainer_overrides) -> TrainLmConfig:
-    trainer = dict(num_train_steps=steps, batch_size=8, log_every=5, checkpoint=CheckpointConfig(save_interval_minutes=None),
-                   tracker=TrackerConfig(wandb=False, progress_bar=False))  # fmt: skip
+    trainer = dict(
+        num_train_steps=steps,
+        batch_size=8,
+        log_every=5,
+        checkpoint=CheckpointConfig(save_interval_minutes=None),
+        tracker=TrackerConfig(wandb=False, progress_bar=False),
+    )
     trainer.update(trainer_overrides)
     return TrainLmConfig(
         output_path=str(output_path),
@@ -62,7 +67,10 @@ def test_loss_decreases_on_a_learnable_source_and_eval_reports_bpb(tmp_path):
     val_with_bytes = ArrayTokenSource(val.read(0, val.num_tokens), val.doc_starts(0, val.num_tokens), num_bytes=25_000)
     write_numpy_source(str(tmp_path / "val"), val_with_bytes)
     config = _config(tmp_path / "run", steps=60, eval_every=30, max_eval_sequences=64)
-    config = dataclasses.replace(config, data=dataclasses.replace(config.data, validation={"held": NumpySourceConfig(path=str(tmp_path / "val"))}))
+    config = dataclasses.replace(
+        config,
+        data=dataclasses.replace(config.data, validation={"held": NumpySourceConfig(path=str(tmp_path / "val"))}),
+    )
     result = train(config)
     first = [m["train/loss"] for m in _metrics(tmp_path / "run") if "train/loss" in m][:3]
     assert min(first) > math.log(VOCAB) - 0.5
@@ -75,8 +83,12 @@ def test_loss_decreases_on_a_learnable_source_and_eval_reports_bpb(tmp_path):
 
 
 def test_non_finite_loss_stops_naming_the_step_before_saving_it(tmp_path):
-    config = _config(tmp_path, steps=8, log_every=100, checkpoint=CheckpointConfig(keep_every=1, save_interval_minutes=None))
-    config = dataclasses.replace(config, optimizer=OptimizerConfig(learning_rate=1e12, warmup=0, schedule="constant", max_grad_norm=None))
+    config = _config(
+        tmp_path, steps=8, log_every=100, checkpoint=CheckpointConfig(keep_every=1, save_interval_minutes=None)
+    )
+    config = dataclasses.replace(
+        config, optimizer=OptimizerConfig(learning_rate=1e12, warmup=0, schedule="constant", max_grad_norm=None)
+    )
     with pytest.raises(NonFiniteLoss, match=r"training loss is (nan|inf) at step 1 "):
         train(config)
     # The state after the first update was fine and saved; the one that produced the NaN was not.
@@ -86,7 +98,9 @@ def test_non_finite_loss_stops_naming_the_step_before_saving_it(tmp_path):
 def test_crash_then_resume_is_bitwise_equal_and_trims_the_log(tmp_path, monkeypatch):
     """In-process version of test_resume.py (which SIGKILLs a subprocess): a run that crashes while
     building batch 5 resumes from its step-4 checkpoint and ends bitwise equal to an uninterrupted run."""
-    config = _config(tmp_path / "run", steps=6, log_every=1, checkpoint=CheckpointConfig(keep_every=2, save_interval_minutes=None))
+    config = _config(
+        tmp_path / "run", steps=6, log_every=1, checkpoint=CheckpointConfig(keep_every=2, save_interval_minutes=None)
+    )
     straight = train(dataclasses.replace(config, output_path=str(tmp_path / "straight"))).state
 
     real_batch = TrainBatches.batch

@@ -112,8 +112,12 @@ def test_loss_is_summed_over_unmasked_targets(tiny):
     tokens = _tokens(tiny)
     mask = np.ones(tokens.shape, np.float32)
     mask[:, :5] = 0
-    batch = {"input_ids": tokens, "targets": jnp.roll(tokens, -1, 1), "segment_ids": jnp.zeros_like(tokens),
-             "loss_mask": jnp.asarray(mask)}  # fmt: skip
+    batch = {
+        "input_ids": tokens,
+        "targets": jnp.roll(tokens, -1, 1),
+        "segment_ids": jnp.zeros_like(tokens),
+        "loss_mask": jnp.asarray(mask),
+    }
     total, weight = jax.jit(lambda p, b: next_token_loss(tiny, p, b))(params, batch)
     assert float(weight) == mask.sum()
     logits = forward(tiny, params, tokens)
@@ -129,7 +133,7 @@ def test_param_counts_match_published_models():
     assert model_preset("nano").param_count == 5_776_640
     for name in ("nano", "small", "llama_8b"):
         cfg = model_preset(name)
-        params = jax.eval_shape(lambda: init(cfg, 0))
+        params = jax.eval_shape(lambda cfg=cfg: init(cfg, 0))
         assert sum(int(np.prod(p.shape)) for p in jax.tree.leaves(params)) == cfg.param_count
 
 
@@ -187,11 +191,14 @@ def test_partition_spec_follows_the_rule_table():
         ax.partition_spec(("embedding",), fsdp)
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("num_kv_heads", 3, "multiple of num_kv_heads"),
-    ("remat", "some", "remat must be one of"),
-    ("hidden_dim", 0, "hidden_dim must be a positive int"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("num_kv_heads", 3, "multiple of num_kv_heads"),
+        ("remat", "some", "remat must be one of"),
+        ("hidden_dim", 0, "hidden_dim must be a positive int"),
+    ],
+)
 def test_config_validation_names_field_and_value(field, value, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(tiny_model(), **{field: value})
@@ -201,8 +208,12 @@ def test_config_validation_names_field_and_value(field, value, match):
 def test_remat_policies_give_the_same_gradients(tiny, remat):
     params = init(tiny, 0)
     tokens = _tokens(tiny)
-    batch = {"input_ids": tokens, "targets": jnp.roll(tokens, -1, 1), "segment_ids": jnp.zeros_like(tokens),
-             "loss_mask": jnp.ones(tokens.shape)}  # fmt: skip
+    batch = {
+        "input_ids": tokens,
+        "targets": jnp.roll(tokens, -1, 1),
+        "segment_ids": jnp.zeros_like(tokens),
+        "loss_mask": jnp.ones(tokens.shape),
+    }
 
     def grads(cfg):
         return jax.jit(jax.grad(lambda p: next_token_loss(cfg, p, batch)[0]))(params)
@@ -215,8 +226,12 @@ def _grad_temp_bytes(cfg):
     """XLA's temp buffer size for the loss gradient, compiled from shapes alone."""
     params = jax.eval_shape(lambda k: init_params(cfg, k, jnp.float32), jax.random.PRNGKey(0))
     ids = jax.ShapeDtypeStruct((8, cfg.seq_len), jnp.int32)
-    batch = {"input_ids": ids, "targets": ids, "segment_ids": ids,
-             "loss_mask": jax.ShapeDtypeStruct((8, cfg.seq_len), jnp.float32)}  # fmt: skip
+    batch = {
+        "input_ids": ids,
+        "targets": ids,
+        "segment_ids": ids,
+        "loss_mask": jax.ShapeDtypeStruct((8, cfg.seq_len), jnp.float32),
+    }
     grad = jax.jit(jax.grad(lambda p, b: next_token_loss(cfg, p, b)[0]))
     return grad.lower(params, batch).compile().memory_analysis().temp_size_in_bytes
 
@@ -239,8 +254,12 @@ def test_z_loss_adds_its_formula_to_the_loss(tiny):
     tokens = _tokens(tiny)
     mask = np.ones(tokens.shape, np.float32)
     mask[0, :10] = 0.0
-    batch = {"input_ids": tokens, "targets": jnp.roll(tokens, -1, 1), "segment_ids": jnp.zeros_like(tokens),
-             "loss_mask": jnp.asarray(mask)}  # fmt: skip
+    batch = {
+        "input_ids": tokens,
+        "targets": jnp.roll(tokens, -1, 1),
+        "segment_ids": jnp.zeros_like(tokens),
+        "loss_mask": jnp.asarray(mask),
+    }
     logits = np.asarray(model_forward(tiny, params, tokens, batch["segment_ids"]), np.float64)
     log_z = np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1)) + logits.max(-1)
     target = np.take_along_axis(logits, np.asarray(batch["targets"])[..., None], -1)[..., 0]

@@ -33,8 +33,9 @@ def _free_port() -> int:
 def _start(out: Path, coordinates: dict[str, str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **coordinates}
     env.pop("XLA_FLAGS", None)
-    return subprocess.Popen([sys.executable, str(SCRIPT), str(out)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(proc: subprocess.Popen) -> dict:
@@ -51,8 +52,10 @@ def _final_checkpoint(run: Path) -> dict[str, np.ndarray]:
     step, url = list_checkpoints(str(run / "checkpoints"))[-1]
     manifest = json.loads((Path(url) / "manifest.json").read_text())
     assert step == 5
-    return {name: _read_array(f"{url}/{name}", np.dtype(meta["dtype"]), tuple(meta["shape"]))
-            for name, meta in manifest["leaves"].items()}  # fmt: skip
+    return {
+        name: _read_array(f"{url}/{name}", np.dtype(meta["dtype"]), tuple(meta["shape"]))
+        for name, meta in manifest["leaves"].items()
+    }
 
 
 def _metrics(run: Path) -> list[dict]:
@@ -63,7 +66,7 @@ def _metrics(run: Path) -> list[dict]:
 def runs(tmp_path_factory):  # ~30 s idle, ~90 s on a busy machine: three processes compile and train
     out = tmp_path_factory.mktemp("multihost")
     coordinator = f"127.0.0.1:{_free_port()}"
-    hosts = [_start(out / "two", multihost.host_env(coordinator, 2, i)) for i in range(2)]  # fmt: skip
+    hosts = [_start(out / "two", multihost.host_env(coordinator, 2, i)) for i in range(2)]
     reports = [_finish(p) for p in hosts]
     single = _finish(_start(out / "one", {}))
     return out, reports, single

@@ -51,8 +51,9 @@ def test_wsd_is_flat_then_decays_linearly_over_the_last_fraction():
 
 
 def test_wsd_s_cycles_rewarm_and_decay_at_each_cycle_end():
-    config = OptimizerConfig(learning_rate=P, schedule="wsd_s", warmup=10, decay=0.1, min_lr_ratio=0.0,
-                             cycles=(400, 700), rewarmup=20)  # fmt: skip
+    config = OptimizerConfig(
+        learning_rate=P, schedule="wsd_s", warmup=10, decay=0.1, min_lr_ratio=0.0, cycles=(400, 700), rewarmup=20
+    )
     # Cycle 1 [0, 400): warmup 10, decay over the last 40 steps.
     assert lr(config, 0) == approx(P / 10)
     assert lr(config, 359) == approx(P)
@@ -66,13 +67,16 @@ def test_wsd_s_cycles_rewarm_and_decay_at_each_cycle_end():
     assert lr(config, 999) == approx(P - P * 29 / 30)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(schedule="exp"), "schedule must be one of"),
-    (dict(min_lr_ratio=1.5), "min_lr_ratio must be in"),
-    (dict(cycles=(10,)), "only used by schedule='wsd_s'"),
-    (dict(schedule="wsd_s", cycles=(30, 20)), "increasing"),
-    (dict(ema_decay=1.0), "ema_decay"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(schedule="exp"), "schedule must be one of"),
+        (dict(min_lr_ratio=1.5), "min_lr_ratio must be in"),
+        (dict(cycles=(10,)), "only used by schedule='wsd_s'"),
+        (dict(schedule="wsd_s", cycles=(30, 20)), "increasing"),
+        (dict(ema_decay=1.0), "ema_decay"),
+    ],
+)
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         OptimizerConfig(**kwargs)
@@ -107,11 +111,21 @@ def test_weight_decay_applies_only_to_masked_params():
 def test_two_adam_steps_with_global_norm_clipping_match_the_formula(clip):
     b1, b2, eps, lr_ = 0.9, 0.95, 1e-8, 0.1
     params = {"w": jnp.zeros((2, 3)), "norm": jnp.zeros((2,))}
-    tx = OptimizerConfig(learning_rate=lr_, weight_decay=0.0, schedule="constant", warmup=0, max_grad_norm=clip,
-                         beta1=b1, beta2=b2, epsilon=eps).build(10, AXES)  # fmt: skip
+    tx = OptimizerConfig(
+        learning_rate=lr_,
+        weight_decay=0.0,
+        schedule="constant",
+        warmup=0,
+        max_grad_norm=clip,
+        beta1=b1,
+        beta2=b2,
+        epsilon=eps,
+    ).build(10, AXES)
     rng = np.random.default_rng(0)
-    grads = [{"w": rng.normal(size=(2, 3)) * 100, "norm": rng.normal(size=2) * 100},  # norm ~200: clipped
-             {"w": rng.normal(size=(2, 3)) * 0.1, "norm": rng.normal(size=2) * 0.1}]  # fmt: skip
+    grads = [
+        {"w": rng.normal(size=(2, 3)) * 100, "norm": rng.normal(size=2) * 100},  # norm ~200: clipped
+        {"w": rng.normal(size=(2, 3)) * 0.1, "norm": rng.normal(size=2) * 0.1},
+    ]
     state = tx.init(params)
     m = {k: 0.0 for k in params}
     v = {k: 0.0 for k in params}

@@ -17,7 +17,6 @@ from jax.experimental.pallas.ops.gpu import attention as jax_pallas_attention
 
 from marin.trainer.attention import PallasAttentionConfig, attention, flash_attention, reference_attention
 from marin.trainer.attention.pallas import unsupported_reason
-
 from tests.trainer.attention_cases import FWD_ATOL, GRAD_ATOL, inputs, max_errors, out_and_grads
 
 
@@ -25,11 +24,14 @@ def _pallas(block_q, block_k):
     return functools.partial(flash_attention, config=PallasAttentionConfig(block_q=block_q, block_k=block_k))
 
 
-@pytest.mark.parametrize("seq,heads,kv_heads,block_q,block_k,packed", [
-    (40, 4, 4, 16, 32, False),  # GQA 1; 40 is a multiple of neither block
-    (37, 8, 2, 16, 16, True),   # GQA 4; ~12 documents per row, some a single token
-    (50, 8, 1, 32, 16, True),   # GQA 8; block_q > block_k
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "seq,heads,kv_heads,block_q,block_k,packed",
+    [
+        (40, 4, 4, 16, 32, False),  # GQA 1; 40 is a multiple of neither block
+        (37, 8, 2, 16, 16, True),  # GQA 4; ~12 documents per row, some a single token
+        (50, 8, 1, 32, 16, True),  # GQA 8; block_q > block_k
+    ],
+)
 def test_matches_reference_values_and_gradients_fp32(seq, heads, kv_heads, block_q, block_k, packed):
     q, k, v, segments, ct = inputs(seq, heads, kv_heads, packed=packed)
     ours = out_and_grads(_pallas(block_q, block_k), q, k, v, segments, ct)
@@ -60,9 +62,13 @@ def test_matches_jax_pallas_gpu_attention_kernel():
         block_q=16, block_k=16, block_q_dkv=16, block_kv_dkv=16, block_q_dq=16, block_kv_dq=16
     )
     theirs = functools.partial(
-        jax_pallas_attention.mha, sm_scale=16**-0.5, causal=True, block_sizes=blocks,
-        backward_pass_impl="triton", interpret=True,
-    )  # fmt: skip
+        jax_pallas_attention.mha,
+        sm_scale=16**-0.5,
+        causal=True,
+        block_sizes=blocks,
+        backward_pass_impl="triton",
+        interpret=True,
+    )
     ours = out_and_grads(_pallas(16, 16), q, k, v, segments, ct)
     fwd, grads = max_errors(ours, out_and_grads(theirs, q, k, v, segments, ct))
     assert fwd <= FWD_ATOL and max(grads) <= GRAD_ATOL, (fwd, grads)
@@ -107,10 +113,13 @@ def test_inputs_the_kernel_cannot_serve_are_a_clear_error():
     assert "~24 MiB of TPU VMEM" in tpu((1, 2048, 8, 128), (1, 2048, 2, 128))
 
 
-@pytest.mark.parametrize("platform,lowering,custom_call", [
-    ("gpu", "cuda", "__gpu$xla.gpu.triton"),
-    ("tpu", "tpu", "tpu_custom_call"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "platform,lowering,custom_call",
+    [
+        ("gpu", "cuda", "__gpu$xla.gpu.triton"),
+        ("tpu", "tpu", "tpu_custom_call"),
+    ],
+)
 def test_accelerator_paths_lower(platform, lowering, custom_call):
     """The same kernels, forward and backward, lower through Pallas's Triton and Mosaic TPU lowerings.
     Lowering is not compiling: the Triton and Mosaic compilers run only on the accelerator."""

@@ -23,8 +23,13 @@ FIRST_CHECKPOINT = 4  # resume_script.py: permanent checkpoints every 4 steps (+
 
 def _launch(output: Path, *extra: str, steps: int = STEPS) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, str(SCRIPT), str(output), str(steps), *extra], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(output), str(steps), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _logged_step(output: Path) -> int:
@@ -62,8 +67,13 @@ def test_killed_and_resumed_sft_run_is_bitwise_identical(tmp_path):
     tokenizer = train_bpe(("<|endoftext|>", "<|pad|>", *CHAT_SPECIAL_TOKENS))
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "chat.jsonl").write_text("".join(json.dumps({"messages": c}) + "\n" for c in CONVERSATIONS * 40))
-    tokenize_chat(SftTokenizeConfig(train_paths=[str(tmp_path / "chat.jsonl")], tokenizer=str(tmp_path / "tokenizer.json"),
-                                    output_path=str(tmp_path / "sft")))  # fmt: skip
+    tokenize_chat(
+        SftTokenizeConfig(
+            train_paths=[str(tmp_path / "chat.jsonl")],
+            tokenizer=str(tmp_path / "tokenizer.json"),
+            output_path=str(tmp_path / "sft"),
+        )
+    )
     init = _launch(tmp_path / "init", "init", steps=8)
     init_log, _ = init.communicate()
     assert init.returncode == 0, init_log[-3000:]
@@ -109,10 +119,14 @@ def _kill_and_resume(tmp_path: Path, *extra: str) -> str:
     assert any(n.startswith("opt_state/") for n in full_leaves) and any(n.startswith("ema/") for n in full_leaves)
     differing = [n for n in full_leaves if full_leaves[n] != resumed_leaves[n]]
     assert not differing, f"leaves differ after resume {note}: {differing[:10]}"
+
     # The metrics logs agree step by step too (losses are recomputed identically after the resume).
     def losses(path):
-        return [(m["step"], m["train/loss"]) for m in map(json.loads, (path / "metrics.jsonl").read_text().splitlines())
-                if "train/loss" in m]  # fmt: skip
+        return [
+            (m["step"], m["train/loss"])
+            for m in map(json.loads, (path / "metrics.jsonl").read_text().splitlines())
+            if "train/loss" in m
+        ]
 
     assert losses(tmp_path / "full") == losses(tmp_path / "killed")
     return full_log

@@ -45,16 +45,39 @@ TOLERANCE = 1e-5  # fp32 compute; only the order of floating-point additions dif
 # The worked example, by hand (tiny model: embed [vocab, embed], lm_head [embed, vocab], wq [layers, embed,
 # heads, head_dim], wo [layers, heads, head_dim, embed], w_down [layers, mlp, embed], final_norm [embed]).
 EXPECTED = {
-    "dp": {"embed": [None, None], "lm_head": [None, None], "layers/wq": [None] * 4, "layers/wo": [None] * 4,
-           "layers/w_down": [None] * 3, "final_norm": [None]},
-    "fsdp": {"embed": [None, "fsdp"], "lm_head": ["fsdp", None], "layers/wq": [None, "fsdp", None, None],
-             "layers/wo": [None, None, None, "fsdp"], "layers/w_down": [None, None, "fsdp"], "final_norm": ["fsdp"]},
-    "tp": {"embed": ["tensor", None], "lm_head": [None, "tensor"], "layers/wq": [None, None, "tensor", None],
-           "layers/wo": [None, "tensor", None, None], "layers/w_down": [None, "tensor", None], "final_norm": [None]},
-    "fsdp_tp": {"embed": ["tensor", "fsdp"], "lm_head": ["fsdp", "tensor"], "layers/wq": [None, "fsdp", "tensor", None],
-                "layers/wo": [None, "tensor", None, "fsdp"], "layers/w_down": [None, "tensor", "fsdp"],
-                "final_norm": ["fsdp"]},
-}  # fmt: skip
+    "dp": {
+        "embed": [None, None],
+        "lm_head": [None, None],
+        "layers/wq": [None] * 4,
+        "layers/wo": [None] * 4,
+        "layers/w_down": [None] * 3,
+        "final_norm": [None],
+    },
+    "fsdp": {
+        "embed": [None, "fsdp"],
+        "lm_head": ["fsdp", None],
+        "layers/wq": [None, "fsdp", None, None],
+        "layers/wo": [None, None, None, "fsdp"],
+        "layers/w_down": [None, None, "fsdp"],
+        "final_norm": ["fsdp"],
+    },
+    "tp": {
+        "embed": ["tensor", None],
+        "lm_head": [None, "tensor"],
+        "layers/wq": [None, None, "tensor", None],
+        "layers/wo": [None, "tensor", None, None],
+        "layers/w_down": [None, "tensor", None],
+        "final_norm": [None],
+    },
+    "fsdp_tp": {
+        "embed": ["tensor", "fsdp"],
+        "lm_head": ["fsdp", "tensor"],
+        "layers/wq": [None, "fsdp", "tensor", None],
+        "layers/wo": [None, "tensor", None, "fsdp"],
+        "layers/w_down": [None, "tensor", "fsdp"],
+        "final_norm": ["fsdp"],
+    },
+}
 
 
 def _json_spec(spec: P, ndim: int) -> list:
@@ -82,8 +105,9 @@ def _expected_spec(leaf: str, rules) -> list | None:
 
 def _run_script(out: Path, *jobs: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *jobs], env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), *jobs], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-5000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["devices"] == 8
@@ -95,13 +119,22 @@ def _run_script(out: Path, *jobs: str) -> dict:
 
 @pytest.fixture(scope="module")
 def fast_report(tmp_path_factory) -> dict:
-    return _run_script(tmp_path_factory.mktemp("sharding"), "single", "fsdp", "tp", "restore:fsdp:tp", "restore:tp:fsdp")
+    return _run_script(
+        tmp_path_factory.mktemp("sharding"), "single", "fsdp", "tp", "restore:fsdp:tp", "restore:tp:fsdp"
+    )
 
 
 @pytest.fixture(scope="module")
 def slow_report(tmp_path_factory) -> dict:
-    return _run_script(tmp_path_factory.mktemp("sharding_slow"), "--eval", "single", "dp", "fsdp_tp",
-                       "restore:fsdp_tp:dp", "init_from:single:fsdp_tp")  # fmt: skip
+    return _run_script(
+        tmp_path_factory.mktemp("sharding_slow"),
+        "--eval",
+        "single",
+        "dp",
+        "fsdp_tp",
+        "restore:fsdp_tp:dp",
+        "init_from:single:fsdp_tp",
+    )
 
 
 RUNS = [
@@ -133,9 +166,15 @@ def test_five_steps_equal_the_single_device_run(run, report, request):
 def test_state_shardings_are_what_the_rules_say(run, report, request):
     """Every leaf's ``.sharding.spec``, read from the trained state's arrays in the subprocess."""
     entry = request.getfixturevalue(report)["runs"][run]
-    assert entry["mesh"] == {"dp": {"data": 8, "fsdp": 1, "tensor": 1}, "fsdp": {"data": 1, "fsdp": 8, "tensor": 1},
-                             "tp": {"data": 4, "fsdp": 1, "tensor": 2},
-                             "fsdp_tp": {"data": 2, "fsdp": 2, "tensor": 2}}[run]  # fmt: skip
+    assert (
+        entry["mesh"]
+        == {
+            "dp": {"data": 8, "fsdp": 1, "tensor": 1},
+            "fsdp": {"data": 1, "fsdp": 8, "tensor": 1},
+            "tp": {"data": 4, "fsdp": 1, "tensor": 2},
+            "fsdp_tp": {"data": 2, "fsdp": 2, "tensor": 2},
+        }[run]
+    )
     specs = entry["specs"]
     for name, spec in EXPECTED[run].items():  # the hand-written table
         assert specs[f"params/{name}"] == spec, name
@@ -186,7 +225,9 @@ def test_mesh_config_resolves_sizes_and_validates_naming_the_field():
     assert MeshConfig(data=2, fsdp=-1, tensor=2).axis_sizes(8) == {"data": 2, "fsdp": 2, "tensor": 2}
     assert MeshConfig(data=-1, fsdp=1, tensor=2).axis_sizes(8) == {"data": 4, "fsdp": 1, "tensor": 2}
     assert MeshConfig(data=1, fsdp=1).axis_sizes(8) == {"data": 1, "fsdp": 1, "tensor": 1}  # 1 of 8 devices
-    with pytest.raises(ValueError, match=r"MeshConfig.tensor must be a positive int or -1 \(the remaining devices\), got 0"):
+    with pytest.raises(
+        ValueError, match=r"MeshConfig.tensor must be a positive int or -1 \(the remaining devices\), got 0"
+    ):
         MeshConfig(tensor=0)
     with pytest.raises(ValueError, match="at most one axis may be -1, got data=-1, fsdp=-1, tensor=1"):
         MeshConfig(data=-1)
@@ -212,7 +253,10 @@ def test_presets_place_parameters_as_the_worked_example_says():
     axes = _param_axes_by_name()
     for preset, table in EXPECTED.items():
         for name, spec in table.items():
-            assert _json_spec(partition_spec(axes[name], SHARDING_PRESETS[preset]), len(axes[name])) == spec, (preset, name)
+            assert _json_spec(partition_spec(axes[name], SHARDING_PRESETS[preset]), len(axes[name])) == spec, (
+                preset,
+                name,
+            )
         # every preset splits the batch over data x fsdp
         assert partition_spec((BATCH, SEQ), SHARDING_PRESETS[preset]) == P(("data", "fsdp"), None)
 
@@ -232,7 +276,9 @@ def test_state_shardings_mirror_parameters_onto_adam_moments():
 def test_a_dimension_that_does_not_divide_is_an_error_naming_the_parameter():
     cfg = tiny_model()  # 2 kv heads cannot split over 4 tensor devices
     shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
-    with pytest.raises(ValueError, match=r"\['layers'\]\['wk'\]: dimension 'kv_heads' of size 2 does not divide into 4 shards"):
+    with pytest.raises(
+        ValueError, match=r"\['layers'\]\['wk'\]: dimension 'kv_heads' of size 2 does not divide into 4 shards"
+    ):
         tree_shardings(_abstract_context(data=1, fsdp=2, tensor=4), param_axes(cfg), shapes)
 
 
@@ -252,7 +298,9 @@ def test_one_device_is_the_unsharded_program():
     assert sharding_context(MeshConfig(), "fsdp_tp") is None
     cfg, opt = tiny_model(), OptimizerConfig()
     with pytest.raises(ValueError, match="pass both context and shardings, or neither"):
-        make_train_step(cfg, opt.build(10, param_axes(cfg)), opt.lr_schedule(10), StepConfig(), context=_abstract_context())
+        make_train_step(
+            cfg, opt.build(10, param_axes(cfg)), opt.lr_schedule(10), StepConfig(), context=_abstract_context()
+        )
 
 
 def test_restore_places_leaves_with_the_template_sharding(tmp_path):
@@ -261,7 +309,10 @@ def test_restore_places_leaves_with_the_template_sharding(tmp_path):
     ckpt = Checkpointer(str(tmp_path), CheckpointConfig(async_save=False))
     ckpt.save(state, 1, "permanent")
     sharding = NamedSharding(mesh, P("fsdp", None))
-    template = {"w": jax.ShapeDtypeStruct((3, 4), np.float32, sharding=sharding), "n": jax.ShapeDtypeStruct((), np.int32)}
+    template = {
+        "w": jax.ShapeDtypeStruct((3, 4), np.float32, sharding=sharding),
+        "n": jax.ShapeDtypeStruct((), np.int32),
+    }
     restored, step = ckpt.restore_latest(template)
     assert step == 1 and restored["w"].sharding == sharding and restored["n"].sharding != sharding
     np.testing.assert_array_equal(restored["w"], state["w"])

@@ -35,7 +35,6 @@ from marin.trainer.attention import (
 from marin.trainer.attention.splash import unsupported_reason
 from marin.trainer.axes import BATCH, HEAD_DIM, HEADS, KV_HEADS, SEQ, ShardingContext, use_sharding
 from marin.trainer.mesh import SHARDING_PRESETS, MeshConfig
-
 from tests.trainer.attention_cases import FWD_ATOL, GRAD_ATOL, inputs, max_errors, out_and_grads
 
 
@@ -43,11 +42,14 @@ def _splash(block_q, block_kv):
     return functools.partial(splash_attention, config=SplashAttentionConfig(block_q=block_q, block_kv=block_kv))
 
 
-@pytest.mark.parametrize("seq,heads,kv_heads,block_q,block_kv,packed", [
-    (40, 4, 4, 128, 128, False),   # GQA 1; one block, seq padded 40 -> 128
-    (300, 8, 2, 128, 128, True),   # GQA 4; 3 x 3 blocks (the 3 above the diagonal skipped), ~100 documents
-    (150, 8, 1, 256, 128, True),   # GQA 8; block_q > block_kv
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "seq,heads,kv_heads,block_q,block_kv,packed",
+    [
+        (40, 4, 4, 128, 128, False),  # GQA 1; one block, seq padded 40 -> 128
+        (300, 8, 2, 128, 128, True),  # GQA 4; 3 x 3 blocks (the 3 above the diagonal skipped), ~100 documents
+        (150, 8, 1, 256, 128, True),  # GQA 8; block_q > block_kv
+    ],
+)
 def test_matches_reference_values_and_gradients_fp32(seq, heads, kv_heads, block_q, block_kv, packed):
     q, k, v, segments, ct = inputs(seq, heads, kv_heads, packed=packed)
     ours = out_and_grads(_splash(block_q, block_kv), q, k, v, segments, ct)
@@ -188,8 +190,10 @@ def test_default_backend_that_cannot_serve_falls_back_to_xla_with_a_warning(dumm
         out = attention(q, k, v, segments)  # backend="default"
     assert dummy_backend == []
     np.testing.assert_array_equal(out, xla_attention(q, k, v, segments))
-    assert "default attention backend 'dummy' cannot serve these inputs (forced for (1, 8, 2, 16)); " \
-           "falling back to 'xla'" in caplog.text  # fmt: skip
+    assert (
+        "default attention backend 'dummy' cannot serve these inputs (forced for (1, 8, 2, 16)); "
+        "falling back to 'xla'" in caplog.text
+    )
 
 
 def test_splash_refusals_raise_when_explicit_and_fall_back_by_default(monkeypatch, caplog):
@@ -214,7 +218,9 @@ def test_splash_refusals_raise_when_explicit_and_fall_back_by_default(monkeypatc
 def test_cudnn_backend_refuses_off_gpu_and_names_why(monkeypatch):
     """The cuDNN backend only ever runs on a GPU (not here): its checks, with the platform faked."""
     q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
-    with pytest.raises(ValueError, match=r"cudnn attention cannot serve these inputs: cuDNN runs only on a GPU \(platform: cpu\)"):
+    with pytest.raises(
+        ValueError, match=r"cudnn attention cannot serve these inputs: cuDNN runs only on a GPU \(platform: cpu\)"
+    ):
         attention(q, k, v, segments, backend="cudnn")
     monkeypatch.setattr(backends.jax, "default_backend", lambda: "gpu")
     assert backends.cannot_serve("cudnn", q, k, v, segments) == "dtype float32 is not bfloat16 or float16"

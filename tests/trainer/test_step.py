@@ -48,8 +48,12 @@ def test_train_step_with_microbatches_matches_metrics_and_params(tiny):
     results = []
     for n in (1, 4):
         opt, tx, state = _state(tiny)
-        step = make_train_step(tiny, tx, opt.lr_schedule(100), StepConfig(num_microbatches=n,
-                               precision=PrecisionPolicy(compute_dtype="float32")))  # fmt: skip
+        step = make_train_step(
+            tiny,
+            tx,
+            opt.lr_schedule(100),
+            StepConfig(num_microbatches=n, precision=PrecisionPolicy(compute_dtype="float32")),
+        )
         state, metrics = step(state, batch)
         results.append((jax.device_get(metrics), jax.device_get(state.params)))
     (m1, p1), (m4, p4) = results

@@ -53,6 +53,8 @@ def test_offline_wandb_run_holds_the_logged_metrics(tmp_path, monkeypatch):
     [run_file] = glob.glob(str(out / "wandb" / "offline-run-*" / "run-train-1a2b3c.wandb"))
     rows = wandb_history(run_file)
     assert [(r["step"], float(r["loss"]), float(r["grad_norm"])) for r in rows] == [
-        ("0", 3.0, 0.5), ("1", 2.0, 0.5), ("2", 1.0, 0.5)
-    ]  # fmt: skip
+        ("0", 3.0, 0.5),
+        ("1", 2.0, 0.5),
+        ("2", 1.0, 0.5),
+    ]
     assert (out / "tracker.json").exists() and (out / "metrics.jsonl").read_text().count("\n") == 3

@@ -21,8 +21,9 @@ STEPS = 5
 
 def tiny_config(output_path: Path, mesh: MeshConfig, sharding: ShardingSpec, evaluate: bool = False) -> TrainLmConfig:
     validation = {"held": SyntheticSourceConfig(vocab_size=256, num_tokens=5_000, seed=7)} if evaluate else {}
-    model = LlamaConfig(vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                        seq_len=32)  # fmt: skip
+    model = LlamaConfig(
+        vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32
+    )
     return TrainLmConfig(
         output_path=str(output_path),
         model=model,
@@ -33,10 +34,15 @@ def tiny_config(output_path: Path, mesh: MeshConfig, sharding: ShardingSpec, eva
         # from that regime, so the 1e-5 comparison measures the sharding, not Adam's conditioning.
         optimizer=OptimizerConfig(learning_rate=1e-3, epsilon=1e-6, schedule="cosine", warmup=1, ema_decay=0.9),
         trainer=TrainerConfig(
-            num_train_steps=STEPS, batch_size=16, num_microbatches=2, log_every=1, max_eval_sequences=40,
+            num_train_steps=STEPS,
+            batch_size=16,
+            num_microbatches=2,
+            log_every=1,
+            max_eval_sequences=40,
             precision=PrecisionPolicy(compute_dtype="float32"),
             checkpoint=CheckpointConfig(save_interval_minutes=None),
             tracker=TrackerConfig(wandb=False, progress_bar=False),
-            mesh=mesh, sharding=sharding,
-        ),  # fmt: skip
+            mesh=mesh,
+            sharding=sharding,
+        ),
     )

@@ -39,9 +39,7 @@ logger = logging.getLogger(__name__)
 
 
 class AttentionFn(Protocol):
-    def __call__(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None
-    ) -> jax.Array: ...
+    def __call__(self, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> jax.Array: ...
 
 
 UnsupportedReasonFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array | None], str | None]
@@ -108,8 +106,10 @@ def attention(
         # Logged while tracing, so once per compiled program, not once per step.
         logger.warning(
             "default attention backend %r cannot serve these inputs (%s); falling back to %r",
-            name, reason, FALLBACK_BACKEND,
-        )  # fmt: skip
+            name,
+            reason,
+            FALLBACK_BACKEND,
+        )
         name = FALLBACK_BACKEND
     return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
 

@@ -1,6 +1,6 @@
 """``blockwise``: causal attention by blocks of queries over only the keys each block can see (the CPU default).
 
-    out = blockwise_attention(q, k, v, segment_ids)   # q [batch, seq, heads, head_dim], k/v [batch, seq, kv_heads, head_dim]
+    out = blockwise_attention(q, k, v, segment_ids)  # q [batch, seq, heads, head_dim], k/v [.., kv_heads, ..]
 
 At seq 512 with blocks of 128 queries, block ``i`` scores its queries against keys ``[0, 128 (i + 1))``: 10 of the
 16 key tiles of the full square, so 5/8 of its FLOPs and memory, and each block's softmax is exact (every key a

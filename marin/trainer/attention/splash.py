@@ -43,8 +43,8 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec
 
 from marin.trainer.attention.backends import register_attention_backend
-from marin.trainer.axes import BATCH, HEAD_DIM, HEADS, KV_HEADS, SEQ, ShardingContext, active_sharding, partition_spec
 from marin.trainer.attention.tiling import from_kernel_layout, pad_segment_ids, tiling, to_kernel_layout
+from marin.trainer.axes import BATCH, HEAD_DIM, HEADS, KV_HEADS, SEQ, ShardingContext, active_sharding, partition_spec
 
 _LANES = 128  # splash's blocks must be multiples of the TPU's 128 lanes (its NUM_LANES)
 _SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16)
@@ -75,10 +75,15 @@ def _kernel(heads: int, seq_pad: int, block_q: int, block_kv: int, interpret: bo
     The mask metadata is numpy work at trace time, cached by splash itself (``_process_mask``)."""
     mask = splash.MultiHeadMask([splash.CausalMask((seq_pad, seq_pad))] * heads)
     blocks = splash.BlockSizes(
-        block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
-        block_q_dkv=block_q, block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv,
-        block_q_dq=block_q, block_kv_dq=block_kv,
-    )  # fmt: skip
+        block_q=block_q,
+        block_kv=block_kv,
+        block_kv_compute=block_kv,
+        block_q_dkv=block_q,
+        block_kv_dkv=block_kv,
+        block_kv_dkv_compute=block_kv,
+        block_q_dq=block_q,
+        block_kv_dq=block_kv,
+    )
     # head_shards/q_seq_shards stay 1: the kernel is built inside shard_map for the local heads.
     return splash.make_splash_mha(mask, block_sizes=blocks, head_shards=1, q_seq_shards=1, interpret=interpret)
 
@@ -120,10 +125,15 @@ def _sharding_unsupported_reason(q_shape, kv_shape, context: ShardingContext) ->
         if target is not None:
             return f"the sharding rules split {logical!r} over {target}; splash shards only batch and heads"
     if q_spec[2] != kv_spec[2]:
-        return (f"the sharding rules put heads over {q_spec[2]} but kv_heads over {kv_spec[2]}; splash needs "
-                "both on the same mesh axes, so that each device holds its query heads' kv heads")  # fmt: skip
-    for what, size, target in (("batch", q_shape[0], q_spec[0]), ("heads", q_shape[2], q_spec[2]),
-                               ("kv_heads", kv_shape[2], kv_spec[2])):  # fmt: skip
+        return (
+            f"the sharding rules put heads over {q_spec[2]} but kv_heads over {kv_spec[2]}; splash needs "
+            "both on the same mesh axes, so that each device holds its query heads' kv heads"
+        )
+    for what, size, target in (
+        ("batch", q_shape[0], q_spec[0]),
+        ("heads", q_shape[2], q_spec[2]),
+        ("kv_heads", kv_shape[2], kv_spec[2]),
+    ):
         if size % _ways(context, target):
             return f"{what} {size} does not divide into {_ways(context, target)} shards over mesh axes {target}"
     return None

@@ -63,7 +63,9 @@ class DataConfig:
         for stage in stages:
             unknown = set(stage.weights) - set(self.train)
             if unknown:
-                raise ValueError(f"DataConfig.stages[start_step={stage.start_step}] names unknown sources {sorted(unknown)}")
+                raise ValueError(
+                    f"DataConfig.stages[start_step={stage.start_step}] names unknown sources {sorted(unknown)}"
+                )
         if stages and stages[0].start_step != 0:
             raise ValueError(f"DataConfig.stages must begin at step 0, got {stages[0].start_step}")
         if isinstance(self.mixture_block_size, int) and self.mixture_block_size <= 0:
@@ -112,9 +114,7 @@ def assemble(windows: list[Window]) -> Batch:
 class TrainBatches:
     """The training stream: ``batch(step)`` is determined by (sources, stages, seed, step) alone."""
 
-    def __init__(
-        self, sources: Mapping[str, TokenSource], config: DataConfig, *, seq_len: int, batch_size: int
-    ):
+    def __init__(self, sources: Mapping[str, TokenSource], config: DataConfig, *, seq_len: int, batch_size: int):
         self.names = list(sources)
         self.sources = [sources[n] for n in self.names]
         self.seq_len, self.batch_size = seq_len, batch_size
@@ -122,9 +122,7 @@ class TrainBatches:
         for name, count in zip(self.names, counts):
             if count == 0:
                 raise ValueError(f"training source {name!r} has fewer than seq_len + 1 = {seq_len + 1} tokens")
-        self.mixture = Mixture(
-            self.names, config.resolved_stages, batch_size, config.mixture_block_size, config.seed
-        )
+        self.mixture = Mixture(self.names, config.resolved_stages, batch_size, config.mixture_block_size, config.seed)
         self._orders = [EpochPermutation(n, mix_seed(config.seed, i, n)) for i, n in enumerate(counts)]
 
     def locate(self, step: int, rows: slice | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -61,8 +61,9 @@ class TokenSource(Protocol):
 class ArrayTokenSource:
     """A token source over two arrays (in memory or memory-mapped): tokens and document start offsets."""
 
-    def __init__(self, tokens: np.ndarray, doc_starts: np.ndarray, num_bytes: int | None = None,
-                 mask: np.ndarray | None = None):  # fmt: skip
+    def __init__(
+        self, tokens: np.ndarray, doc_starts: np.ndarray, num_bytes: int | None = None, mask: np.ndarray | None = None
+    ):
         if tokens.ndim != 1 or doc_starts.ndim != 1:
             raise ValueError(f"tokens and doc_starts must be 1-D, got {tokens.shape} and {doc_starts.shape}")
         if mask is not None and mask.shape != tokens.shape:
@@ -115,7 +116,10 @@ def write_numpy_source(path: str, source: TokenSource) -> None:
     """Write any token source as a ``numpy`` source directory (smallest unsigned dtype that fits)."""
     tokens = source.read(0, source.num_tokens)
     dtype = np.uint16 if tokens.size == 0 or tokens.max() < 2**16 else np.uint32
-    for name, array in (("tokens.npy", tokens.astype(dtype)), ("doc_starts.npy", source.doc_starts(0, source.num_tokens))):
+    for name, array in (
+        ("tokens.npy", tokens.astype(dtype)),
+        ("doc_starts.npy", source.doc_starts(0, source.num_tokens)),
+    ):
         buffer = io.BytesIO()
         np.save(buffer, array)
         write_atomic(join(path, name), buffer.getvalue())
@@ -185,7 +189,9 @@ class SyntheticSourceConfig(TokenSourceConfig):
             if getattr(self, name) < (3 if name == "vocab_size" else 1):
                 raise ValueError(f"SyntheticSourceConfig.{name} too small: {getattr(self, name)}")
         if self.max_doc_len < self.min_doc_len:
-            raise ValueError(f"SyntheticSourceConfig.max_doc_len ({self.max_doc_len}) < min_doc_len ({self.min_doc_len})")
+            raise ValueError(
+                f"SyntheticSourceConfig.max_doc_len ({self.max_doc_len}) < min_doc_len ({self.min_doc_len})"
+            )
         if not 0 <= self.noise < 1:
             raise ValueError(f"SyntheticSourceConfig.noise must be in [0, 1), got {self.noise}")
 

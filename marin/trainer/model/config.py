@@ -124,7 +124,9 @@ class LlamaConfig:
     def matmul_param_count(self) -> int:
         """Parameters that multiply activations: all but norms and the embedding lookup (lm_head counts)."""
         d = self.hidden_dim
-        return self.param_count - self.vocab_size * d * (0 if self.tie_embeddings else 1) - (2 * self.num_layers + 1) * d
+        return (
+            self.param_count - self.vocab_size * d * (0 if self.tie_embeddings else 1) - (2 * self.num_layers + 1) * d
+        )
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
         """Training FLOPs (forward + backward) per token, as in PaLM's appendix B: ``6N + 12·L·H·Q·T``.
@@ -180,24 +182,46 @@ _LLAMA3_VOCAB = 128_256
 def llama_150m() -> LlamaConfig:
     """Marin's smallest scaling-ladder Llama (Llama 3 tokenizer)."""
     return LlamaConfig(
-        vocab_size=_LLAMA3_VOCAB, hidden_dim=768, mlp_dim=2688, num_layers=12, num_heads=12, num_kv_heads=12,
-        seq_len=4096, rope_theta=500_000.0,
-    )  # fmt: skip
+        vocab_size=_LLAMA3_VOCAB,
+        hidden_dim=768,
+        mlp_dim=2688,
+        num_layers=12,
+        num_heads=12,
+        num_kv_heads=12,
+        seq_len=4096,
+        rope_theta=500_000.0,
+    )
 
 
 @register_model_preset("llama_1b")
 def llama_1b() -> LlamaConfig:
     """Shaped like Llama-3.2-1B: tied embeddings, RoPE scaling factor 32."""
     return LlamaConfig(
-        vocab_size=_LLAMA3_VOCAB, hidden_dim=2048, mlp_dim=8192, num_layers=16, num_heads=32, num_kv_heads=8,
-        seq_len=4096, rope_theta=500_000.0, rope_scaling=Llama3RopeScaling(factor=32.0), tie_embeddings=True,
-    )  # fmt: skip
+        vocab_size=_LLAMA3_VOCAB,
+        hidden_dim=2048,
+        mlp_dim=8192,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        seq_len=4096,
+        rope_theta=500_000.0,
+        rope_scaling=Llama3RopeScaling(factor=32.0),
+        tie_embeddings=True,
+    )
 
 
 @register_model_preset("llama_8b")
 def llama_8b() -> LlamaConfig:
     """Shaped like Llama-3.1-8B (Marin's Tootsie 8B run)."""
     return LlamaConfig(
-        vocab_size=_LLAMA3_VOCAB, hidden_dim=4096, mlp_dim=14336, num_layers=32, num_heads=32, num_kv_heads=8,
-        seq_len=4096, rope_theta=500_000.0, rope_scaling=Llama3RopeScaling(), remat="full",
-    )  # fmt: skip
+        vocab_size=_LLAMA3_VOCAB,
+        hidden_dim=4096,
+        mlp_dim=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        seq_len=4096,
+        rope_theta=500_000.0,
+        rope_scaling=Llama3RopeScaling(),
+        remat="full",
+    )

@@ -154,8 +154,9 @@ def mlp_block(layer: Params, x: jax.Array, matmul_dtype: str = "default") -> jax
 
 
 def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
-    x = x + attention_block(cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), cos, sin, segment_ids,
-                            matmul_dtype)  # fmt: skip
+    x = x + attention_block(
+        cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), cos, sin, segment_ids, matmul_dtype
+    )
     x = x + mlp_block(layer, rms_norm(x, layer["mlp_norm"], cfg.norm_eps), matmul_dtype)
     return constrain(x, (BATCH, SEQ, EMBED))
 
@@ -176,7 +177,7 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
     if scan:
         return jax.lax.scan(block, x, layers)[0]
     for i in range(cfg.num_layers):
-        x, _ = block(x, jax.tree.map(lambda p: p[i], layers))
+        x, _ = block(x, jax.tree.map(lambda p, i=i: p[i], layers))
     return x
 
 
@@ -185,9 +186,13 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
 
 
 def hidden_states(
-    cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None, *,
+    cfg: LlamaConfig,
+    params: Params,
+    tokens: jax.Array,
+    segment_ids: jax.Array | None = None,
+    *,
     matmul_dtype: str = "default",
-):  # fmt: skip
+):
     """Final normalised hidden states [batch, seq, embed] in the parameters' dtype.
 
     ``matmul_dtype`` is ``dense``'s, for the blocks' projections (``PrecisionPolicy.matmul_dtype``)."""
@@ -208,9 +213,13 @@ def output_projection(cfg: LlamaConfig, params: Params) -> jax.Array:
 
 
 def forward(
-    cfg: LlamaConfig, params: Params, tokens: jax.Array, segment_ids: jax.Array | None = None, *,
+    cfg: LlamaConfig,
+    params: Params,
+    tokens: jax.Array,
+    segment_ids: jax.Array | None = None,
+    *,
     matmul_dtype: str = "default",
-):  # fmt: skip
+):
     """Logits [batch, seq, vocab] in fp32 for tokens [batch, seq].
 
     ``matmul_dtype="float8"`` runs the blocks' projections in FP8; the lm_head never (``fp8.py`` says why)."""
@@ -219,9 +228,13 @@ def forward(
 
 
 def next_token_loss(
-    cfg: LlamaConfig, params: Params, batch: Mapping[str, jax.Array], *, z_loss: float = 0.0,
+    cfg: LlamaConfig,
+    params: Params,
+    batch: Mapping[str, jax.Array],
+    *,
+    z_loss: float = 0.0,
     matmul_dtype: str = "default",
-) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+) -> tuple[jax.Array, jax.Array]:
     """Summed cross-entropy (+ z-loss) over unmasked targets, and the number of those targets.
 
     ``batch`` holds ``input_ids``, ``targets``, ``segment_ids`` [batch, seq] and ``loss_mask`` (float).
