@@ -2,13 +2,13 @@
 
 glibc serves allocations above its mmap threshold (at most 32 MB) with a fresh ``mmap`` and returns
 them with ``munmap`` on free, so every step re-faults and zero-fills its big temporaries (attention
-scores, logits: 64 MB each for the ``small`` preset). Profiled on the lab's 2-core machines that was
-~12% of a ``small`` training step spent in the kernel (``clear_page_erms``). Disabling mmap for
-malloc and switching trimming off keeps those pages in the heap, reused step after step.
+scores, logits: 64 MB each for the ``small`` preset), kernel time in ``clear_page_erms`` that profiles
+show (docs/trainer.md). Disabling mmap for malloc and switching trimming off keeps those pages in the
+heap, reused step after step.
 
 The trim threshold must be unbounded, not merely large: a step frees gigabytes at once (the ``small``
 step's heap top is past 2 GiB), and any finite threshold below that hands the top back with ``brk`` and
-re-faults it on the next step (0.5M page faults, ~1.5 s of kernel time per ``small`` step). ``mallopt``
+re-faults it on the next step. ``mallopt``
 takes an int, and glibc stores it as a ``size_t``, so -1 means "never".
 
 Process-wide and glibc-only; ``train()`` calls it on the CPU backend. Elsewhere (macOS, musl) it is a

@@ -9,8 +9,8 @@ in the operands' dtype.
 
 Why a helper: on CPU, XLA hands matmuls to its fast YNNPACK kernels only when the left operand is not
 transposed. The weight gradient ``dW = x^T @ g`` is transposed on the left, so XLA runs it through a slow
-generic contraction (profiled on the lab's 2-core machine: Eigen's operand packing was ~12% of a nano
-step) and may even materialise the far larger ``g^T`` (64 MB for nano's logits). On CPU the backward
+generic contraction (Eigen's operand packing shows up in profiles; docs/trainer.md) and may even
+materialise the far larger ``g^T`` (64 MB for nano's logits). On CPU the backward
 pass here materialises ``x^T`` explicitly (an ``optimization_barrier`` stops XLA from folding it back
 into the dot), which is small, and keeps every matmul on the fast path. Other platforms use plain
 autodiff; the math is the same either way.
