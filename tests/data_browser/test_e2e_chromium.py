@@ -167,8 +167,8 @@ def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run, 
         page.goto(f"http://127.0.0.1:{port}/")
         page.click("a.experiment:text-matches('^quickstart-')")
         nodes = page.locator("svg.dag g.node")
-        assert nodes.count() == 16
-        assert {nodes.nth(i).get_attribute("data-state") for i in range(16)} == {"SUCCESS"}
+        assert nodes.count() == 23
+        assert {nodes.nth(i).get_attribute("data-state") for i in range(23)} == {"SUCCESS"}
         shot(page, "quickstart_experiment")
         page.click("tr[id^='step-checkpoints'] a:text('metrics')")
         page.wait_for_selector("div.chart canvas")
