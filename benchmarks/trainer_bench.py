@@ -1,7 +1,9 @@
 """Trainer throughput on this CPU: our JAX step vs PyTorch (eager, torch.compile) and Levanter.
 
-    .venv/bin/python benchmarks/trainer_bench.py                      # nano and small, all peers
+    .venv/bin/python benchmarks/trainer_bench.py                      # nano, small and medium, all peers
     .venv/bin/python benchmarks/trainer_bench.py --configs nano --rounds 4 --peers jax torch_eager
+    .venv/bin/python benchmarks/trainer_bench.py --peers jax torch_compile --baseline main   # before/after
+    .venv/bin/python benchmarks/trainer_bench.py --dtype bfloat16 --peers jax torch_compile  # bf16 compute
 
 Every peer trains the same model (Llama: RMSNorm, GQA + RoPE, SwiGLU, untied embeddings), on the same
 random token batches, with the same optimizer (AdamW, clip 1.0, wd 0.1), in fp32. Each peer runs in its
@@ -12,7 +14,9 @@ them in rotating round-robin, one at a time, so background load on a shared mach
 alike; we report the median over rounds and the spread (min/max) as the noise.
 
 MFU = tokens/s * flops_per_token / peak, with the peak measured here as the best fp32 matmul rate
-(``--peak`` overrides). Results go to ``benchmarks/results/trainer_bench.json``.
+(``--peak`` overrides). ``--baseline REV`` adds our step as of a git revision (``git archive`` of ``marin/``
+into a temporary directory, run by the same worker code), for before/after ratios measured side by side.
+Results, with the load average before and after, go to ``benchmarks/results/trainer_bench.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,14 +38,18 @@ TORCH_VENV = HERE / ".venv-torch"
 LEVANTER_VENV = HERE / ".venv-levanter"
 RESULTS = HERE / "results" / "trainer_bench.json"
 
-# The two configs of issue 6. Batch 8 everywhere.
+# nano and small are issue 6's configs, medium issue 18's; `batch` is rows per step, the rest is the model.
 CONFIGS = {
-    "nano": dict(vocab_size=8192, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256),
+    "nano": dict(
+        vocab_size=8192, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256, batch=8
+    ),
     "small": dict(
-        vocab_size=8192, hidden_dim=512, mlp_dim=1376, num_layers=6, num_heads=8, num_kv_heads=4, seq_len=512
+        vocab_size=8192, hidden_dim=512, mlp_dim=1376, num_layers=6, num_heads=8, num_kv_heads=4, seq_len=512, batch=8
+    ),
+    "medium": dict(
+        vocab_size=8192, hidden_dim=768, mlp_dim=2048, num_layers=8, num_heads=12, num_kv_heads=4, seq_len=1024, batch=4
     ),
 }
-BATCH = 8
 PEAK_N = 2048  # the peak is the best rate of an n x n x n fp32 matmul (XLA's YNNPACK kernel)
 LR, WD, CLIP, BETAS, EPS = 1e-3, 0.1, 1.0, (0.9, 0.95), 1e-8
 
@@ -53,11 +62,16 @@ def flops_per_token(c: dict) -> float:
     return 6.0 * n + 12 * c["num_layers"] * c["num_heads"] * hd * c["seq_len"]
 
 
+def model_dims(c: dict) -> dict:
+    """The config without its batch size: the ``LlamaConfig`` fields."""
+    return {k: v for k, v in c.items() if k != "batch"}
+
+
 def batches(c: dict, n: int = 4):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    return [rng.integers(1, c["vocab_size"], size=(BATCH, c["seq_len"] + 1), dtype=np.int64) for _ in range(n)]
+    return [rng.integers(1, c["vocab_size"], size=(c["batch"], c["seq_len"] + 1), dtype=np.int64) for _ in range(n)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -77,7 +91,7 @@ def jax_worker(c: dict, variant: dict):
     if variant.get("tune_malloc", True):
         keep_large_buffers_mapped()  # as train() does on CPU
 
-    cfg = LlamaConfig(**c, **variant.get("model", {}))
+    cfg = LlamaConfig(**model_dims(c), **variant.get("model", {}))
     opt = OptimizerConfig(
         learning_rate=LR,
         weight_decay=WD,
@@ -201,7 +215,8 @@ def torch_worker(c: dict, variant: dict):
     def step():
         t = data[holder["i"] % len(data)]
         holder["i"] += 1
-        loss = loss_fn(t[:, :-1], t[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.get("compute_dtype") == "bfloat16"):
+            loss = loss_fn(t[:, :-1], t[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()
@@ -233,7 +248,7 @@ def levanter_worker(c: dict, variant: dict):
         num_kv_heads=c["num_kv_heads"],
         gradient_checkpointing=False,
     )
-    Vocab, Batch, Pos = hax.Axis("vocab", c["vocab_size"]), hax.Axis("batch", BATCH), cfg.max_Pos
+    Vocab, Batch, Pos = hax.Axis("vocab", c["vocab_size"]), hax.Axis("batch", c["batch"]), cfg.max_Pos
     model = cfg.model_type.init(Vocab, cfg, key=jax.random.PRNGKey(0))
     opt = AdamConfig(
         learning_rate=LR,
@@ -376,15 +391,28 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def peer_specs(peers: list[str], variants: dict[str, dict]) -> list[tuple[str, Path, str, dict, dict]]:
+def export_revision(rev: str) -> Path:
+    """The ``marin`` package as of git revision ``rev``, exported to a temporary directory (for a
+    before/after peer: the same worker code runs against that older trainer)."""
+    out = Path(tempfile.mkdtemp(prefix="trainer-bench-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "marin"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
+def peer_specs(
+    peers: list[str], variants: dict[str, dict], baselines: dict[str, Path] | None = None, dtype: str = "float32"
+):
+    """``(name, python, worker kind, variant, env)`` per peer, JAX variant and baseline revision."""
     specs = []
+    compute = {"compute_dtype": dtype}  # bf16: our PrecisionPolicy, torch.autocast; parameters stay fp32
     for peer in peers:
         if peer == "jax":
-            specs.append(("jax", PROJECT_PY, "jax", {}, {}))
+            specs.append(("jax", PROJECT_PY, "jax", compute, {}))
         elif peer in ("torch_eager", "torch_compile"):
             python = ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
             if python:
-                specs.append((peer, python, "torch_eager", {"compile": peer == "torch_compile"}, {}))
+                specs.append((peer, python, "torch_eager", {"compile": peer == "torch_compile", **compute}, {}))
         elif peer == "levanter":
             python = ensure_venv(LEVANTER_VENV, ["--pre", "marin-levanter", "gitpython"])
             if python:
@@ -394,12 +422,14 @@ def peer_specs(peers: list[str], variants: dict[str, dict]) -> list[tuple[str, P
     for name, spec in variants.items():  # extra JAX variants: --variant NAME='{"model": {...}}'
         env = spec.pop("env", {})
         specs.append((name, PROJECT_PY, "jax", spec, env))
+    for rev, root in (baselines or {}).items():  # --baseline REV: our step as of an older commit
+        specs.append((f"jax@{rev}", PROJECT_PY, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
     return specs
 
 
 def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak: float) -> dict:
     c = CONFIGS[config]
-    tokens_per_step = BATCH * c["seq_len"]
+    tokens_per_step = c["batch"] * c["seq_len"]
     workers = []
     for name, python, kind, variant, env in specs:
         try:
@@ -449,7 +479,7 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="{}", help=argparse.SUPPRESS)
-    parser.add_argument("--configs", nargs="+", default=["nano", "small"], choices=sorted(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=["nano", "small", "medium"], choices=list(CONFIGS))
     parser.add_argument("--peers", nargs="+", default=["jax", "torch_eager", "torch_compile", "levanter"])
     parser.add_argument(
         "--jax-variant",
@@ -458,6 +488,19 @@ def main() -> None:
         metavar="NAME=JSON",
         help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\' or '
         'fp8=\'{"compute_dtype": "bfloat16", "matmul_dtype": "float8"}\'',
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="also run our step as of this git revision (before/after), e.g. --baseline main",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="compute dtype of jax and torch (bfloat16: fp32 parameters, bf16 matmuls)",
     )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds-per-turn", type=float, default=3.0)
@@ -473,10 +516,13 @@ def main() -> None:
         "peak_flops": peak,
         "cpu_count": os.cpu_count(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "dtype": args.dtype,
+        "load_avg_before": os.getloadavg(),
         "configs": {},
     }
+    baselines = {rev: export_revision(rev) for rev in args.baseline}
     for config in args.configs:
-        specs = peer_specs(args.peers, {k: json.loads(v) for k, v in variants.items()})
+        specs = peer_specs(args.peers, {k: json.loads(v) for k, v in variants.items()}, baselines, args.dtype)
         report["configs"][config] = res = bench_config(config, specs, args.rounds, args.seconds_per_turn, peak)
         base = res.get("jax")
         print(f"\n{config}: tokens/s median [min-max], MFU, compile (first step) s")
@@ -486,6 +532,8 @@ def main() -> None:
                 f"  {name:16s} {r['tokens_per_s']:8.0f} [{r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f}]"
                 f"  MFU {r['mfu']:6.1%}  compile {r['compile_s']:5.1f}s  tok/cpu-s {r['tokens_per_cpu_s']:6.0f}{ratio}"
             )
+    report["load_avg_after"] = os.getloadavg()
+    print(f"\nload average (1, 5, 15 min): before {report['load_avg_before']}, after {report['load_avg_after']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {RESULTS}")
