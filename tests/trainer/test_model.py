@@ -238,12 +238,12 @@ def _grad_temp_bytes(cfg):
 
 def test_remat_lowers_peak_temp_memory_of_the_layer_scan():
     """8 scanned layers, seq 256, batch 8: without remat the backward keeps every layer's activations
-    (attention scores dominate). Measured temp memory: none 268 MB, minimal 74 MB (3.6x less), full
-    45 MB (5.9x less); asserted with margin: >= 3x and >= 5x. (Unrolled layers, the CPU default, gain
-    ~3% on XLA:CPU: docs/trainer.md.)"""
+    (attention probabilities dominate). Measured temp memory with the blockwise CPU attention: none 164 MB,
+    minimal 55 MB (3.0x less), full 29 MB (5.6x less); asserted with margin: >= 2.5x and >= 5x. (Unrolled
+    layers, the CPU default, gain ~3% on XLA:CPU: docs/trainer.md.)"""
     cfg = tiny_model(num_layers=8, seq_len=256, scan_layers=True)
     none, minimal, full = (_grad_temp_bytes(dataclasses.replace(cfg, remat=r)) for r in ("none", "minimal", "full"))
-    assert none >= 3 * minimal, (none, minimal)
+    assert none >= 2.5 * minimal, (none, minimal)
     assert none >= 5 * full, (none, full)
 
 
