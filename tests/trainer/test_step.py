@@ -1,5 +1,6 @@
 """The jitted step: gradient accumulation equals the big batch, precision policy, donation, EMA."""
 
+import dataclasses
 import re
 
 import jax
@@ -84,16 +85,19 @@ def _matmul_operand_types(cfg, compute_dtype):
     return [tuple(re.findall(r"tensor<[^>]*x(\w+)>", line.rsplit(":", 1)[1].split("->")[0])) for line in dots]
 
 
-def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny):
+@pytest.mark.parametrize("backend,fp32_per_layer", [("blockwise", 0), ("xla", 2)])
+def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny, backend, fp32_per_layer):
     """Every matmul of the jitted step (projections, MLP, lm_head, attention scores and values, forward
-    and backward) takes bf16 operands under the bf16 policy, except exactly two per layer: the backward
-    of the attention scores (dq and dk), whose cotangent is the softmax gradient, which JAX's XLA
-    attention keeps in fp32. The fp32 policy has no bf16 matmul, so the test sees the policy."""
-    bf16, fp32 = _matmul_operand_types(tiny, "bfloat16"), _matmul_operand_types(tiny, "float32")
-    assert len(bf16) == len(fp32) > 10 * tiny.num_layers  # the whole step, not a fragment of it
+    and backward) takes bf16 operands under the bf16 policy. With the CPU default (``blockwise``, whose
+    backward is written by hand) that is all of them; JAX's XLA attention keeps the softmax gradient in
+    fp32, so there exactly two per layer (dq and dk) take an fp32 operand. The fp32 policy has no bf16
+    matmul, so the test sees the policy."""
+    cfg = dataclasses.replace(tiny, attention_backend=backend)
+    bf16, fp32 = _matmul_operand_types(cfg, "bfloat16"), _matmul_operand_types(cfg, "float32")
+    assert len(bf16) == len(fp32) > 10 * cfg.num_layers  # the whole step, not a fragment of it
     assert all(types == ("f32", "f32") for types in fp32), set(fp32)
     not_bf16 = [types for types in bf16 if types != ("bf16", "bf16")]
-    assert not_bf16 == [("f32", "bf16")] * (2 * tiny.num_layers), not_bf16
+    assert not_bf16 == [("f32", "bf16")] * (fp32_per_layer * cfg.num_layers), not_bf16
 
 
 def test_step_donates_state_counts_steps_and_updates_ema(tiny):
