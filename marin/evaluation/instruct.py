@@ -136,14 +136,17 @@ def score_set(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, scorer: Scorer
     turns = turns_of(chat, items)
     replies = generate_replies(chat, cfg, params, turns, config)
     exact = [r.strip() == t.reference.strip() for r, t in zip(replies, turns)]
+    # Every turn's choices in one scorer call: its batches are then full (one call per turn padded each
+    # batch of 32 rows to a turn's 4 choices, 8x the forward passes).
+    requests = [(t.prompt.tolist(), _reply_ids(chat, t, c)) for t in turns for c in t.choices]
+    scores = iter(s for s, _ in scorer.loglikelihood(requests)) if requests else iter(())
     loglik: list[bool] = []
     by_kind: dict[str, dict[str, list[bool]]] = collections.defaultdict(lambda: {"exact": [], "loglik": []})
     for t, hit in zip(turns, exact):
         by_kind[t.kind]["exact"].append(hit)
         if t.choices:
-            requests = [(t.prompt.tolist(), _reply_ids(chat, t, c)) for c in t.choices]
-            scores = [s for s, _ in scorer.loglikelihood(requests)]
-            loglik.append(int(np.argmax(scores)) == t.gold)
+            turn_scores = [next(scores) for _ in t.choices]
+            loglik.append(int(np.argmax(turn_scores)) == t.gold)
             by_kind[t.kind]["loglik"].append(loglik[-1])
     encoded = [chat.encode(normalize_record(item)) for item in items]
     nll = scorer.token_nll([ids for ids, _ in encoded])

@@ -228,13 +228,27 @@ class Executor:
         return url
 
 
+def _critical_path_first(todo: list[PlannedStep]) -> list[PlannedStep]:
+    """``todo`` (topological) reordered so that, among steps ready together, the one heading the longest
+    chain of dependent steps is submitted first: on a full cluster it gets the free slot (the quickstart's
+    SFT run no longer queues behind the base model's evaluation). Still topological: a step heads a longer
+    chain than any step that depends on it."""
+    height = {p.identity: 0 for p in todo}
+    for p in reversed(todo):  # dependents come after their dependencies
+        for d in p.deps:
+            if d.identity in height:
+                height[d.identity] = max(height[d.identity], height[p.identity] + 1)
+    rank = {p.identity: i for i, p in enumerate(todo)}
+    return sorted(todo, key=lambda p: (-height[p.identity], rank[p.identity]))
+
+
 class _Run:
     """The state of one run's event loop: what is pending, in flight, watched, done or failed."""
 
     def __init__(self, executor: Executor, plan: Plan, todo: list[PlannedStep], done: set[str], runner):
         self.ex = executor
         self.plan = plan
-        self.pending = list(todo)  # topological order
+        self.pending = _critical_path_first(todo)
         self.done = set(done)
         self.failed: dict[str, str] = {}
         self.in_flight: dict[Any, tuple[PlannedStep, Lease]] = {}
@@ -245,6 +259,7 @@ class _Run:
         self.lease_losses: dict[str, str] = {}
         self.verified: set[str] = set()
         self.resubmits: dict[str, int] = {}
+        self.started_at: dict[str, float] = {}  # monotonic start of each step this run submitted
         self._task_of: dict[Lease, Any] = {}  # read by the heartbeat thread
         self._task_lock = threading.Lock()
         self.heartbeat = Heartbeat(executor.lease_config, on_lost=self._cancel_task_of)
@@ -325,6 +340,7 @@ class _Run:
             self._succeeded(p, waited=True)
             return
         logger.info("start   %s -> %s", p.identity, p.output_path)
+        self.started_at.setdefault(p.identity, time.monotonic())
         self._submit(p, config, lease)
 
     def _submit(self, p: PlannedStep, config: Any, lease: Lease) -> None:
@@ -440,7 +456,9 @@ class _Run:
             self.waited.append(p.identity)
             logger.info("reused  %s (completed by another executor)", p.identity)
         else:
-            logger.info("done    %s", p.identity)
+            started = self.started_at.get(p.identity)
+            took = f" ({time.monotonic() - started:.1f} s)" if started is not None else ""
+            logger.info("done    %s%s", p.identity, took)
 
     def _failed(self, p: PlannedStep, message: str) -> None:
         self.failed[p.identity] = message

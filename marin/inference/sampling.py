@@ -122,14 +122,20 @@ def decode_until(
     return text[:cut]
 
 
+PROMPT_BUCKET = 16
+
+
 def generate(cfg: LlamaConfig, params, prompts: Sequence[Sequence[int]], gen: GenerationConfig) -> list[list[int]]:
     """New tokens for each prompt (prompts may differ in length; each stops at a stop token or the limit)."""
     batch = len(prompts)
     lengths = np.asarray([len(p) for p in prompts])
     if lengths.min() < 1:
         raise ValueError("every prompt needs at least one token (e.g. the EOS/BOS token)")
-    max_len = int(lengths.max()) + gen.max_new_tokens
-    padded = np.zeros((batch, int(lengths.max())), np.int32)
+    # The prompt width is rounded up to a multiple of PROMPT_BUCKET: one compiled program serves every batch
+    # whose longest prompt falls in the bucket (the extra scan steps only emit tokens nobody reads).
+    width = -(-int(lengths.max()) // PROMPT_BUCKET) * PROMPT_BUCKET
+    max_len = width + gen.max_new_tokens
+    padded = np.zeros((batch, width), np.int32)
     for i, p in enumerate(prompts):
         padded[i, : len(p)] = p
     out = _generate_jit(cfg, gen, max_len)(

@@ -111,3 +111,21 @@ def test_mkdocs_build_strict(tmp_path):
         assert built.exists(), page
     index = (tmp_path / "site" / "index.html").read_text()
     assert "cdnjs" not in index and "Running on a Ray cluster" in index  # nothing fetched from a CDN to read it
+
+
+RESULT_FILE = re.compile(r"benchmarks/results/[\w.-]+\.json")
+
+
+def test_benchmark_numbers_in_the_docs_point_to_result_files_in_the_repository():
+    """A page quoting a benchmark names the JSON its numbers came from, and that file is tracked by git (a
+    number nobody can look up is not evidence)."""
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    named = {m.group(0): page.name for page in pages for m in RESULT_FILE.finditer(page.read_text())}
+    assert named, "no page names a benchmark result file"
+    tracked = set(
+        subprocess.run(
+            ["git", "ls-files", "benchmarks/results"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    missing = {path: page for path, page in named.items() if path not in tracked}
+    assert not missing, f"result files named by the docs but not in the repository: {missing}"

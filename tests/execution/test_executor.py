@@ -229,3 +229,17 @@ def test_pip_extras_run_the_step_in_a_runtime_env_with_those_extras(tmp_path):
     probe = json.loads(open(os.path.join(result.plan.steps[0].output_path, "probe.json")).read())
     assert "runtime_resources/pip" in probe["python"]  # not the driver's interpreter
     assert probe["version"]
+
+
+def test_ready_steps_start_longest_chain_first(tmp_path):
+    """With one slot free, the ready step heading the longest chain of dependents goes first (the
+    quickstart's SFT run before the base model's evaluation), whatever order the targets are listed in."""
+    calls = tmp_path / "calls"
+    root = trace(calls, "root")
+    leaf = trace(calls, "leaf", root)  # nothing depends on it
+    head = trace(calls, "head", root)
+    tail = trace(calls, "tail", head)
+    Executor(prefix=str(tmp_path / "store"), max_concurrent=1, poll_s=0.05).run([leaf, tail])
+    start = {n: float(open(calls / f"{n}.calls").read().split()[1]) for n in ("root", "leaf", "head", "tail")}
+    assert start["root"] < start["head"] < start["leaf"], start
+    assert start["head"] < start["tail"], start
