@@ -35,7 +35,7 @@ chromium:
 # servers, CPU torch + transformers from export-test, lm-eval and playwright from dev, Debian chromium) is an
 # error naming it (tests/requirements.py). Every one of them is installed by the two prerequisites.
 test: $(VENV)/.installed-dev chromium lint
-	MARIN_REQUIRE_ALL=1 $(PY) -m pytest -q
+	MARIN_REQUIRE_ALL=1 $(PY) -m pytest -q --durations=25
 
 # One formatter and linter for the whole tree (settings in pyproject.toml); `ruff format .` fixes the layout.
 lint: $(VENV)/.installed-dev

@@ -1,17 +1,19 @@
 """Throughput of the extract and classify steps against their libraries called in a plain loop.
 
-    python benchmarks/web_data_bench.py [--pages_per_domain 1000] [--workers 2] [--repeat_docs 10]
+    python benchmarks/web_data_bench.py [--pages_per_domain 3000] [--workers 2] [--repeat_docs 10] [--rounds 3]
 
 - extractors: resiliparse vs trafilatura on the bundled pages: share of main-text words recovered, share of
   boilerplate words leaked (``marin.extract.measure``), pages/s in one process.
 - extract: pages/s of ``extract_pages`` (reading WARC, charset detection, extraction, writing documents and
-  skips) vs ``extract_text`` over the same pages already decoded in memory: one process vs
+  skips) vs ``extract_text`` over the same pages already decoded in memory (the extractor's ceiling), and vs
+  a plain script that reads each WARC file, extracts its pages and writes the texts: one process vs
   ``use_ray=False``, and ``workers`` processes (multiprocessing) vs ``workers`` Ray tasks.
 - classify: documents/s of ``classify_documents`` (reading documents, scoring, writing attribute files) vs
   fastText's own ``predict(list, k=-1)`` on the same texts already on one line in memory, and vs a plain
   script that reads each file, predicts on its list and writes the scores; likewise on one and N cores.
 
-Ray is started before any timing. Prints one JSON object; docs/data_quality.md records the numbers.
+Ray is started before any timing. Prints one JSON object and writes it to ``benchmarks/results/web_data_bench.json``;
+docs/data_quality.md records the numbers.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import json
 import multiprocessing
 import os
 import shutil
+import statistics
 import tempfile
 import time
+from pathlib import Path
 
 from marin.corpus import CorpusConfig, generate_corpus
 from marin.extract import ExtractConfig, ExtractorConfig, decode_html, extract_pages, extract_text
@@ -34,10 +38,26 @@ from marin.storage.shards import list_shards
 from marin.storage.warc import read_warc
 
 EXTRACTOR = ExtractorConfig()
+RESULTS = Path(__file__).resolve().parent / "results" / "web_data_bench.json"
 
 
 def _extract_chunk(htmls: list[str]) -> int:
     return sum(len(extract_text(h, EXTRACTOR)) for h in htmls)
+
+
+def _extract_script(args) -> int:
+    """What a user would write without the step: read each WARC file, extract every page, write the texts."""
+    files, out_dir = args
+    n = 0
+    for i, url in enumerate(files):
+        rows = []
+        for page in read_warc(url):
+            html, _ = decode_html(page.payload, page.content_type)
+            text = extract_text(html, EXTRACTOR) if html is not None else ""
+            if text:
+                rows.append({"id": page.record_id, "text": text, "url": page.url})
+        n += write_records(f"{out_dir}/{os.getpid()}-{i}.jsonl.gz", rows)
+    return n
 
 
 def _predict_chunk(args) -> int:
@@ -91,7 +111,32 @@ def compare_extractors(root: str) -> dict:
     return out
 
 
-def bench_extract(root: str, work: str, workers: int) -> dict:
+def rounds(runs: dict[str, callable], n: int) -> dict[str, float]:
+    """Median seconds of each zero-argument run, over ``n`` rounds run round-robin (alternating who goes
+    first), so background load on a shared machine hits every side alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(n):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t = time.perf_counter()
+            runs[name]()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _fresh(work: str, name: str):
+    """A new output directory per call (the steps skip finished work; every round must redo it)."""
+    counter = iter(range(1_000_000))
+    return lambda: f"{work}/{name}-{next(counter)}"
+
+
+def _rates(count: int, seconds: dict[str, float], step: str, peers: list[str], unit: str) -> dict:
+    out = {f"{name}_{unit}_per_s": round(count / t, 1) for name, t in seconds.items()}
+    out.update({f"step_ratio_to_{peer}": round(seconds[peer] / seconds[step], 3) for peer in peers})
+    return out
+
+
+def bench_extract(root: str, work: str, workers: int, n_rounds: int) -> dict:
     shards = list_shards(os.path.join(root, "web"), suffixes=(".warc.gz",), field="web")
     htmls = []
     for s in shards:
@@ -100,39 +145,41 @@ def bench_extract(root: str, work: str, workers: int) -> dict:
             if html is not None:
                 htmls.append(html)
     pages = sum(1 for s in shards for _ in read_warc(s.url))
-    t = time.perf_counter()
-    _extract_chunk(htmls)
-    loop_1 = time.perf_counter() - t
+    files = [s.url for s in shards]
+    web = os.path.join(root, "web")
+    out = _fresh(work, "extract")
+    _extract_script((files[:1], out()))  # first-use costs (imports, regexes) out of every timing
+    one = rounds(
+        {
+            "plain_loop": lambda: _extract_chunk(htmls),
+            "plain_script": lambda: _extract_script((files, out())),
+            "step": lambda: extract_pages(ExtractConfig(input_path=web, output_path=out(), use_ray=False)),
+        },
+        n_rounds,
+    )
+    # Ray's workers are warmed (imports) by a first run, as the pool is by its first map.
+    extract_pages(ExtractConfig(input_path=web, output_path=out(), max_workers=workers))
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        pool.map(_extract_chunk, [htmls[:workers]] * workers)  # warm the workers' imports
-        t = time.perf_counter()
-        pool.map(_extract_chunk, _split(htmls, workers))
-        loop_n = time.perf_counter() - t
-    t = time.perf_counter()
-    extract_pages(ExtractConfig(input_path=os.path.join(root, "web"), output_path=f"{work}/x1", use_ray=False))
-    step_1 = time.perf_counter() - t
-    # Warm Ray's workers (imports) as the pool above was warmed: time the second run.
-    extract_pages(ExtractConfig(input_path=os.path.join(root, "web"), output_path=f"{work}/xw", max_workers=workers))
-    t = time.perf_counter()
-    extract_pages(ExtractConfig(input_path=os.path.join(root, "web"), output_path=f"{work}/xn", max_workers=workers))
-    step_n = time.perf_counter() - t
+        pool.map(_extract_script, [(files[:1], out())] * workers)
+        many = rounds(
+            {
+                "plain_loop": lambda: pool.map(_extract_chunk, _split(htmls, workers)),
+                "plain_script": lambda: pool.map(_extract_script, [(c, out()) for c in _split(files, workers)]),
+                "step": lambda: extract_pages(ExtractConfig(input_path=web, output_path=out(), max_workers=workers)),
+            },
+            n_rounds,
+        )
+    peers = ["plain_loop", "plain_script"]
     return {
         "pages": pages,
         "files": len(shards),
-        "one_core": {
-            "plain_loop_pages_per_s": round(len(htmls) / loop_1, 1),
-            "step_pages_per_s": round(pages / step_1, 1),
-            "ratio": round(loop_1 / step_1, 3),
-        },
-        f"{workers}_workers": {
-            "plain_loop_pages_per_s": round(len(htmls) / loop_n, 1),
-            "step_pages_per_s": round(pages / step_n, 1),
-            "ratio": round(loop_n / step_n, 3),
-        },
+        "rounds": n_rounds,
+        "one_core": _rates(pages, one, "step", peers, "pages"),
+        f"{workers}_workers": _rates(pages, many, "step", peers, "pages"),
     }
 
 
-def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
+def bench_classify(root: str, work: str, workers: int, repeat: int, n_rounds: int) -> dict:
     model_dir = f"{work}/model"
     train_classifier(
         TrainClassifierConfig(
@@ -144,72 +191,62 @@ def bench_classify(root: str, work: str, workers: int, repeat: int) -> dict:
             fasttext=FastTextConfig(),  # the lab default: dim 64, word bigrams, 200k buckets
         )
     )
-    docs = [d for f in find_record_files(f"{work}/x1/documents") for d in read_documents(f)]
+    extract_pages(ExtractConfig(input_path=os.path.join(root, "web"), output_path=f"{work}/pages", use_ray=False))
+    docs = [d for f in find_record_files(f"{work}/pages/documents") for d in read_documents(f)]
     # More documents than the corpus has, as several shards, so that workers have something to share.
     files = max(2 * workers, 8)
     per = len(docs) * repeat // files
     everything = [{**d, "id": f"{d['id']}-{r}"} for r in range(repeat) for d in docs]
     for i in range(files):
         write_records(f"{work}/docs/shard-{i:05d}.jsonl.gz", everything[i * per : (i + 1) * per])
-    texts = [d["text"] for d in everything[: files * per]]
-    lines = [fasttext_line(t, 5_000) for t in texts]
+    lines = [fasttext_line(d["text"], 5_000) for d in everything[: files * per]]
     model = f"{model_dir}/model.bin"
-    t = time.perf_counter()
-    _predict_chunk((model, lines))
-    loop_1 = time.perf_counter() - t
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        pool.map(_predict_chunk, [(model, lines[:10])] * workers)
-        t = time.perf_counter()
-        pool.map(_predict_chunk, [(model, chunk) for chunk in _split(lines, workers)])
-        loop_n = time.perf_counter() - t
     shard_files = sorted(find_record_files(f"{work}/docs"))
-    t = time.perf_counter()
-    _plain_script((model, shard_files, f"{work}/plain1"))
-    script_1 = time.perf_counter() - t
+    out = _fresh(work, "classify")
+
+    def step(**kw):
+        return lambda: classify_documents(
+            ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=out(), **kw)
+        )
+
+    _predict_chunk((model, lines[:10]))
+    one = rounds(
+        {
+            "predict": lambda: _predict_chunk((model, lines)),
+            "plain_script": lambda: _plain_script((model, shard_files, out())),
+            "step": step(use_ray=False),
+        },
+        n_rounds,
+    )
+    step(max_workers=workers)()  # warms Ray's workers
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         pool.map(_predict_chunk, [(model, lines[:10])] * workers)
-        t = time.perf_counter()
-        pool.map(_plain_script, [(model, chunk, f"{work}/plainn") for chunk in _split(shard_files, workers)])
-        script_n = time.perf_counter() - t
-    t = time.perf_counter()
-    classify_documents(
-        ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/c1", use_ray=False)
-    )
-    step_1 = time.perf_counter() - t
-    classify_documents(
-        ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/cw", max_workers=workers)
-    )
-    t = time.perf_counter()
-    classify_documents(
-        ClassifyConfig(input_path=f"{work}/docs", model_path=model_dir, output_path=f"{work}/cn", max_workers=workers)
-    )
-    step_n = time.perf_counter() - t
-    n = len(lines)
+        many = rounds(
+            {
+                "predict": lambda: pool.map(_predict_chunk, [(model, c) for c in _split(lines, workers)]),
+                "plain_script": lambda: pool.map(
+                    _plain_script, [(model, c, out()) for c in _split(shard_files, workers)]
+                ),
+                "step": step(max_workers=workers),
+            },
+            n_rounds,
+        )
+    peers = ["predict", "plain_script"]
     return {
-        "documents": n,
+        "documents": len(lines),
         "files": files,
-        "one_core": {
-            "predict_docs_per_s": round(n / loop_1, 1),
-            "plain_script_docs_per_s": round(n / script_1, 1),
-            "step_docs_per_s": round(n / step_1, 1),
-            "ratio_to_predict": round(loop_1 / step_1, 3),
-            "ratio_to_plain_script": round(script_1 / step_1, 3),
-        },
-        f"{workers}_workers": {
-            "predict_docs_per_s": round(n / loop_n, 1),
-            "plain_script_docs_per_s": round(n / script_n, 1),
-            "step_docs_per_s": round(n / step_n, 1),
-            "ratio_to_predict": round(loop_n / step_n, 3),
-            "ratio_to_plain_script": round(script_n / step_n, 3),
-        },
+        "rounds": n_rounds,
+        "one_core": _rates(len(lines), one, "step", peers, "docs"),
+        f"{workers}_workers": _rates(len(lines), many, "step", peers, "docs"),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pages_per_domain", type=int, default=1000)
+    parser.add_argument("--pages_per_domain", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat_docs", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per measurement (median)")
     args = parser.parse_args()
     os.environ.setdefault("MARIN_PROGRESS", "0")
     import ray
@@ -232,10 +269,13 @@ def main() -> None:
         result = {
             "cpus": os.cpu_count(),
             "extractors": compare_extractors(root),
-            "extract": bench_extract(root, work, args.workers),
+            "extract": bench_extract(root, work, args.workers, args.rounds),
         }
-        result["classify"] = bench_classify(root, work, args.workers, args.repeat_docs)
+        result["classify"] = bench_classify(root, work, args.workers, args.repeat_docs, args.rounds)
+        result["load_avg"] = os.getloadavg()
         print(json.dumps(result, indent=2))
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(result, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         ray.shutdown()

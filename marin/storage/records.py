@@ -17,6 +17,10 @@ Every data step reads and writes documents through this module, so the rules liv
   rename it (locally) or move it (object stores) only when ``close()`` is reached without an error.
   Compressed output is byte-for-byte deterministic (gzip without a timestamp), so two runs that write
   the same records produce identical files.
+- Speed (``benchmarks/web_data_bench.py``): lines are parsed with orjson (the stdlib parser only re-reads a
+  line orjson refuses, so what is accepted and every error message stay the stdlib's); records are encoded
+  by one reused stdlib encoder (NaN stays ``NaN``, as before) and handed to the compressor in ~1 MiB
+  batches; gzip writes at level 1 (3x faster than 6 on documents, files ~15% larger).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, Literal
+
+import orjson
 
 from marin.storage.fence import check_fence
 from marin.storage.paths import filesystem, is_local, local_path, open_url
@@ -229,6 +235,16 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
 
 def _parse_json_line(raw_line: bytes) -> tuple[dict | None, str | None]:
     try:
+        record = orjson.loads(raw_line)
+    except orjson.JSONDecodeError:  # NaN, huge ints, lone surrogates, or really malformed: the stdlib decides
+        return _parse_json_line_stdlib(raw_line)
+    if not isinstance(record, dict):
+        return None, f"expected a JSON object, got {type(record).__name__}"
+    return record, None
+
+
+def _parse_json_line_stdlib(raw_line: bytes) -> tuple[dict | None, str | None]:
+    try:
         text = raw_line.decode("utf-8")
     except UnicodeDecodeError as e:
         return None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
@@ -256,6 +272,10 @@ def _parquet_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
                 yield row, record, None
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps(ensure_ascii=False) builds a new one per call
+_WRITE_BATCH_BYTES = 1 << 20
+
+
 class RecordWriter:
     """Write records to ``url`` (format from its name); the file appears only after a clean ``close()``.
 
@@ -270,6 +290,8 @@ class RecordWriter:
         self._raw = open_url(self._tmp, "wb")
         self._closed = False
         self._rows: list[dict] = []
+        self._pending: list[bytes] = []  # encoded JSONL lines not yet handed to the compressor
+        self._pending_bytes = 0
         self._parquet = None
         kind = compression_of(url)
         if self.format == "parquet":
@@ -277,7 +299,7 @@ class RecordWriter:
         elif kind == "gzip":
             # mtime=0 and no file name in the header: identical records give identical bytes.
             self._out = gzip.GzipFile(
-                filename="", fileobj=self._raw, mode="wb", mtime=0, compresslevel=compression_level or 6
+                filename="", fileobj=self._raw, mode="wb", mtime=0, compresslevel=compression_level or 1
             )
         elif kind == "zstd":
             import zstandard
@@ -292,8 +314,18 @@ class RecordWriter:
             if len(self._rows) >= _PARQUET_BATCH_ROWS:
                 self._flush_parquet()
         else:
-            self._out.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+            line = _ENCODER.encode(record).encode("utf-8")
+            self._pending.append(line)
+            self._pending_bytes += len(line) + 1
+            if self._pending_bytes >= _WRITE_BATCH_BYTES:
+                self._flush_lines()
         self.count += 1
+
+    def _flush_lines(self) -> None:
+        if self._pending:
+            self._pending.append(b"")  # the last line's newline
+            self._out.write(b"\n".join(self._pending))
+            self._pending, self._pending_bytes = [], 0
 
     def write_all(self, records: Iterable[dict]) -> None:
         for record in records:
@@ -329,8 +361,10 @@ class RecordWriter:
                     )
                 else:
                     self._parquet.close()
-            elif self._out is not self._raw:
-                self._out.close()
+            else:
+                self._flush_lines()
+                if self._out is not self._raw:
+                    self._out.close()
             self._raw.close()
             _move_into_place(self._tmp, self.url)
         except BaseException:
