@@ -17,8 +17,9 @@ Every data step reads and writes documents through this module, so the rules liv
   rename it (locally) or move it (object stores) only when ``close()`` is reached without an error.
   Compressed output is byte-for-byte deterministic (gzip without a timestamp), so two runs that write
   the same records produce identical files.
-- Speed (``benchmarks/web_data_bench.py``): lines are parsed with orjson (the stdlib parser only re-reads a
-  line orjson refuses, so what is accepted and every error message stay the stdlib's); records are encoded
+- Speed (``benchmarks/web_data_bench.py``): lines are parsed with orjson; the stdlib parser re-reads a line
+  orjson refuses and any line holding a float of magnitude >= 2^63 (orjson turns integers beyond 64 bits into
+  such floats), so what is accepted, every value and every error message stay the stdlib's; records are encoded
   by one reused stdlib encoder (NaN stays ``NaN``, as before) and handed to the compressor in ~1 MiB
   batches; gzip writes at level 1 (3x faster than 6 on documents, files ~15% larger).
 """
@@ -233,10 +234,28 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
             raise
 
 
+def _huge_float_inside(value: Any) -> bool:
+    """Whether a parsed value holds a float of magnitude >= 2^63: orjson turns integers beyond 64 bits into
+    such floats (silently), so a line holding one is re-read by the stdlib parser."""
+    kind = type(value)
+    if kind is float:
+        return abs(value) >= 9.2e18
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        return False
+    for item in value:
+        if type(item) is not str and _huge_float_inside(item):
+            return True
+    return False
+
+
 def _parse_json_line(raw_line: bytes) -> tuple[dict | None, str | None]:
     try:
         record = orjson.loads(raw_line)
-    except orjson.JSONDecodeError:  # NaN, huge ints, lone surrogates, or really malformed: the stdlib decides
+    except orjson.JSONDecodeError:  # NaN, lone surrogates, or really malformed: the stdlib decides
+        return _parse_json_line_stdlib(raw_line)
+    if _huge_float_inside(record):
         return _parse_json_line_stdlib(raw_line)
     if not isinstance(record, dict):
         return None, f"expected a JSON object, got {type(record).__name__}"

@@ -146,3 +146,39 @@ def test_find_record_files_skips_metadata_and_work_dirs(tmp_path):
         "c.parquet",
     ]
     assert find_record_files(f"{tmp_path}/*/*.jsonl*") == [f"{tmp_path}/a/1.jsonl", f"{tmp_path}/b/2.jsonl.gz"]
+
+
+def test_lines_the_fast_parser_refuses_read_as_the_stdlib_reads_them(tmp_path):
+    """orjson parses lines; what it refuses but Python's json accepts (NaN/Infinity, integers beyond 64 bits,
+    lone surrogate escapes) must still read, with the stdlib's values."""
+    import json
+    import math
+
+    lines = [
+        '{"id": "nan", "text": "t", "score": NaN, "inf": -Infinity}',
+        '{"id": "big", "text": "t", "n": 123456789012345678901234567890}',
+        '{"id": "surrogate", "text": "\\ud800 alone"}',
+        '{"id": "plain", "text": "ünïcode ✓", "x": 1.5e-7}',
+    ]
+    path = tmp_path / "odd.jsonl.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    got = list(read_documents(str(path)))
+    want = [json.loads(line) for line in lines]
+    assert [d["id"] for d in got] == ["nan", "big", "surrogate", "plain"]
+    assert math.isnan(got[0]["score"]) and got[0]["inf"] == -math.inf
+    assert got[1:] == want[1:]
+
+
+def test_batched_writes_give_the_lines_json_dumps_gives(tmp_path):
+    """Lines are buffered and handed to the compressor ~1 MiB at a time: the file must still hold exactly
+    one ``json.dumps(record, ensure_ascii=False)`` per line, in order, NaN kept as NaN, across batches."""
+    import json
+    import math
+
+    records = [*DOCS, {"id": "nan", "text": "t", "score": float("nan")}] * 60  # ~20 MB: many batches
+    write_records(str(tmp_path / "out.jsonl.gz"), records)
+    with gzip.open(tmp_path / "out.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    assert lines[-1] == "" and len(lines) == len(records) + 1
+    assert lines[:-1] == [json.dumps(r, ensure_ascii=False) for r in records]
+    assert math.isnan(list(read_records(str(tmp_path / "out.jsonl.gz")))[5000]["score"])
