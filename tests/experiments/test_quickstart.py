@@ -143,3 +143,21 @@ def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
     assert out.returncode == 0, out.stderr
     actions = [line.split()[0] for line in out.stdout.splitlines() if line[:5] in ("run  ", "skip ", "wait ")]
     assert actions == ["run"] * len(quickstart.STEPS) and not (tmp_path / "s").exists()
+
+
+def test_run_only_a_data_step_runs_it_and_summarizes_nothing_it_did_not_run(tmp_path, ray_address):
+    """``--run_only`` plans no evaluation: the script must finish (it used to raise in ``summarize``)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}, "RAY_ADDRESS": ray_address}
+    store = tmp_path / "s"
+    out = subprocess.run(
+        [sys.executable, "experiments/quickstart.py", "--prefix", str(store), "--run_only", "corpus/instructions"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "quickstart results" not in out.stdout and "held-out instructions" not in out.stdout
+    ran = sorted(p.name for p in (store / "corpus").iterdir())
+    assert len(ran) == 1 and ran[0].startswith("instructions-"), ran  # that step only, no other corpus
