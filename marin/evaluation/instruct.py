@@ -139,7 +139,7 @@ def score_set(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, scorer: Scorer
     # Every turn's choices in one scorer call: its batches are then full (one call per turn padded each
     # batch of 32 rows to a turn's 4 choices, 8x the forward passes).
     requests = [(t.prompt.tolist(), _reply_ids(chat, t, c)) for t in turns for c in t.choices]
-    scores = iter(s for s, _ in scorer.loglikelihood(requests)) if requests else iter(())
+    scores = iter([s for s, _ in scorer.loglikelihood(requests)])
     loglik: list[bool] = []
     by_kind: dict[str, dict[str, list[bool]]] = collections.defaultdict(lambda: {"exact": [], "loglik": []})
     for t, hit in zip(turns, exact):

@@ -129,17 +129,22 @@ def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, 
     assert a == b  # the CLI and the export step write the same weights
 
 
-def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
-    assert quickstart.STEPS["checkpoints"].config.trainer.value.num_train_steps == 200
-    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    out = subprocess.run(
-        [sys.executable, "experiments/quickstart.py", "--dry_run", "true", "--prefix", str(tmp_path / "s")],
+def run_quickstart(*args: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``python experiments/quickstart.py *args`` from the repository root, output captured."""
+    return subprocess.run(
+        [sys.executable, "experiments/quickstart.py", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
+
+
+def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
+    assert quickstart.STEPS["checkpoints"].config.trainer.value.num_train_steps == 200
+    env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
+    out = run_quickstart("--dry_run", "true", "--prefix", str(tmp_path / "s"), env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     actions = [line.split()[0] for line in out.stdout.splitlines() if line[:5] in ("run  ", "skip ", "wait ")]
     assert actions == ["run"] * len(quickstart.STEPS) and not (tmp_path / "s").exists()
@@ -149,14 +154,7 @@ def test_run_only_a_data_step_runs_it_and_summarizes_nothing_it_did_not_run(tmp_
     """``--run_only`` plans no evaluation: the script must finish (it used to raise in ``summarize``)."""
     env = {**{k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}, "RAY_ADDRESS": ray_address}
     store = tmp_path / "s"
-    out = subprocess.run(
-        [sys.executable, "experiments/quickstart.py", "--prefix", str(store), "--run_only", "corpus/instructions"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = run_quickstart("--prefix", str(store), "--run_only", "corpus/instructions", env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "quickstart results" not in out.stdout and "held-out instructions" not in out.stdout
     ran = sorted(p.name for p in (store / "corpus").iterdir())
