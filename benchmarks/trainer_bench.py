@@ -88,7 +88,7 @@ def jax_worker(c: dict, variant: dict):
     import jax
     import numpy as np
 
-    from marin.trainer.cpu import keep_large_buffers_mapped
+    from marin.allocator import keep_large_buffers_mapped
     from marin.trainer.model import LlamaConfig, param_axes
     from marin.trainer.optim import OptimizerConfig
     from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step

@@ -8,6 +8,9 @@ Inside an executor step the code already runs in a Ray worker: ``ray.is_initiali
 tasks go to the same cluster. A worker blocked in ``ray.wait`` lends its CPU back to the cluster, so
 nested tasks cannot deadlock the step that waits for them. Outside Ray (a notebook, a benchmark) Ray is
 started by ``init_ray``, the policy the executor uses too, unless ``use_ray=False``.
+
+Every process that runs tasks (a Ray worker, or this one with ``use_ray=False``) first gets the data steps'
+malloc policy (``marin.allocator.keep_record_batches_mapped``): freed record batches stay mapped.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from marin.allocator import keep_record_batches_mapped
 from marin.logs import configure_logging
 from marin.progress import progress_bar
 
@@ -87,6 +91,7 @@ def iter_tasks(
     flight; the first failure cancels the rest and raises ``TaskFailed`` naming the task."""
     label = label or getattr(fn, "__name__", "task")
     if not use_ray:
+        keep_record_batches_mapped()
         for index, a in enumerate(args):
             try:
                 result = fn(*a)
@@ -131,4 +136,5 @@ def _iter_on_ray(fn, args, max_workers, num_cpus, memory, label) -> Iterator[tup
 
 def _call(fn, a):
     configure_logging()
+    keep_record_batches_mapped()
     return fn(*a)

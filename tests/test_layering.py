@@ -8,7 +8,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Leaf modules every layer may use: they import nothing from the lab.
-LEAVES = {"marin.identity", "marin.multihost", "marin.validation", "marin.progress", "marin.logs"}
+LEAVES = {"marin.allocator", "marin.identity", "marin.multihost", "marin.validation", "marin.progress", "marin.logs"}
 GROUND = {"marin.storage", *LEAVES}
 DATA_STEPS = {
     "marin.corpus",

@@ -17,10 +17,12 @@ Malformed input records (record-file inputs) follow ``on_error`` and are counted
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import posixpath
 import time
+from collections.abc import Iterator
 
 from marin.extract.config import ExtractConfig, ExtractorConfig
 from marin.extract.extractors import extract_text, extractor_version
@@ -44,6 +46,7 @@ DOCUMENTS_DIR = "documents"
 SKIPPED_DIR = "skipped"
 SUMMARY = "summary.json"
 SKIP_REASONS = ("binary", "undecodable", "no_text", "too_short", "extractor_error")
+PAGES_PER_BATCH = 256
 
 
 def extract_page(page: RawPage, extractor: ExtractorConfig, min_chars: int) -> tuple[str | None, str, str]:
@@ -62,6 +65,14 @@ def extract_page(page: RawPage, extractor: ExtractorConfig, min_chars: int) -> t
     return text, encoding, ""
 
 
+def _in_batches(pages: Iterator[RawPage]) -> Iterator[RawPage]:
+    """The same pages, each batch of ``PAGES_PER_BATCH`` read before the first of them is extracted: reading
+    a WARC page by page between extractions made both slower (the reader's and the parser's working memory
+    evict each other); batched, the step's pages/s rose ~10% (docs/data_quality.md)."""
+    while batch := list(itertools.islice(pages, PAGES_PER_BATCH)):
+        yield from batch
+
+
 def extract_shard(config: ExtractConfig, shard: Shard, work: str) -> dict:
     """Extract one input file; returns its counts (read back from the done-marker when already finished)."""
     done = read_done(work, shard)
@@ -75,9 +86,8 @@ def extract_shard(config: ExtractConfig, shard: Shard, work: str) -> dict:
         RecordWriter(join(config.output_path, DOCUMENTS_DIR, rel)) as docs,
         RecordWriter(join(config.output_path, SKIPPED_DIR, rel)) as skipped,
     ):
-        for page in read_pages(
-            shard.url, shard.rel, html_field=config.html_field, on_error=config.on_error, stats=stats
-        ):
+        pages = read_pages(shard.url, shard.rel, html_field=config.html_field, on_error=config.on_error, stats=stats)
+        for page in _in_batches(pages):
             counts["pages"] += 1
             text, info, detail = extract_page(page, config.extractor, config.min_chars)
             provenance = {"file": shard.rel, **page.provenance}

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
+from operator import itemgetter
 
 import numpy as np
 
@@ -80,12 +82,24 @@ def model_labels(model) -> list[str]:
 
 
 def predict_scores(model, lines: list[str]) -> list[dict[str, float]]:
-    """Probability of every label for each line (rounded to 6 digits, so output bytes are stable)."""
+    """Probability of every label for each line, keys sorted (rounded to 6 digits, so output bytes are stable)."""
     if not lines:
         return []
     labels, probs = model.predict(lines, k=-1)
-    cut = len(LABEL_PREFIX)
     values = np.minimum(np.asarray(probs, dtype=np.float64), 1.0).round(6).tolist()  # one C call, not one per row
-    return [
-        dict(sorted(zip((n[cut:] for n in names), row, strict=True))) for names, row in zip(labels, values, strict=True)
-    ]
+    layouts: dict[tuple[str, ...], tuple[list[str], Callable]] = {}  # fastText orders labels by score: few orders
+    scores = []
+    for names, row in zip(labels, values, strict=True):
+        key = tuple(names)
+        if key not in layouts:
+            layouts[key] = _sorted_layout(key)
+        sorted_names, pick = layouts[key]
+        scores.append(dict(zip(sorted_names, pick(row), strict=True)))
+    return scores
+
+
+def _sorted_layout(names: tuple[str, ...]) -> tuple[list[str], Callable]:
+    """For one order of fastText's labels: the names sorted, prefix cut, and a getter of a row in that order."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    pick = itemgetter(*order) if len(order) > 1 else (lambda row: row[:1])
+    return [names[i].removeprefix(LABEL_PREFIX) for i in order], pick

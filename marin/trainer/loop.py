@@ -29,11 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin.allocator import keep_large_buffers_mapped
 from marin.identity import result_dict, runtime_field
 from marin.storage import join
 from marin.trainer import distributed
 from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, restore_params
-from marin.trainer.cpu import keep_large_buffers_mapped
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
 from marin.trainer.model import LlamaConfig, param_axes

@@ -11,6 +11,7 @@ from marin.storage.records import (
     ReadStats,
     RecordError,
     RecordWriter,
+    encode_record,
     find_record_files,
     read_documents,
     read_records,
@@ -169,9 +170,9 @@ def test_lines_the_fast_parser_refuses_read_as_the_stdlib_reads_them(tmp_path):
     assert got[1:] == want[1:]
 
 
-def test_batched_writes_give_the_lines_json_dumps_gives(tmp_path):
+def test_batched_writes_keep_one_line_per_record_across_batches(tmp_path):
     """Lines are buffered and handed to the compressor ~1 MiB at a time: the file must still hold exactly
-    one ``json.dumps(record, ensure_ascii=False)`` per line, in order, NaN kept as NaN, across batches."""
+    one line per record, in order, each parsing back to its record (NaN kept as NaN), across batches."""
     import json
     import math
 
@@ -180,5 +181,49 @@ def test_batched_writes_give_the_lines_json_dumps_gives(tmp_path):
     with gzip.open(tmp_path / "out.jsonl.gz", "rt", encoding="utf-8") as f:
         lines = f.read().split("\n")
     assert lines[-1] == "" and len(lines) == len(records) + 1
-    assert lines[:-1] == [json.dumps(r, ensure_ascii=False) for r in records]
-    assert math.isnan(list(read_records(str(tmp_path / "out.jsonl.gz")))[5000]["score"])
+    assert [json.loads(line)["id"] for line in lines[:-1]] == [r["id"] for r in records]
+    assert lines[:-1] == [encode_record(r).decode() for r in records]
+    back = list(read_records(str(tmp_path / "out.jsonl.gz")))
+    assert math.isnan(back[5000]["score"]) and [r["id"] for r in back] == [r["id"] for r in records]
+
+
+def test_encoded_records_mean_what_the_stdlib_would_write():
+    """orjson writes the common case; wherever it would write something else the stdlib's line is written."""
+    import dataclasses
+    import json
+
+    import numpy as np
+
+    plain = {"id": "a", "text": "ünïcode ✓ and the word null", "n": 3, "x": 1.5e-7, "tags": ["a", None]}
+    line = encode_record(plain)
+    assert json.loads(line) == plain and b"\n" not in line and "ünïcode ✓".encode() in line  # UTF-8, not \u escapes
+    for record in (
+        {"id": "nan", "score": float("nan"), "inf": [float("-inf")]},  # orjson would write null
+        {"id": "big", "n": 2**70},  # orjson refuses
+        {"id": "keys", "counts": {1: 2}},  # orjson refuses non-string keys; the stdlib writes "1"
+        {"id": "numpy", "score": np.float64(0.25)},  # a float subclass
+    ):
+        assert encode_record(record) == json.dumps(record, ensure_ascii=False).encode(), record
+    with pytest.raises(UnicodeEncodeError):  # as before: a lone surrogate cannot be written as UTF-8
+        encode_record({"id": "s", "text": "\ud800"})
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    with pytest.raises(TypeError):  # orjson would write it; the stdlib (and so the writer) refuses
+        encode_record({"id": "d", "p": Point(1)})
+
+
+def test_lines_longer_than_a_read_chunk_and_a_last_line_without_newline(tmp_path):
+    records = [{"id": "long", "text": "word " * 500_000}, {"id": "after", "text": "x"}]  # 2.5 MB line
+    for suffix in (".jsonl", ".jsonl.gz", ".jsonl.zst"):
+        path = tmp_path / f"cut{suffix}"
+        write_records(str(path), records)
+        assert list(read_records(str(path))) == records
+    path = tmp_path / "no-newline.jsonl"
+    path.write_text('{"id": "a", "text": "x"}\n\n{"id": "b", "text": "y"}')
+    assert [r["id"] for r in read_records(str(path))] == ["a", "b"]
+    path.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": ')
+    with pytest.raises(RecordError, match=r"no-newline.jsonl:2: invalid JSON"):
+        list(read_records(str(path)))
