@@ -254,7 +254,8 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
 
 def _huge_float_inside(value: Any) -> bool:
     """Whether a parsed value holds a float of magnitude >= 2^63: orjson turns integers beyond 64 bits into
-    such floats (silently), so a line holding one is re-read by the stdlib parser."""
+    such floats (silently), so a line holding one is re-read by the stdlib parser. Runs on every record:
+    leaves are tested inline, only nested containers cost a call."""
     kind = type(value)
     if kind is float:
         return abs(value) >= 9.2e18
@@ -263,7 +264,11 @@ def _huge_float_inside(value: Any) -> bool:
     elif kind is not list:
         return False
     for item in value:
-        if type(item) is not str and _huge_float_inside(item):
+        kind = type(item)
+        if kind is float:
+            if abs(item) >= 9.2e18:
+                return True
+        elif (kind is dict or kind is list) and _huge_float_inside(item):
             return True
     return False
 
