@@ -11,9 +11,10 @@
   (~1 MiB of encoded lines, a few hundred parsed pages), frees it, and builds the next. With glibc's default
   (trim above 128 KiB) the freed heap top goes back to the OS after every batch and the next batch faults it
   in again: orjson encoding 10,000 small records into a batch took 2.3 us each instead of 0.17
-  (docs/data_quality.md). A trim threshold of 256 MiB keeps the batch's pages; fixing the mmap threshold at
-  glibc's own ceiling (32 MiB) keeps ~1 MiB read buffers on the heap too (setting any threshold turns off
-  glibc's adaptive one).
+  (docs/data_quality.md). A trim threshold of 64 MiB keeps the batch's pages (256 MiB measured no better);
+  fixing the mmap threshold at glibc's own ceiling (32 MiB) keeps ~1 MiB read buffers on the heap too
+  (setting any threshold turns off glibc's adaptive one). The price: a worker's resident memory may stay up
+  to 64 MiB above what it uses.
 
 ``mallopt`` takes an int, and glibc stores the thresholds as ``size_t``, so -1 means "never". Elsewhere
 (macOS, musl) both are no-ops with a debug message.
@@ -62,14 +63,14 @@ def keep_large_buffers_mapped() -> bool:
 
 
 def keep_record_batches_mapped() -> bool:
-    """The data steps' policy: keep up to 256 MiB of freed heap top, and blocks up to 32 MiB on the heap.
+    """The data steps' policy: keep up to 64 MiB of freed heap top, and blocks up to 32 MiB on the heap.
     Skipped (True) where the trainer's stronger policy already holds. True if applied."""
     if "large buffers" in _applied:
         return True
     return _mallopt(
         "record batches",
         (
-            (_M_TRIM_THRESHOLD, 256 << 20),
+            (_M_TRIM_THRESHOLD, 64 << 20),
             (_M_MMAP_THRESHOLD, 32 << 20),
         ),
     )
