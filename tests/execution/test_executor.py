@@ -166,6 +166,8 @@ def test_lost_lease_cancels_the_task_and_writes_nothing_over_the_new_holder(tmp_
 
     from marin.storage import read_versioned, replace_if_version
 
+    stolen = threading.Event()
+
     def steal():
         lease_url = join(out, ".executor_lease")
         for _ in range(400):
@@ -174,14 +176,17 @@ def test_lost_lease_cancels_the_task_and_writes_nothing_over_the_new_holder(tmp_
                 thief = json.dumps(
                     {"owner": "thief", "attempt": "t", "acquired": time.time(), "heartbeat": time.time()}
                 ).encode()
-                assert replace_if_version(lease_url, thief, blob.version) is not None
-                return
+                if replace_if_version(lease_url, thief, blob.version) is not None:
+                    stolen.set()
+                    return
+                continue  # a heartbeat rewrote the lease between our read and our write: read it again
             time.sleep(0.02)
 
     thread = threading.Thread(target=steal)
     thread.start()
     result = ex.run([slow])
     thread.join()
+    assert stolen.is_set(), "the thief never won the lease"
     identity = result.plan.steps[0].identity
     assert "taken over" in result.lease_losses[identity]
     events = read_events(out)
