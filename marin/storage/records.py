@@ -245,25 +245,34 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
             yield line_no + 1, *_parse_json_line(rest)
 
 
-def _huge_float_inside(value: Any) -> bool:
-    """Whether a parsed value holds a float of magnitude >= 2^63: orjson turns integers beyond 64 bits into
-    such floats (silently), so a line holding one is re-read by the stdlib parser. Runs on every record:
-    leaves are tested inline, only nested containers cost a call."""
+def _float_inside(value: Any, test: Callable[[float], bool]) -> bool:
+    """Whether a float passing ``test`` sits anywhere in ``value`` (through dicts, lists and tuples). Runs on
+    every record read: leaves are tested inline, only nested containers cost a call."""
     kind = type(value)
     if kind is float:
-        return abs(value) >= 9.2e18
+        return test(value)
     if kind is dict:
         value = value.values()
-    elif kind is not list:
+    elif kind is not list and kind is not tuple:
         return False
     for item in value:
         kind = type(item)
         if kind is float:
-            if abs(item) >= 9.2e18:
+            if test(item):
                 return True
-        elif (kind is dict or kind is list) and _huge_float_inside(item):
+        elif (kind is dict or kind is list or kind is tuple) and _float_inside(item, test):
             return True
     return False
+
+
+def _huge(value: float) -> bool:
+    """A magnitude >= 2^63: what orjson silently makes of an integer beyond 64 bits, so a line holding one is
+    re-read by the stdlib parser."""
+    return abs(value) >= 9.2e18
+
+
+def _non_finite(value: float) -> bool:
+    return not math.isfinite(value)
 
 
 def _parse_json_line(raw_line: bytes) -> tuple[dict | None, str | None]:
@@ -271,7 +280,7 @@ def _parse_json_line(raw_line: bytes) -> tuple[dict | None, str | None]:
         record = orjson.loads(raw_line)
     except orjson.JSONDecodeError:  # NaN, lone surrogates, or really malformed: the stdlib decides
         return _parse_json_line_stdlib(raw_line)
-    if _huge_float_inside(record):
+    if _float_inside(record, _huge):
         return _parse_json_line_stdlib(raw_line)
     if not isinstance(record, dict):
         return None, f"expected a JSON object, got {type(record).__name__}"
@@ -321,20 +330,9 @@ def encode_record(record: dict) -> bytes:
         line = orjson.dumps(record, option=_ORJSON_OPTIONS)
     except TypeError:
         return _ENCODER.encode(record).encode("utf-8")
-    if b"null" in line and _non_finite_inside(record):
+    if b"null" in line and _float_inside(record, _non_finite):
         return _ENCODER.encode(record).encode("utf-8")
     return line
-
-
-def _non_finite_inside(value: Any) -> bool:
-    kind = type(value)
-    if kind is float:
-        return not math.isfinite(value)
-    if kind is dict:
-        value = value.values()
-    elif kind is not list and kind is not tuple:
-        return False
-    return any(_non_finite_inside(item) for item in value)
 
 
 _WRITE_BATCH_BYTES = 1 << 20
