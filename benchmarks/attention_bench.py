@@ -2,11 +2,20 @@
 
     .venv/bin/python benchmarks/attention_bench.py                 # seq 1024 2048 4096, this platform's backends
     .venv/bin/python benchmarks/attention_bench.py --seqs 4096 8192 16384 --backends xla pallas --dtype bfloat16
+    python benchmarks/attention_bench.py --dtype bfloat16 --packed --check --heads 32 --kv-heads 8 --head-dim 128
 
-One step is ``jax.grad`` of ``sum(attention(q, k, v) * ct)`` with respect to q, k and v, jitted (causal,
-no segment ids; batch 1, 8 heads, head_dim 64 by default). Backends default to what the platform runs:
-``reference``, ``xla`` and ``blockwise`` everywhere, plus ``pallas`` on GPU and TPU and ``splash`` on TPU
-(on CPU both only interpret, which measures the interpreter, not the kernel).
+One step is ``jax.grad`` of ``sum(attention(q, k, v) * ct)`` with respect to q, k and v, jitted (causal;
+batch 1, 8 heads, head_dim 64 by default; ``--packed`` adds segment ids: ~8 documents of random lengths per
+row). Backends default to what the platform runs: ``reference``, ``xla`` and ``blockwise`` on CPU;
+``reference``, ``xla``, ``cudnn`` and ``pallas`` on GPU; ``splash`` and ``pallas`` join on TPU (on CPU
+``pallas`` and ``splash`` only interpret, which measures the interpreter, not the kernel).
+
+``--check`` adds one more worker per sequence length that runs every backend's forward and backward once
+on the same inputs and compares them with ``reference`` computed in fp32 at ``HIGHEST`` matmul precision
+on the same (dtype-rounded) inputs (``reference`` itself in ``--dtype`` is listed too: the error that
+dtype's rounding alone gives): the relative error ``||ours - ref|| / ||ref||`` of the output and of
+each of dq, dk, dv, and whether anything is not finite. That is the correctness record of a compiled
+kernel (on CPU the tests do this in interpret mode).
 
 Each (backend, seq) runs in its own worker process (this script with ``--worker``), one at a time, so
 memory numbers are not polluted by earlier runs and no two workers share the cores. Per worker:
@@ -38,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "attention_bench.json"
 PLATFORM_BACKENDS = {
     "cpu": ["reference", "xla", "blockwise"],
-    "gpu": ["reference", "xla", "blockwise", "pallas"],
+    "gpu": ["reference", "xla", "cudnn", "pallas"],
     "tpu": ["reference", "xla", "blockwise", "pallas", "splash"],
 }
 MIN_SECONDS = 2.0  # keep timing steps past --reps until this much time is spent (short seqs are fast)
@@ -70,22 +79,35 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def worker(args: argparse.Namespace) -> dict:
-    import jax
+def make_inputs(args: argparse.Namespace, seed: int = 0):
+    """q, k, v, the output cotangent (all ``args.dtype``) and segment ids (None unless ``--packed``)."""
     import jax.numpy as jnp
     import numpy as np
-
-    from marin.trainer.attention import attention
 
     dtype = jnp.dtype(args.dtype)
     shape_q = (args.batch, args.seq, args.heads, args.head_dim)
     shape_kv = (args.batch, args.seq, args.kv_heads, args.head_dim)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     q, ct = (jnp.asarray(rng.normal(size=shape_q), dtype) for _ in range(2))
     k, v = (jnp.asarray(rng.normal(size=shape_kv), dtype) for _ in range(2))
+    segments = None
+    if args.packed:  # ~8 documents per row, boundaries at random positions
+        starts = rng.random((args.batch, args.seq)) < 8 / args.seq
+        segments = jnp.asarray(np.cumsum(starts, axis=1), jnp.int32)
+    return q, k, v, ct, segments
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from marin.trainer.attention import attention
+
+    q, k, v, ct, segments = make_inputs(args)
+    dtype = q.dtype
 
     def loss(q, k, v):
-        out = attention(q, k, v, None, backend=args.backend)
+        out = attention(q, k, v, segments, backend=args.backend)
         return jnp.sum(out.astype(jnp.float32) * ct.astype(jnp.float32))
 
     t0 = time.perf_counter()
@@ -125,14 +147,53 @@ def worker(args: argparse.Namespace) -> dict:
     return row
 
 
+def check_worker(args: argparse.Namespace) -> dict:
+    """Every backend's output and gradients against ``reference`` in fp32 at HIGHEST precision."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from marin.trainer.attention import attention
+
+    q, k, v, ct, segments = make_inputs(args, seed=1)
+
+    def out_and_grads(backend, q, k, v):
+        out, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, segments, backend=backend), q, k, v)
+        return (out, *vjp(ct.astype(out.dtype)))
+
+    with jax.default_matmul_precision("highest"):
+        wide = [x.astype(jnp.float32) for x in (q, k, v)]
+        ref = [np.asarray(x, np.float64) for x in jax.jit(out_and_grads, static_argnums=0)("reference", *wide)]
+    errors = {}
+    for backend in args.backends_to_check:
+        try:
+            ours = jax.jit(out_and_grads, static_argnums=0)(backend, q, k, v)
+        except Exception as e:  # a backend that refuses or fails to compile: recorded, the others go on
+            errors[backend] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+            continue
+        row = {}
+        for name, a, b in zip(("out", "dq", "dk", "dv"), ours, ref):
+            a = np.asarray(a.astype(jnp.float32), np.float64)
+            row[f"{name}_rel"] = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+            row[f"{name}_max_abs"] = float(np.max(np.abs(a - b)))
+            row[f"{name}_finite"] = bool(np.isfinite(a).all())
+        errors[backend] = row
+    return {"platform": jax.default_backend(), "device": jax.devices()[0].device_kind, "errors": errors}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Parent: one worker at a time, then the table
 
 
-def run_worker(args: argparse.Namespace, backend: str, seq: int) -> dict:
+def run_worker(args: argparse.Namespace, backend: str, seq: int, check: list[str] | None = None) -> dict:
+    """One worker process: time ``backend`` at ``seq``, or (``check``) compare those backends with the reference."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--backend", backend, "--seq", str(seq)]
     for name in ("batch", "heads", "kv_heads", "head_dim", "dtype", "reps"):
         cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    if args.packed:
+        cmd.append("--packed")
+    if check:
+        cmd += ["--check-backends", *check]
     row = {"backend": backend, "seq": seq}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, timeout=args.timeout)
     lines = proc.stdout.strip().splitlines()
@@ -174,10 +235,27 @@ def table(rows: list[dict]) -> str:
                 continue
             mem_key = "device_peak_delta_bytes" if "device_peak_delta_bytes" in r else "peak_rss_delta_bytes"
             lines.append(
-                f"{seq:>6}  {r['backend']:<10} {r['step_ms']:>11,.1f} {_ratio(r['step_ms'], ref.get('step_ms')):>7} "
+                f"{seq:>6}  {r['backend']:<10} {r['step_ms']:>11,.2f} {_ratio(r['step_ms'], ref.get('step_ms')):>7} "
                 f"{_mib(r['xla_temp_bytes']):>13} {_ratio(r['xla_temp_bytes'], ref.get('xla_temp_bytes')):>7} "
                 f"{_mib(r.get(mem_key)):>15} {_ratio(r.get(mem_key), ref.get(mem_key)):>7}"
             )
+    return "\n".join(lines)
+
+
+def error_table(checks: list[dict]) -> str:
+    """Relative errors against the fp32 reference: out, dq, dk, dv per backend and seq."""
+    lines = [f"{'seq':>6}  {'backend':<10} {'out':>9} {'dq':>9} {'dk':>9} {'dv':>9}  (||x - ref|| / ||ref||, fp32 ref)"]
+    for check in checks:
+        if "error" in check:
+            lines.append(f"{check['seq']:>6}  check failed: {check['error']}")
+            continue
+        for backend, e in check["errors"].items():
+            if "error" in e:
+                lines.append(f"{check['seq']:>6}  {backend:<10} failed: {e['error']}")
+                continue
+            finite = all(e[f"{n}_finite"] for n in ("out", "dq", "dk", "dv"))
+            cells = " ".join(f"{e[f'{n}_rel']:>9.2e}" for n in ("out", "dq", "dk", "dv"))
+            lines.append(f"{check['seq']:>6}  {backend:<10} {cells}{'' if finite else '  NOT FINITE'}")
     return "\n".join(lines)
 
 
@@ -197,6 +275,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--seq", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--check-backends", dest="backends_to_check", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--backends", nargs="+", help="default: the platform's (see the module docstring)")
     parser.add_argument("--batch", type=int, default=1)
@@ -204,13 +283,15 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (use bfloat16 on accelerators)")
+    parser.add_argument("--packed", action="store_true", help="segment ids: ~8 packed documents per row")
+    parser.add_argument("--check", action="store_true", help="also compare every backend with an fp32 reference")
     parser.add_argument("--reps", type=int, default=3, help="timed steps per worker, at least")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every worker, in rotated order")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per worker")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the rows go as JSON")
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args)), flush=True)
+        print(json.dumps(check_worker(args) if args.backends_to_check else worker(args)), flush=True)
         return
 
     started = time.perf_counter()
@@ -226,19 +307,38 @@ def main() -> None:
                 r = rows[-1]
                 status = r.get("error") or f"{r['step_ms']:.1f} ms, {r['reps']} reps, compile {r['compile_s']:.1f} s"
                 print(f"[round {i + 1}] {backend} seq {seq}: {status}", file=sys.stderr, flush=True)
+                save(args, platform, rounds + [rows], [])  # so far: a run cut short keeps what it measured
         rounds.append(sorted(rows, key=lambda r: (r["seq"], backends.index(r["backend"]))))
     rows = aggregate(rounds)
+    checks = []
+    if args.check:
+        checked = backends if "reference" in backends else ["reference", *backends]  # reference: its own rounding
+        for seq in args.seqs:
+            checks.append(run_worker(args, "reference", seq, check=checked))
+            print(f"[check] seq {seq}: {checks[-1].get('error', 'done')}", file=sys.stderr, flush=True)
+            save(args, platform, rounds, checks)
     first = next((r for r in rows if "error" not in r), {})
     print(
         f"platform {platform} ({first.get('device', '?')}), batch {args.batch}, heads {args.heads}, "
-        f"kv_heads {args.kv_heads}, head_dim {args.head_dim}, {args.dtype}, causal; fwd+bwd; "
-        f"median of >= {args.reps} steps x {args.rounds} round(s)"
+        f"kv_heads {args.kv_heads}, head_dim {args.head_dim}, {args.dtype}, causal"
+        f"{', packed' if args.packed else ''}; fwd+bwd; median of >= {args.reps} steps x {args.rounds} round(s)"
     )
     print(table(rows))
+    if checks:
+        print(error_table(checks))
     print(f"total {time.perf_counter() - started:.0f} s")
+    save(args, platform, rounds, checks)
+
+
+def save(args: argparse.Namespace, platform: str, rounds: list[list[dict]], checks: list[dict]) -> None:
+    """The rows so far (median over the rounds that have them) and the checks, as JSON at ``--out``."""
+    rows = aggregate([r for r in rounds if r]) if any(rounds) else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
-        json.dumps({"args": {**vars(args), "out": str(args.out)}, "platform": platform, "rows": rows}, indent=1)
+        json.dumps(
+            {"args": {**vars(args), "out": str(args.out)}, "platform": platform, "rows": rows, "checks": checks},
+            indent=1,
+        )
     )
 
 

@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/trainer_bench.py --configs nano --rounds 4 --peers jax torch_eager
     .venv/bin/python benchmarks/trainer_bench.py --peers jax torch_compile --baseline main   # before/after
     .venv/bin/python benchmarks/trainer_bench.py --dtype bfloat16 --peers jax torch_compile  # bf16 compute
+    python benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 --peak 989e12 \
+        --peers jax torch_eager torch_compile torch_compile_fp8 --jax-variant fp8='{"matmul_dtype": "float8"}'
 
 Every peer trains the same model (Llama: RMSNorm, GQA + RoPE, SwiGLU, untied embeddings), on the same
 random token batches, with the same optimizer (AdamW, clip 1.0, wd 0.1), in fp32. Each peer runs in its
@@ -14,7 +16,14 @@ them in rotating round-robin, one at a time, so background load on a shared mach
 alike; we report the median over rounds and the spread (min/max) as the noise.
 
 MFU = tokens/s * flops_per_token / peak, with the peak measured here as the best fp32 matmul rate
-(``--peak`` overrides). ``--baseline REV`` adds our step as of a git revision (``git archive`` of ``marin/``
+(``--peak`` overrides; on a GPU give the data sheet's dense bf16 peak).
+
+``--device gpu`` runs every peer on the GPU with the interpreter that runs this script (a GPU machine's
+own jax and torch; no venvs are made): torch with ``autocast("cuda", bfloat16)``, fused AdamW and K/V
+repeated for SDPA as torchtitan does, ``torch_compile_fp8`` converts the blocks' linears with torchao's
+``convert_to_float8_training`` (tensorwise scaling, the lm_head kept out, as ours) before compiling.
+There the workers run one at a time from start to finish (each holds most of the GPU's memory, and
+nothing else shares a lent GPU, so round-robin buys nothing). ``--baseline REV`` adds our step as of a git revision (``git archive`` of ``marin/``
 into a temporary directory, run by the same worker code), for before/after ratios measured side by side.
 Results, with the load average before and after, go to ``benchmarks/results/trainer_bench.json``.
 """
@@ -53,6 +62,28 @@ CONFIGS = {
     # The quickstart's pretraining run (llama_nano at its 2k vocab, batch 16): its share of the cold time.
     "quickstart": dict(
         vocab_size=2048, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256, batch=16
+    ),
+    # GPU configs (issue 29): llama_150m's and llama_1b's blocks (untied) at seq 2048, with the 8k vocab of
+    # the bundled tokenizer that benchmarks/train_run.py trains the same model with.
+    "gpu_150m": dict(
+        vocab_size=8192,
+        hidden_dim=768,
+        mlp_dim=2688,
+        num_layers=12,
+        num_heads=12,
+        num_kv_heads=12,
+        seq_len=2048,
+        batch=16,
+    ),
+    "gpu_1b": dict(
+        vocab_size=8192,
+        hidden_dim=2048,
+        mlp_dim=8192,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        seq_len=2048,
+        batch=8,
     ),
 }
 PEAK_N = 2048  # the peak is the best rate of an n x n x n fp32 matmul (XLA's YNNPACK kernel)
@@ -93,7 +124,7 @@ def jax_worker(c: dict, variant: dict):
     from marin.trainer.optim import OptimizerConfig
     from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
 
-    if variant.get("tune_malloc", True):
+    if variant.get("tune_malloc", True) and variant.get("device", "cpu") == "cpu":
         keep_large_buffers_mapped()  # as train() does on CPU
 
     cfg = LlamaConfig(**model_dims(c), **variant.get("model", {}))
@@ -140,7 +171,9 @@ def torch_worker(c: dict, variant: dict):
     from torch import nn
 
     torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count() or 1)
+    dev = torch.device("cuda" if variant.get("device") == "gpu" else "cpu")
+    if dev.type == "cpu":
+        torch.set_num_threads(os.cpu_count() or 1)
     d, h, kv = c["hidden_dim"], c["num_heads"], c["num_kv_heads"]
     hd = d // h
 
@@ -176,7 +209,9 @@ def torch_worker(c: dict, variant: dict):
             k = self.wk(y).view(b, s, kv, hd).transpose(1, 2)
             v = self.wv(y).view(b, s, kv, hd).transpose(1, 2)
             q, k = rope(q, cos, sin), rope(k, cos, sin)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h)
+            if dev.type == "cuda" and kv != h:  # torchtitan's repeat_kv: the flash kernel then serves GQA
+                k, v = (x.repeat_interleave(h // kv, dim=1) for x in (k, v))
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h and dev.type == "cpu")
             x = x + self.wo(o.transpose(1, 2).reshape(b, s, d))
             y = self.mlp_norm(x)
             return x + self.w_down(F.silu(self.w_gate(y)) * self.w_up(y))
@@ -203,7 +238,11 @@ def torch_worker(c: dict, variant: dict):
             logits = self.lm_head(self.norm(x)).float()
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
-    model = Llama()
+    model = Llama().to(dev)
+    if variant.get("fp8"):  # torchao's float8 training: tensorwise dynamic scales, lm_head kept out (as ours)
+        from torchao.float8 import convert_to_float8_training
+
+        convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "lm_head")
     decay = [p for n, p in model.named_parameters() if p.dim() > 1 and "embed" not in n and "lm_head" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() > 1 and "embed" not in n and "lm_head" not in n)]
     opt = torch.optim.AdamW(
@@ -211,16 +250,16 @@ def torch_worker(c: dict, variant: dict):
         lr=LR,
         betas=BETAS,
         eps=EPS,
-        foreach=True,
+        **({"fused": True} if dev.type == "cuda" else {"foreach": True}),
     )
     loss_fn = torch.compile(model) if variant.get("compile") else model
-    data = [torch.from_numpy(t) for t in batches(c)]
+    data = [torch.from_numpy(t).to(dev) for t in batches(c)]
     holder = {"i": 0}
 
     def step():
         t = data[holder["i"] % len(data)]
         holder["i"] += 1
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.get("compute_dtype") == "bfloat16"):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=variant.get("compute_dtype") == "bfloat16"):
             loss = loss_fn(t[:, :-1], t[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
@@ -310,6 +349,7 @@ WORKERS = {
     "jax": jax_worker,
     "torch_eager": torch_worker,
     "torch_compile": torch_worker,
+    "torch_compile_fp8": torch_worker,
     "levanter": levanter_worker,
     "peak": matmul_peak_worker,
 }
@@ -359,7 +399,7 @@ def ensure_venv(venv: Path, packages: list[str]) -> Path | None:
 
 
 class Worker:
-    def __init__(self, name: str, python: Path, kind: str, config: str, variant: dict, env: dict):
+    def __init__(self, name: str, python: Path, kind: str, config: str, variant: dict, env: dict, device: str = "cpu"):
         cmd = [
             str(python),
             str(Path(__file__).resolve()),
@@ -370,7 +410,8 @@ class Worker:
             "--variant",
             json.dumps(variant),
         ]
-        full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "JAX_PLATFORMS": "cpu", **env}
+        platforms = {"cpu": "cpu", "gpu": "cuda"}[device]
+        full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "JAX_PLATFORMS": platforms, **env}
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=full_env)
         self.ready = self._read()
@@ -389,6 +430,7 @@ class Worker:
         out = self._read()
         self.times.append(out["seconds"] / steps)
         self.cpu_times.append(out["cpu_seconds"] / steps)
+        self.last_loss = out["loss"]
         return out
 
     def close(self) -> None:
@@ -406,18 +448,25 @@ def export_revision(rev: str) -> Path:
 
 
 def peer_specs(
-    peers: list[str], variants: dict[str, dict], baselines: dict[str, Path] | None = None, dtype: str = "float32"
+    peers: list[str],
+    variants: dict[str, dict],
+    baselines: dict[str, Path] | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
 ):
     """``(name, python, worker kind, variant, env)`` per peer, JAX variant and baseline revision."""
     specs = []
-    compute = {"compute_dtype": dtype}  # bf16: our PrecisionPolicy, torch.autocast; parameters stay fp32
+    # bf16: our PrecisionPolicy, torch.autocast; parameters stay fp32
+    compute = {"compute_dtype": dtype, "device": device}
+    project_py = PROJECT_PY if device == "cpu" else Path(sys.executable)  # a GPU machine's own jax and torch
     for peer in peers:
         if peer == "jax":
-            specs.append(("jax", PROJECT_PY, "jax", compute, {}))
-        elif peer in ("torch_eager", "torch_compile"):
-            python = ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
+            specs.append(("jax", project_py, "jax", compute, {}))
+        elif peer in ("torch_eager", "torch_compile", "torch_compile_fp8"):
+            python = project_py if device == "gpu" else ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
             if python:
-                specs.append((peer, python, "torch_eager", {"compile": peer == "torch_compile", **compute}, {}))
+                variant = {"compile": peer != "torch_eager", "fp8": peer == "torch_compile_fp8", **compute}
+                specs.append((peer, python, "torch_eager", variant, {}))
         elif peer == "levanter":
             python = ensure_venv(LEVANTER_VENV, ["--pre", "marin-levanter", "gitpython"])
             if python:
@@ -426,45 +475,65 @@ def peer_specs(
             raise SystemExit(f"unknown peer {peer!r}")
     for name, spec in variants.items():  # extra JAX variants: --variant NAME='{"model": {...}}'
         env = spec.pop("env", {})
-        specs.append((name, PROJECT_PY, "jax", spec, env))
+        specs.append((name, project_py, "jax", {**compute, **spec}, env))
     for rev, root in (baselines or {}).items():  # --baseline REV: our step as of an older commit
-        specs.append((f"jax@{rev}", PROJECT_PY, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
+        specs.append((f"jax@{rev}", project_py, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
     return specs
 
 
-def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak: float) -> dict:
-    c = CONFIGS[config]
-    tokens_per_step = c["batch"] * c["seq_len"]
-    workers = []
-    for name, python, kind, variant, env in specs:
-        try:
-            w = Worker(name, python, kind, config, variant, env)
-        except (RuntimeError, json.JSONDecodeError) as e:
-            print(f"[bench] {config}/{name}: skipped ({e})", file=sys.stderr)
-            continue
+def _start_worker(config: str, spec, seconds_per_turn: float, device: str) -> Worker | None:
+    """Start one peer's worker, compile, and calibrate its steps per turn; None if it cannot start."""
+    name, python, kind, variant, env = spec
+    try:
+        w = Worker(name, python, kind, config, variant, env, device)
         out = w.run(1)  # calibrate steps per turn
-        w.steps = max(1, round(seconds_per_turn / out["seconds"]))
-        w.times.clear()
-        w.cpu_times.clear()
-        workers.append(w)
-        print(f"[bench] {config}/{name}: compile+first step {w.ready['first_step_s']:.1f}s", file=sys.stderr)
+    except (RuntimeError, json.JSONDecodeError) as e:
+        print(f"[bench] {config}/{name}: skipped ({e})", file=sys.stderr)
+        return None
+    w.steps = max(1, round(seconds_per_turn / out["seconds"]))
+    w.times.clear()
+    w.cpu_times.clear()
+    print(f"[bench] {config}/{name}: compile+first step {w.ready['first_step_s']:.1f}s", file=sys.stderr)
+    return w
+
+
+def _summary(w: Worker, c: dict, peak: float) -> dict:
+    tokens_per_step = c["batch"] * c["seq_len"]
+    tps = [tokens_per_step / t for t in w.times]
+    med = statistics.median(tps)
+    return {
+        "tokens_per_s": med,
+        "tokens_per_s_min": min(tps),
+        "tokens_per_s_max": max(tps),
+        "mfu": med * flops_per_token(c) / peak,
+        "compile_s": w.ready["first_step_s"],
+        "tokens_per_cpu_s": tokens_per_step / statistics.median(w.cpu_times),
+        "steps_per_turn": w.steps,
+        "final_loss": w.last_loss,
+    }
+
+
+def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak: float, device: str = "cpu") -> dict:
+    """Every peer's tokens/s on ``config``: round-robin on CPU, one worker after another on a GPU."""
+    c = CONFIGS[config]
+    result = {}
+    if device == "gpu":
+        for spec in specs:
+            w = _start_worker(config, spec, seconds_per_turn, device)
+            if w is None:
+                continue
+            for _ in range(rounds):
+                w.run(w.steps)
+            result[w.name] = _summary(w, c, peak)
+            w.close()
+        return result
+    workers = [w for spec in specs if (w := _start_worker(config, spec, seconds_per_turn, device))]
     for r in range(rounds):
         order = workers[r % len(workers) :] + workers[: r % len(workers)]
         for w in order:
             w.run(w.steps)
-    fpt = flops_per_token(c)
-    result = {}
     for w in workers:
-        tps = [tokens_per_step / t for t in w.times]
-        med = statistics.median(tps)
-        result[w.name] = {
-            "tokens_per_s": med,
-            "tokens_per_s_min": min(tps),
-            "tokens_per_s_max": max(tps),
-            "mfu": med * fpt / peak,
-            "compile_s": w.ready["first_step_s"],
-            "tokens_per_cpu_s": tokens_per_step / statistics.median(w.cpu_times),
-        }
+        result[w.name] = _summary(w, c, peak)
         w.close()
     return result
 
@@ -485,6 +554,7 @@ def main() -> None:
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--configs", nargs="+", default=["nano", "small", "medium"], choices=list(CONFIGS))
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where every peer runs")
     parser.add_argument("--peers", nargs="+", default=["jax", "torch_eager", "torch_compile", "levanter"])
     parser.add_argument(
         "--jax-variant",
@@ -509,27 +579,36 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds-per-turn", type=float, default=3.0)
-    parser.add_argument("--peak", type=float, default=None, help="peak FLOP/s for MFU (default: measured)")
+    parser.add_argument(
+        "--peak", type=float, default=None, help="peak FLOP/s for MFU (default: the measured fp32 matmul rate)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the report goes as JSON")
     args = parser.parse_args()
     if args.worker:
         serve(args.worker, args.config, json.loads(args.variant))
         return
     variants = dict(v.split("=", 1) for v in args.jax_variant)
+    if args.device == "gpu" and not args.peak:
+        raise SystemExit("--device gpu needs --peak (the GPU's dense bf16 peak, e.g. 989e12 for an H100 SXM)")
     peak = args.peak or measure_peak(3 * args.rounds)
-    print(f"[bench] peak fp32 matmul: {peak / 1e9:.0f} GFLOP/s", file=sys.stderr)
+    print(f"[bench] peak for MFU: {peak / 1e9:,.0f} GFLOP/s", file=sys.stderr)
     report = {
         "peak_flops": peak,
         "cpu_count": os.cpu_count(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
         "dtype": args.dtype,
+        "device": args.device,
         "load_avg_before": os.getloadavg(),
         "configs": {},
     }
     baselines = {rev: export_revision(rev) for rev in args.baseline}
     for config in args.configs:
-        specs = peer_specs(args.peers, {k: json.loads(v) for k, v in variants.items()}, baselines, args.dtype)
-        report["configs"][config] = res = bench_config(config, specs, args.rounds, args.seconds_per_turn, peak)
+        specs = peer_specs(
+            args.peers, {k: json.loads(v) for k, v in variants.items()}, baselines, args.dtype, args.device
+        )
+        report["configs"][config] = res = bench_config(
+            config, specs, args.rounds, args.seconds_per_turn, peak, args.device
+        )
         base = res.get("jax")
         print(f"\n{config}: tokens/s median [min-max], MFU, compile (first step) s")
         for name, r in res.items():

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The accelerator proof (issue 29) on a lent NVIDIA GPU, in two phases that each fit one device call:
+#
+#   bash benchmarks/gpu_proof.sh kernels    # trainer tests on the GPU, attention and FP8 benchmarks
+#   bash benchmarks/gpu_proof.sh training   # real runs on the bundled data; side by side with PyTorch
+#
+# Run from the repository root on the GPU machine, with the wheels its image lacks in .whl/ (draccus,
+# mergedeep, toml, orjson, zstandard; torchao for the FP8 torch peer) and, for `training`, the token
+# cache from `benchmarks/train_run.py prepare --out .gpudata` (docs/trainer.md, "On a GPU", says how).
+# Logs and JSON results go to $OUT (default: benchmarks/results/gpu); every section has its own time
+# limit, so one that fails or hangs does not take the others with it.
+set -u
+PHASE=${1:?kernels or training}
+OUT=${OUT:-benchmarks/results/gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+LOG="$OUT/$PHASE.log"
+section() {  # section NAME SECONDS COMMAND...: run with a time limit, log its output and exit status
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name ($(date -u +%T), limit ${limit}s): $*" | tee -a "$LOG"
+  timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
+  echo "=== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+}
+
+section env 40 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; python3 - <<EOF
+import time, jax, jax.numpy as jnp, torch
+print("python", __import__("sys").version.split()[0], "jax", jax.__version__, "torch", torch.__version__, jax.devices())
+for dtype, n in ((jnp.bfloat16, 8192), (jnp.float8_e4m3fn, 8192)):
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32).astype(dtype)
+    b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32).astype(dtype)
+    mm = jax.jit(lambda a, b: jax.lax.dot(a, b, preferred_element_type=jnp.bfloat16))
+    mm(a, b).block_until_ready()
+    t = time.perf_counter(); [mm(a, b) for _ in range(20)][-1].block_until_ready()
+    print(f"{jnp.dtype(dtype).name} {n}^3 matmul: {20 * 2 * n**3 / (time.perf_counter() - t) / 1e12:.0f} TFLOP/s")
+EOF'
+
+if [ "$PHASE" = kernels ]; then
+  # Attention: llama_1b's heads (32 / 8, head_dim 64) and llama_8b's (32 / 8, head_dim 128), packed;
+  # every backend also checked against an fp32 reference (--check; reference adds itself there).
+  for hd in 64 128; do
+    section "attention head_dim $hd" 170 python3 benchmarks/attention_bench.py --dtype bfloat16 --packed --check \
+      --heads 32 --kv-heads 8 --head-dim $hd --seqs 1024 2048 4096 8192 --backends xla cudnn pallas \
+      --out "$OUT/attention_hd$hd.json"
+  done
+  section fp8 60 python3 benchmarks/fp8_bench.py --out "$OUT/fp8_bench.json"
+  # The trainer's kernel, model and step tests, compiled for the GPU (fp32 dots at full precision).
+  section tests 140 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
+    python3 -m pytest -q -p no:cacheprovider --timeout 120 -o addopts="" \
+    tests/trainer/test_pallas_attention.py tests/trainer/test_fp8.py tests/trainer/test_step.py \
+    tests/trainer/test_model.py tests/trainer/test_blockwise_attention.py
+elif [ "$PHASE" = training ]; then
+  section "train bf16" 200 python3 benchmarks/train_run.py run --cache .gpudata/tokenized --config gpu_1b \
+    --steps 300 --out /tmp/run-bf16 --json "$OUT/train_bf16.json"
+  section "train fp8" 120 python3 benchmarks/train_run.py run --cache .gpudata/tokenized --config gpu_1b \
+    --steps 100 --matmul-dtype float8 --out /tmp/run-fp8 --json "$OUT/train_fp8.json"
+  section "side by side" 280 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 \
+    --peak 989e12 --rounds 3 --peers jax torch_eager torch_compile torch_compile_fp8 \
+    --jax-variant fp8='{"matmul_dtype": "float8"}' --out "$OUT/trainer_bench_gpu.json"
+else
+  echo "unknown phase $PHASE: kernels or training" >&2
+  exit 2
+fi
