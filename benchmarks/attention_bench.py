@@ -147,8 +147,23 @@ def worker(args: argparse.Namespace) -> dict:
     return row
 
 
-def check_worker(args: argparse.Namespace) -> dict:
-    """Every backend's output and gradients against ``reference`` in fp32 at HIGHEST precision."""
+def check_worker(args: argparse.Namespace) -> list[dict]:
+    """For each of ``--check-seqs``, in this one process (a GPU process takes seconds to start): every
+    backend's output and gradients against ``reference`` in fp32 at HIGHEST precision."""
+    import jax
+
+    rows = []
+    for seq in args.check_seqs:
+        try:
+            rows.append({"seq": seq, **_check_one(argparse.Namespace(**{**vars(args), "seq": seq}))})
+        except Exception as e:  # e.g. the fp32 reference out of memory at the longest seq: the others stand
+            rows.append({"seq": seq, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+        print(f"[check] seq {seq}: {rows[-1].get('error', 'done')}", file=sys.stderr, flush=True)
+        jax.clear_caches()
+    return rows
+
+
+def _check_one(args: argparse.Namespace) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -193,7 +208,7 @@ def run_worker(args: argparse.Namespace, backend: str, seq: int, check: list[str
     if args.packed:
         cmd.append("--packed")
     if check:
-        cmd += ["--check-backends", *check]
+        cmd += ["--check-backends", *check, "--check-seqs", *map(str, args.seqs)]
     row = {"backend": backend, "seq": seq}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, timeout=args.timeout)
     lines = proc.stdout.strip().splitlines()
@@ -276,6 +291,8 @@ def main() -> None:
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--seq", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--check-backends", dest="backends_to_check", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--check-seqs", type=int, nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--check-only", action="store_true", help="only the --check comparison, no timing")
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--backends", nargs="+", help="default: the platform's (see the module docstring)")
     parser.add_argument("--batch", type=int, default=1)
@@ -291,14 +308,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the rows go as JSON")
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(check_worker(args) if args.backends_to_check else worker(args)), flush=True)
+        print(json.dumps({"checks": check_worker(args)} if args.backends_to_check else worker(args)), flush=True)
         return
 
     started = time.perf_counter()
     platform = probe_platform()
     backends = args.backends or PLATFORM_BACKENDS.get(platform, PLATFORM_BACKENDS["cpu"])
     rounds = []
-    for i in range(args.rounds):
+    for i in range(0 if args.check_only else args.rounds):
         order = backends[i % len(backends) :] + backends[: i % len(backends)]  # rotate: no backend always first
         rows = []
         for seq in args.seqs:
@@ -309,14 +326,13 @@ def main() -> None:
                 print(f"[round {i + 1}] {backend} seq {seq}: {status}", file=sys.stderr, flush=True)
                 save(args, platform, rounds + [rows], [])  # so far: a run cut short keeps what it measured
         rounds.append(sorted(rows, key=lambda r: (r["seq"], backends.index(r["backend"]))))
-    rows = aggregate(rounds)
+    rows = aggregate(rounds) if rounds else []
     checks = []
-    if args.check:
+    if args.check or args.check_only:
         checked = backends if "reference" in backends else ["reference", *backends]  # reference: its own rounding
-        for seq in args.seqs:
-            checks.append(run_worker(args, "reference", seq, check=checked))
-            print(f"[check] seq {seq}: {checks[-1].get('error', 'done')}", file=sys.stderr, flush=True)
-            save(args, platform, rounds, checks)
+        out = run_worker(args, "reference", args.seqs[0], check=checked)
+        checks = out["checks"] if "checks" in out else [{"seq": seq, "error": out["error"]} for seq in args.seqs]
+        save(args, platform, rounds, checks)
     first = next((r for r in rows if "error" not in r), {})
     print(
         f"platform {platform} ({first.get('device', '?')}), batch {args.batch}, heads {args.heads}, "

@@ -78,24 +78,26 @@ def measure(tokens: int, d_in: int, d_out: int, reps: int) -> dict:
     def fp8(x, w):
         return fp8_matmul(x, w, jnp.bfloat16)
 
-    def fwd_bwd(matmul):
+    def fwd_bwd(matmul, *args):  # compiled once: used for the error, the timing and the HLO
         def run(x, w, g):
             y, vjp = jax.vjp(matmul, x, w)
             return (y, *vjp(g))
 
-        return jax.jit(run)
+        return jax.jit(run).lower(*args).compile()
 
     with jax.default_matmul_precision("highest"):
-        ref = [np.asarray(a) for a in fwd_bwd(lambda x, w: x @ w)(*(a.astype(jnp.float32) for a in (x, w, g)))]
+        wide = [a.astype(jnp.float32) for a in (x, w, g)]
+        ref = [np.asarray(a) for a in fwd_bwd(lambda x, w: x @ w, *wide)(*wide)]
     row = {"tokens": tokens, "in": d_in, "out": d_out}
     for name, matmul in (("bf16", bf16), ("fp8", fp8)):
-        ours = [np.asarray(a.astype(jnp.float32)) for a in fwd_bwd(matmul)(x, w, g)]
+        both = fwd_bwd(matmul, x, w, g)
+        ours = [np.asarray(a.astype(jnp.float32)) for a in both(x, w, g)]
         for part, a, b in zip(("y", "dx", "dw"), ours, ref):
             row[f"{name}_{part}_rel"] = _rel(a, b)
         row[f"{name}_fwd_ms"] = 1e3 * _time(jax.jit(matmul), x, w, reps=reps)
-        row[f"{name}_fwd_bwd_ms"] = 1e3 * _time(fwd_bwd(matmul), x, w, g, reps=reps)
-    hlo = fwd_bwd(fp8).lower(x, w, g).compile().as_text()
-    row["fp8_gemm_calls"] = hlo.count("__cublas$lt$matmul$f8")
+        row[f"{name}_fwd_bwd_ms"] = 1e3 * _time(both, x, w, g, reps=reps)
+        if name == "fp8":
+            row["fp8_gemm_calls"] = both.as_text().count("__cublas$lt$matmul$f8")
     flops = 2 * tokens * d_in * d_out
     for name in ("bf16", "fp8"):
         row[f"{name}_fwd_tflops"] = flops / row[f"{name}_fwd_ms"] / 1e9
@@ -110,7 +112,10 @@ def table(rows: list[dict]) -> str:
     )
     lines = [head, "-" * len(head)]
     for r in rows:
-        errs = lambda n: " / ".join(f"{r[f'{n}_{p}_rel']:.1e}" for p in ("y", "dx", "dw"))  # noqa: E731
+
+        def errs(n, r=r):
+            return " / ".join(f"{r[f'{n}_{p}_rel']:.1e}" for p in ("y", "dx", "dw"))
+
         lines.append(
             f"{r['model']:<9} {r['proj']:<8} {r['tokens']:>6}x{r['in']:>6}x{r['out']:>6} | {errs('bf16'):>27} | "
             f"{errs('fp8'):>22} | {r['bf16_fwd_ms']:>7.3f}/{r['fp8_fwd_ms']:<7.3f} "
@@ -131,20 +136,21 @@ def main() -> None:
 
     import jax
 
+    device = jax.devices()[0]
     rows = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for model in args.models:
         for proj, d_in, d_out in projections(model):
             rows.append({"model": model, "proj": proj, **measure(args.tokens, d_in, d_out, args.reps)})
-    device = jax.devices()[0]
+            print(json.dumps(rows[-1]), flush=True)  # row by row: a run cut short keeps what it measured
+            args.out.write_text(
+                json.dumps(
+                    {"device": device.device_kind, "jax": jax.__version__, "time": time.strftime("%F %T"), "rows": rows},
+                    indent=1,
+                )
+            )
     print(f"{jax.default_backend()} ({device.device_kind}), jax {jax.__version__}; ratios are bf16 time / fp8 time")
     print(table(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {"device": device.device_kind, "jax": jax.__version__, "time": time.strftime("%F %T"), "rows": rows},
-            indent=1,
-        )
-    )
 
 
 if __name__ == "__main__":

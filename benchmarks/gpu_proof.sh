@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The accelerator proof (issue 29) on a lent NVIDIA GPU, in two phases that each fit one device call:
 #
-#   bash benchmarks/gpu_proof.sh kernels    # trainer tests on the GPU, attention and FP8 benchmarks
+#   bash benchmarks/gpu_proof.sh attention  # attention backends' time and memory (bf16, packed)
+#   bash benchmarks/gpu_proof.sh kernels    # attention errors vs fp32, FP8 benchmark, trainer tests on the GPU
 #   bash benchmarks/gpu_proof.sh training   # real runs on the bundled data; side by side with PyTorch
 #
 # Run from the repository root on the GPU machine, with the wheels its image lacks in .whl/ (draccus,
@@ -10,7 +11,7 @@
 # Logs and JSON results go to $OUT (default: benchmarks/results/gpu); every section has its own time
 # limit, so one that fails or hangs does not take the others with it.
 set -u
-PHASE=${1:?kernels or training}
+PHASE=${1:?attention, kernels or training}
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -27,7 +28,7 @@ section() {  # section NAME SECONDS COMMAND...: run with a time limit, log its o
   echo "=== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
 }
 
-section env 40 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; python3 - <<EOF
+[ "$PHASE" = attention ] && section env 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; python3 - <<EOF
 import time, jax, jax.numpy as jnp, torch
 print("python", __import__("sys").version.split()[0], "jax", jax.__version__, "torch", torch.__version__, jax.devices())
 for dtype, n in ((jnp.bfloat16, 8192), (jnp.float8_e4m3fn, 8192)):
@@ -39,18 +40,25 @@ for dtype, n in ((jnp.bfloat16, 8192), (jnp.float8_e4m3fn, 8192)):
     print(f"{jnp.dtype(dtype).name} {n}^3 matmul: {20 * 2 * n**3 / (time.perf_counter() - t) / 1e12:.0f} TFLOP/s")
 EOF'
 
-if [ "$PHASE" = kernels ]; then
-  # Attention: llama_1b's heads (32 / 8, head_dim 64) and llama_8b's (32 / 8, head_dim 128), packed;
-  # every backend also checked against an fp32 reference (--check; reference adds itself there).
+if [ "$PHASE" = attention ]; then
+  # Time and memory: llama_1b's heads (32 / 8, head_dim 64) and llama_8b's (32 / 8, head_dim 128), packed.
   for hd in 64 128; do
-    section "attention head_dim $hd" 170 python3 benchmarks/attention_bench.py --dtype bfloat16 --packed --check \
+    section "attention head_dim $hd" 280 python3 benchmarks/attention_bench.py --dtype bfloat16 --packed \
       --heads 32 --kv-heads 8 --head-dim $hd --seqs 1024 2048 4096 8192 --backends xla cudnn pallas \
       --out "$OUT/attention_hd$hd.json"
   done
-  section fp8 60 python3 benchmarks/fp8_bench.py --out "$OUT/fp8_bench.json"
-  # The trainer's kernel, model and step tests, compiled for the GPU (fp32 dots at full precision).
-  section tests 140 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
-    python3 -m pytest -q -p no:cacheprovider --timeout 120 -o addopts="" \
+elif [ "$PHASE" = kernels ]; then
+  # Correctness: every backend against an fp32 reference (one process per head_dim: a GPU process takes
+  # seconds to start), at a short and the longest timed sequence.
+  for hd in 64 128; do
+    section "attention check head_dim $hd" 80 python3 benchmarks/attention_bench.py --dtype bfloat16 --packed \
+      --check-only --heads 32 --kv-heads 8 --head-dim $hd --seqs 2048 8192 --backends xla cudnn pallas \
+      --out "$OUT/attention_check_hd$hd.json"
+  done
+  section fp8 90 python3 benchmarks/fp8_bench.py --reps 10 --out "$OUT/fp8_bench.json"
+  # The trainer's attention, model, FP8 and step tests, compiled for the GPU (fp32 dots at full precision).
+  section tests 150 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
+    python3 -m pytest -q -p no:cacheprovider --timeout 120 -o addopts="" -rf --tb=short \
     tests/trainer/test_pallas_attention.py tests/trainer/test_fp8.py tests/trainer/test_step.py \
     tests/trainer/test_model.py tests/trainer/test_blockwise_attention.py
 elif [ "$PHASE" = training ]; then
@@ -62,6 +70,6 @@ elif [ "$PHASE" = training ]; then
     --peak 989e12 --rounds 3 --peers jax torch_eager torch_compile torch_compile_fp8 \
     --jax-variant fp8='{"matmul_dtype": "float8"}' --out "$OUT/trainer_bench_gpu.json"
 else
-  echo "unknown phase $PHASE: kernels or training" >&2
+  echo "unknown phase $PHASE: attention, kernels or training" >&2
   exit 2
 fi

@@ -103,7 +103,7 @@ def test_inputs_the_kernel_cannot_serve_are_a_clear_error():
         attention(q.astype(jnp.int32), k.astype(jnp.int32), v.astype(jnp.int32), None, backend="pallas")
     with pytest.raises(ValueError, match=r"head_dim 24 is not a power of two in \[16, 256\] \(Triton on GPU\)"):
         flash_attention(q, k, v, None, platform="gpu")
-    assert flash_attention(q, k, v, None).shape == q.shape  # interpreted on CPU, any head_dim works
+    assert flash_attention(q, k, v, None, platform="cpu").shape == q.shape  # interpreted, any head_dim works
     config = PallasAttentionConfig()
     assert "block_k 64 is not a multiple of 128" in unsupported_reason(
         (1, 256, 8, 128), (1, 256, 2, 128), jnp.bfloat16, PallasAttentionConfig(block_k=64), "tpu"
