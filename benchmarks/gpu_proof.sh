@@ -20,6 +20,9 @@ if [ -d .whl ]; then
     export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 LOG="$OUT/$PHASE.log"
+# GPU_TESTS=<pytest node ids> runs a subset (a lease is short); by default all of these:
+TRAINER_GPU_TESTS="tests/trainer/test_pallas_attention.py tests/trainer/test_fp8.py tests/trainer/test_step.py
+  tests/trainer/test_model.py tests/trainer/test_blockwise_attention.py"
 section() {  # section NAME SECONDS COMMAND...: run with a time limit, log its output and exit status
   local name=$1 limit=$2
   shift 2
@@ -58,9 +61,7 @@ elif [ "$PHASE" = kernels ]; then
   section fp8 90 python3 benchmarks/fp8_bench.py --reps 10 --out "$OUT/fp8_bench.json"
   # The trainer's attention, model, FP8 and step tests, compiled for the GPU (fp32 dots at full precision).
   section tests 150 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
-    python3 -m pytest -q -p no:cacheprovider --timeout 120 -o addopts="" -rf --tb=short \
-    tests/trainer/test_pallas_attention.py tests/trainer/test_fp8.py tests/trainer/test_step.py \
-    tests/trainer/test_model.py tests/trainer/test_blockwise_attention.py
+    python3 -m pytest -q -p no:cacheprovider --timeout 120 -o addopts="" -rf --tb=short ${GPU_TESTS:-$TRAINER_GPU_TESTS}
 elif [ "$PHASE" = training ]; then
   section "train bf16" 200 python3 benchmarks/train_run.py run --cache .gpudata/tokenized --config gpu_1b \
     --steps 300 --out /tmp/run-bf16 --json "$OUT/train_bf16.json"
