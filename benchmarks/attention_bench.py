@@ -193,6 +193,7 @@ def _check_one(args: argparse.Namespace) -> dict:
             row[f"{name}_max_abs"] = float(np.max(np.abs(a - b)))
             row[f"{name}_finite"] = bool(np.isfinite(a).all())
         errors[backend] = row
+        print(f"[check] seq {args.seq} {backend}: {json.dumps(row)}", file=sys.stderr, flush=True)
     return {"platform": jax.default_backend(), "device": jax.devices()[0].device_kind, "errors": errors}
 
 

@@ -145,7 +145,12 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)  # row by row: a run cut short keeps what it measured
             args.out.write_text(
                 json.dumps(
-                    {"device": device.device_kind, "jax": jax.__version__, "time": time.strftime("%F %T"), "rows": rows},
+                    {
+                        "device": device.device_kind,
+                        "jax": jax.__version__,
+                        "time": time.strftime("%F %T"),
+                        "rows": rows,
+                    },
                     indent=1,
                 )
             )

@@ -63,12 +63,10 @@ elif [ "$PHASE" = kernels ]; then
   section tests 150 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
     python3 -m pytest -q -p no:cacheprovider --timeout 120 -o addopts="" -rf --tb=short ${GPU_TESTS:-$TRAINER_GPU_TESTS}
 elif [ "$PHASE" = training ]; then
-  section "train bf16" 200 python3 benchmarks/train_run.py run --cache .gpudata/tokenized --config gpu_1b \
-    --steps 300 --out /tmp/run-bf16 --json "$OUT/train_bf16.json"
-  section "train fp8" 120 python3 benchmarks/train_run.py run --cache .gpudata/tokenized --config gpu_1b \
-    --steps 100 --matmul-dtype float8 --out /tmp/run-fp8 --json "$OUT/train_fp8.json"
-  section "side by side" 280 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 \
-    --peak 989e12 --rounds 3 --peers jax torch_eager torch_compile torch_compile_fp8 \
+  section "train bf16" 170 python3 benchmarks/train_run.py run --cache .gpudata/tokenized --config gpu_1b \
+    --steps 200 --out /tmp/run-bf16 --json "$OUT/train_bf16.json"
+  section "side by side" 270 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 \
+    --peak 989e12 --rounds 2 --seconds-per-turn 2 --peers jax torch_compile torch_compile_fp8 torch_eager \
     --jax-variant fp8='{"matmul_dtype": "float8"}' --out "$OUT/trainer_bench_gpu.json"
 else
   echo "unknown phase $PHASE: attention, kernels or training" >&2

@@ -473,9 +473,11 @@ def peer_specs(
                 specs.append(("levanter", python, "levanter", {}, {}))
         else:
             raise SystemExit(f"unknown peer {peer!r}")
+    at = next((i + 1 for i, spec in enumerate(specs) if spec[0] == "jax"), len(specs))  # variants follow ours
     for name, spec in variants.items():  # extra JAX variants: --variant NAME='{"model": {...}}'
         env = spec.pop("env", {})
-        specs.append((name, project_py, "jax", {**compute, **spec}, env))
+        specs.insert(at, (name, project_py, "jax", {**compute, **spec}, env))
+        at += 1
     for rev, root in (baselines or {}).items():  # --baseline REV: our step as of an older commit
         specs.append((f"jax@{rev}", project_py, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
     return specs
@@ -525,6 +527,7 @@ def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak:
             for _ in range(rounds):
                 w.run(w.steps)
             result[w.name] = _summary(w, c, peak)
+            print(f"[bench] {config}/{w.name}: {json.dumps(result[w.name])}", file=sys.stderr, flush=True)
             w.close()
         return result
     workers = [w for spec in specs if (w := _start_worker(config, spec, seconds_per_turn, device))]

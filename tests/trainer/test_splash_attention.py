@@ -157,10 +157,25 @@ def test_sharding_rules_splash_cannot_follow_are_named():
 
 
 def test_platform_defaults(monkeypatch):
-    for platform, expected in (("tpu", "splash"), ("gpu", "xla"), ("cpu", "blockwise"), ("metal", "xla")):
+    for platform, expected in (("tpu", "splash"), ("gpu", "cudnn"), ("cpu", "blockwise"), ("metal", "xla")):
         monkeypatch.setattr(jax, "default_backend", lambda platform=platform: platform)
         assert resolve_backend("default") == expected
     assert resolve_backend("pallas") == "pallas"  # explicit names pass through on every platform
+
+
+def test_gpu_default_takes_pallas_where_cudnn_refuses(monkeypatch):
+    """On a GPU, fp32 inputs (cuDNN serves only bf16/fp16) go to our Pallas kernel, not to XLA's
+    materializing attention; the platform is faked, so Pallas is asked to lower for the GPU and the
+    check is which backend was called."""
+    monkeypatch.setattr(backends.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(backends, "ATTENTION_BACKENDS", dict(backends.ATTENTION_BACKENDS))
+    called = []
+    for name in ("cudnn", "pallas", "xla"):
+        monkeypatch.setitem(backends.ATTENTION_BACKENDS, name, lambda q, *a, name=name: called.append(name) or q)
+    q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
+    attention(q, k, v, segments)
+    attention(*(x.astype(jnp.bfloat16) for x in (q, k, v)), segments)
+    assert called == ["pallas", "cudnn"]
 
 
 @pytest.fixture
@@ -184,14 +199,14 @@ def test_explicit_backend_that_cannot_serve_raises_naming_backend_and_reason(dum
 
 
 def test_default_backend_that_cannot_serve_falls_back_to_xla_with_a_warning(dummy_backend, monkeypatch, caplog):
-    monkeypatch.setitem(backends._PLATFORM_DEFAULTS, jax.default_backend(), "dummy")
+    monkeypatch.setitem(backends._PLATFORM_DEFAULTS, jax.default_backend(), ("dummy",))
     q, k, v, segments, _ = inputs(8, 2, 1, packed=True, batch=1)
     with caplog.at_level(logging.WARNING, logger=backends.__name__):
         out = attention(q, k, v, segments)  # backend="default"
     assert dummy_backend == []
     np.testing.assert_array_equal(out, xla_attention(q, k, v, segments))
     assert (
-        "default attention backend 'dummy' cannot serve these inputs (forced for (1, 8, 2, 16)); "
+        "default attention backends cannot serve these inputs (dummy: forced for (1, 8, 2, 16)); "
         "falling back to 'xla'" in caplog.text
     )
 
@@ -207,12 +222,12 @@ def test_splash_refusals_raise_when_explicit_and_fall_back_by_default(monkeypatc
         attention(q, k, v, segments, backend="splash")
     assert "cannot run on gpu; use xla or pallas" in unsupported_reason(q.shape, k.shape, q.dtype, "gpu", None)
 
-    monkeypatch.setitem(backends._PLATFORM_DEFAULTS, jax.default_backend(), "splash")  # as on TPU
+    monkeypatch.setitem(backends._PLATFORM_DEFAULTS, jax.default_backend(), ("splash",))  # as on TPU
     with caplog.at_level(logging.WARNING, logger=backends.__name__):
         np.testing.assert_array_equal(attention(*half, segments), xla_attention(*half, segments))
         with use_sharding(seq_rules):
             np.testing.assert_array_equal(attention(q, k, v, segments), xla_attention(q, k, v, segments))
-    assert caplog.text.count("default attention backend 'splash' cannot serve these inputs") == 2
+    assert caplog.text.count("default attention backends cannot serve these inputs (splash: ") == 2
 
 
 def test_cudnn_backend_refuses_off_gpu_and_names_why(monkeypatch):

@@ -13,11 +13,11 @@ asked with ``implementation="cudnn"``, which is the ``cudnn`` backend: GPU, bf16
 skipping the masked upper triangle, with a hand-written backward. ``pallas.py`` and ``splash.py`` register
 their kernels here with ``@register_attention_backend``; nothing else in the model changes.
 
-Choosing a backend. ``"default"`` is the platform's choice (TPU ``splash``, GPU ``xla``, CPU
-``blockwise``); any other name is an explicit choice. A backend may register an ``unsupported_reason``
-check (shapes, dtype, platform, the active mesh), run while tracing. When it objects, an explicit choice
-is an error naming the backend and the reason, while the default falls back to ``xla``, which serves
-everything, with a logged warning::
+Choosing a backend. ``"default"`` is the platform's choice, measured there (TPU ``splash``, GPU ``cudnn``
+then ``pallas``, CPU ``blockwise``); any other name is an explicit choice. A backend may register an
+``unsupported_reason`` check (shapes, dtype, platform, the active mesh), run while tracing. When it
+objects, an explicit choice is an error naming the backend and the reason, while the default tries the
+platform's next choice and finally ``xla``, which serves everything, with a logged warning::
 
     attention(q16, k16, v16, None, backend="splash")   # float16: ValueError("splash attention cannot
                                                        #   serve these inputs: dtype float16 is not ...")
@@ -49,10 +49,12 @@ look at shapes and dtypes only)."""
 ATTENTION_BACKENDS: dict[str, AttentionFn] = {}
 _UNSUPPORTED_CHECKS: dict[str, UnsupportedReasonFn] = {}
 
-# The default for each platform; a platform not listed uses "xla".
-_PLATFORM_DEFAULTS: dict[str, str] = {"cpu": "blockwise", "gpu": "xla", "tpu": "splash"}
+# The default for each platform, by measurement there (docs/trainer.md); a platform not listed uses "xla".
+# On GPU cuDNN's flash attention was the fastest at every measured shape (H100, bf16, packed, seq 1k-8k),
+# our Pallas kernel second; cuDNN serves only bf16/fp16 and head_dim <= 128, where Pallas takes over.
+_PLATFORM_DEFAULTS: dict[str, tuple[str, ...]] = {"cpu": ("blockwise",), "gpu": ("cudnn", "pallas"), "tpu": ("splash",)}
 FALLBACK_BACKEND = "xla"
-"""What a default backend that cannot serve the inputs falls back to: it takes any shape and dtype."""
+"""What a default backend that cannot serve the inputs falls back to last: it takes any shape and dtype."""
 
 
 def register_attention_backend(
@@ -71,10 +73,15 @@ def register_attention_backend(
     return register
 
 
+def default_backends(platform: str | None = None) -> tuple[str, ...]:
+    """The platform's default backends in order of preference (the first that can serve the inputs runs)."""
+    return _PLATFORM_DEFAULTS.get(platform or jax.default_backend(), (FALLBACK_BACKEND,))
+
+
 def resolve_backend(name: str) -> str:
-    """``"default"`` becomes the platform's choice; any other name must be registered."""
+    """``"default"`` becomes the platform's first choice; any other name must be registered."""
     if name == "default":
-        return _PLATFORM_DEFAULTS.get(jax.default_backend(), "xla")
+        return default_backends()[0]
     if name not in ATTENTION_BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; registered: {sorted(ATTENTION_BACKENDS)}")
     return name
@@ -98,20 +105,25 @@ def attention(
         raise ValueError(f"attention: {heads} query heads not a multiple of {k.shape[2]} kv heads")
     if segment_ids is not None and segment_ids.shape != (batch, seq):
         raise ValueError(f"attention: segment_ids {segment_ids.shape} != (batch, seq) {(batch, seq)}")
-    name = resolve_backend(backend)
-    reason = cannot_serve(name, q, k, v, segment_ids)
-    if reason is not None:
-        if backend != "default":
+    if backend != "default":
+        name = resolve_backend(backend)
+        reason = cannot_serve(name, q, k, v, segment_ids)
+        if reason is not None:
             raise ValueError(f"{name} attention cannot serve these inputs: {reason}")
-        # Logged while tracing, so once per compiled program, not once per step.
-        logger.warning(
-            "default attention backend %r cannot serve these inputs (%s); falling back to %r",
-            name,
-            reason,
-            FALLBACK_BACKEND,
-        )
-        name = FALLBACK_BACKEND
-    return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
+        return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
+    refusals = []
+    for name in default_backends():
+        reason = cannot_serve(name, q, k, v, segment_ids)
+        if reason is None:
+            return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
+        refusals.append(f"{name}: {reason}")
+    # Logged while tracing, so once per compiled program, not once per step.
+    logger.warning(
+        "default attention backends cannot serve these inputs (%s); falling back to %r",
+        "; ".join(refusals),
+        FALLBACK_BACKEND,
+    )
+    return ATTENTION_BACKENDS[FALLBACK_BACKEND](q, k, v, segment_ids)
 
 
 def attention_mask(segment_ids: jax.Array | None, seq: int, q_start: int = 0, q_stop: int | None = None) -> jax.Array:
