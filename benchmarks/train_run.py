@@ -20,7 +20,6 @@ first (which holds compilation), with the first and final loss and the eval loss
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -55,6 +54,7 @@ def prepare(out: Path, docs_per_domain: int) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     import jax
+    from trainer_bench import CONFIGS, model_dims
 
     from marin.trainer import (
         CheckpointConfig,
@@ -68,7 +68,6 @@ def run(args: argparse.Namespace) -> dict:
     from marin.trainer.data.cache_source import TokenCacheSourceConfig
     from marin.trainer.loop import train
     from marin.trainer.model import LlamaConfig
-    from trainer_bench import CONFIGS, model_dims
 
     c = CONFIGS[args.config]
     model = LlamaConfig(**model_dims(c), attention_backend=args.attention, remat=args.remat)

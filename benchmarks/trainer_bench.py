@@ -23,8 +23,10 @@ own jax and torch; no venvs are made): torch with ``autocast("cuda", bfloat16)``
 repeated for SDPA as torchtitan does, ``torch_compile_fp8`` converts the blocks' linears with torchao's
 ``convert_to_float8_training`` (tensorwise scaling, the lm_head kept out, as ours) before compiling.
 There the workers run one at a time from start to finish (each holds most of the GPU's memory, and
-nothing else shares a lent GPU, so round-robin buys nothing). ``--baseline REV`` adds our step as of a git revision (``git archive`` of ``marin/``
-into a temporary directory, run by the same worker code), for before/after ratios measured side by side.
+nothing else shares a lent GPU, so round-robin buys nothing).
+
+``--baseline REV`` adds our step as of a git revision (``git archive`` of ``marin/`` into a temporary
+directory, run by the same worker code), for before/after ratios measured side by side.
 Results, with the load average before and after, go to ``benchmarks/results/trainer_bench.json``.
 """
 
@@ -411,7 +413,8 @@ class Worker:
             json.dumps(variant),
         ]
         platforms = {"cpu": "cpu", "gpu": "cuda"}[device]
-        full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "JAX_PLATFORMS": platforms, **env}
+        path = os.pathsep.join([str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+        full_env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": platforms, **env}
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=full_env)
         self.ready = self._read()

@@ -38,6 +38,13 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/python benchmarks/attention_bench.py --dtype bfloat16 --seqs 4096 8192 16384": (
         "needs a GPU or TPU (seq 16384 on CPU takes hours); the same script runs at default sizes here"
     ),
+    **{
+        f"bash benchmarks/gpu_proof.sh {phase}": (
+            "needs an NVIDIA GPU (it ran on a lent H100, 2026-11-25: benchmarks/results/gpu/); its scripts run "
+            "on CPU in tests/trainer/test_attention_bench.py and tests/trainer/test_gpu_bench_scripts.py"
+        )
+        for phase in ("attention", "kernels", "training")
+    },
     "ray job submit --address http://127.0.0.1:8265 --working-dir . --runtime-env-json "
     '\'{"env_vars": {"MARIN_PREFIX": "gs://YOUR_BUCKET/lab"}}\' -- python experiments/hello_world.py': (
         "needs a Ray head with a job server on :8265; tests/infra/test_job_submit.py starts one and runs this "

@@ -84,9 +84,12 @@ def test_backward_multiplies_an_e5m2_gradient_with_the_e4m3_operands():
 
     qx, qw, qg = q(x, E4M3, E4M3_MAX), q(w, E4M3, E4M3_MAX), q(g, E5M2, E5M2_MAX)
     y, dx, dw = _fp8_vjp(x, w, g)
-    np.testing.assert_allclose(y, qx @ qw, rtol=1e-5, atol=1e-6 * np.abs(qx @ qw).max())
-    np.testing.assert_allclose(dx, qg @ qw.T, rtol=1e-5, atol=1e-6 * np.abs(qg @ qw.T).max())
-    np.testing.assert_allclose(dw, qx.T @ qg, rtol=1e-5, atol=1e-6 * np.abs(qx.T @ qg).max())
+    # Hopper's FP8 tensor cores accumulate in reduced precision (DeepSeek-V3 report, sec. 3.3.2): on an
+    # H100 (2026-11-25) dw was off by up to 6.6e-5 of its largest value, so a GPU gets 2e-4 of it.
+    atol = 2e-4 if jax.default_backend() == "gpu" else 1e-6
+    np.testing.assert_allclose(y, qx @ qw, rtol=1e-5, atol=atol * np.abs(qx @ qw).max())
+    np.testing.assert_allclose(dx, qg @ qw.T, rtol=1e-5, atol=atol * np.abs(qg @ qw.T).max())
+    np.testing.assert_allclose(dw, qx.T @ qg, rtol=1e-5, atol=atol * np.abs(qx.T @ qg).max())
     # ... and jax.grad goes through the same custom_vjp (equal up to the fusion's fp32 rounding)
     grads = jax.jit(jax.grad(lambda x, w: jnp.sum(fp8_matmul(x, w) * g), argnums=(0, 1)))(x, w)
     np.testing.assert_allclose(grads[0], dx, rtol=1e-5, atol=1e-7)

@@ -149,11 +149,14 @@ def test_flops_per_token():
 
 
 def test_flops_per_token_matches_xla_cost_analysis(tiny):
-    """XLA's own count of the forward pass is a third of our training FLOPs (matmuls dominate)."""
+    """XLA's own count of the forward pass is a third of our training FLOPs (matmuls dominate).
+
+    Counted on the lowered program, before the backend's passes: XLA:GPU's count of its compiled module
+    leaves out the matmuls it hands to cuBLAS (0.61x ours on an H100, 2026-11-25)."""
     cfg = dataclasses.replace(tiny, vocab_size=1024, hidden_dim=128, mlp_dim=384, seq_len=64, scan_layers=False)
     params = jax.eval_shape(lambda: init(cfg, 0))
     tokens = jax.ShapeDtypeStruct((4, cfg.seq_len), jnp.int32)
-    cost = jax.jit(lambda p, t: forward(cfg, p, t)).lower(params, tokens).compile().cost_analysis()
+    cost = jax.jit(lambda p, t: forward(cfg, p, t)).lower(params, tokens).cost_analysis()
     xla_flops = cost["flops"] if isinstance(cost, dict) else cost[0]["flops"]
     ours = cfg.flops_per_token() / 3 * 4 * cfg.seq_len
     assert 1.0 <= xla_flops / ours < 1.1, (xla_flops, ours)

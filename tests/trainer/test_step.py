@@ -85,14 +85,19 @@ def _matmul_operand_types(cfg, compute_dtype):
     return [tuple(re.findall(r"tensor<[^>]*x(\w+)>", line.rsplit(":", 1)[1].split("->")[0])) for line in dots]
 
 
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
 @pytest.mark.parametrize("backend,fp32_per_layer", [("blockwise", 0), ("xla", 2)])
-def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny, backend, fp32_per_layer):
+def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny, backend, fp32_per_layer, platform, monkeypatch):
     """Every matmul of the jitted step (projections, MLP, lm_head, attention scores and values, forward
     and backward) takes bf16 operands under the bf16 policy. With the CPU default (``blockwise``, whose
     backward is written by hand) that is all of them; JAX's XLA attention keeps the softmax gradient in
     fp32, so there exactly two per layer (dq and dk) take an fp32 operand. The fp32 policy has no bf16
-    matmul, so the test sees the policy."""
-    cfg = dataclasses.replace(tiny, attention_backend=backend)
+    matmul, so the test sees the policy. ``gpu``: the step as lowered for a GPU (the platform faked while
+    tracing; lowering is platform-independent here), where plain autodiff once ran the lm_head's backward
+    in fp32 (seen on an H100, 2026-11-25)."""
+    monkeypatch.setattr(jax, "default_backend", lambda: platform)
+    # Unrolled, so the lowered text holds every layer's matmuls (a GPU would scan: one body for all).
+    cfg = dataclasses.replace(tiny, attention_backend=backend, scan_layers=False)
     bf16, fp32 = _matmul_operand_types(cfg, "bfloat16"), _matmul_operand_types(cfg, "float32")
     assert len(bf16) == len(fp32) > 10 * cfg.num_layers  # the whole step, not a fragment of it
     assert all(types == ("f32", "f32") for types in fp32), set(fp32)

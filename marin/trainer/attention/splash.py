@@ -28,7 +28,7 @@ ids [4, 1000], traced under ``use_sharding`` with the ``tp`` preset on a mesh ``
 Where it runs. On CPU Pallas only interprets, so there ``interpret=True`` is chosen automatically and the
 tests check values and gradients (splash's own backward kernels, interpreted) against ``reference``, and
 the ``shard_map`` wiring on host devices. Compiling and running on a TPU, and its speed there, are not
-tested here. On GPU splash does not exist (it is written for Mosaic): use ``xla`` or ``pallas``.
+tested here. On GPU splash does not exist (it is written for Mosaic): use ``cudnn`` or ``pallas``.
 """
 
 from __future__ import annotations
