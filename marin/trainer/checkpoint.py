@@ -9,10 +9,15 @@ Layout under ``<run>/checkpoints`` (any URL: local, gs://, s3:// via tensorstore
         manifest.json                written LAST: step, kind, shape/dtype/crc32 of every leaf, and the
                                      run's metadata (the model config: a checkpoint describes itself)
 
-A directory without ``manifest.json`` is an unfinished write (the process died mid-save) and is
-ignored. ``restore_latest`` tries complete checkpoints newest first; one whose arrays are missing,
-unreadable or fail their checksum is skipped with a warning (falling back to the one before), while a
-checkpoint of a *different* model (shapes or leaf names differ) is an error, not something to skip.
+A directory without ``manifest.json`` is an unfinished write (the process died mid-save, or the manifest
+was lost) and is skipped with a warning naming it. ``restore_latest`` tries complete checkpoints newest
+first; one whose manifest or arrays are missing, unreadable or fail their checksum is damaged and skipped
+with a warning naming what and why (falling back to the one before). When complete checkpoints exist
+but none can be read, that is ``NoUsableCheckpoint``, an error listing each and why: a run never starts
+over from step 0 in silence and ends "successfully" (``CheckpointConfig.restart_if_unusable`` allows it,
+loudly). A checkpoint of a *different* model (its manifest and its arrays agree with each other but not
+with the model asked for) is ``IncompatibleCheckpoint``, an error, never a fallback; a manifest that
+disagrees with its own arrays is damage, not a different model.
 
 Two kinds, as in Levanter: *temporary* checkpoints every ``save_interval_minutes`` (each one deletes
 the temporaries before it) bound the work lost to preemption; *permanent* ones every ``keep_every``
@@ -67,6 +72,9 @@ class CheckpointConfig:
     """Write a permanent checkpoint every this many steps; None: only the final one."""
     async_save: bool = True
     """Write in a background thread (the host copy of the state is still taken synchronously)."""
+    restart_if_unusable: bool = False
+    """When checkpoints exist but every one is damaged: False (the default) stops the run with
+    ``NoUsableCheckpoint``; True starts over from step 0 with a warning naming what was skipped."""
 
     def __post_init__(self):
         if self.save_interval_minutes is not None and self.save_interval_minutes <= 0:
@@ -83,6 +91,10 @@ class IncompatibleCheckpoint(ValueError):
 
 class CorruptCheckpoint(RuntimeError):
     """A complete-looking checkpoint whose data cannot be read back intact."""
+
+
+class NoUsableCheckpoint(CorruptCheckpoint):
+    """Checkpoints exist, but every one is damaged: resuming would silently restart from step 0."""
 
 
 def leaf_names(tree: Any) -> list[str]:
@@ -106,12 +118,18 @@ def checkpoint_dir(base: str, step: int) -> str:
 
 def list_checkpoints(base: str) -> list[tuple[int, str]]:
     """(step, url) of every checkpoint directory with a manifest, oldest first."""
-    found = []
+    return scan_checkpoints(base)[0]
+
+
+def scan_checkpoints(base: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """``(complete, unfinished)``: (step, url) of the checkpoint directories with a manifest and of those
+    without one (an interrupted save, or a lost manifest), each oldest first."""
+    complete, unfinished = [], []
     for url in list_dir(base):
         match = _STEP_DIR.search(url.rstrip("/"))
-        if match and exists(join(url, "manifest.json")):
-            found.append((int(match.group(1)), url))
-    return sorted(found)
+        if match:
+            (complete if exists(join(url, "manifest.json")) else unfinished).append((int(match.group(1)), url))
+    return sorted(complete), sorted(unfinished)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -226,10 +244,18 @@ class Checkpointer:
         self._delete_old_temporaries(step)
 
     def _delete_old_temporaries(self, newest: int) -> None:
+        """Delete the temporaries older than ``newest``; a damaged one is left alone (it cannot say whether
+        it is temporary) with a warning, and a failed delete is a warning too: a save never fails for this."""
         for step, url in list_checkpoints(self.base):
-            if step < newest and read_manifest(url).get("kind") == "temporary":
+            if step >= newest:
+                continue
+            try:
+                if read_manifest(url).get("kind") != "temporary":
+                    continue
                 logger.info("deleting superseded temporary checkpoint %s", url)
                 delete(url, recursive=True)
+            except (CorruptCheckpoint, OSError) as e:
+                logger.warning("left checkpoint %s in place while deleting old temporaries: %s", url, e)
 
     def restore_latest(self, template: Any) -> tuple[Any, int] | None:
         """The newest intact checkpoint as a tree shaped like ``template``, with its step; None if none."""
@@ -272,14 +298,27 @@ def restore_latest(
     base: str, template: Any, *, root: str | None = None, step: int | None = None, on_host: bool = False
 ) -> tuple[Any, int] | None:
     """``restore`` of the newest intact checkpoint under ``base`` (or of ``step``), with its step; None if
-    there is none. A corrupt checkpoint is skipped with a warning (falling back to the one before); one of a
-    different model is an error."""
-    candidates = [(s, url) for s, url in list_checkpoints(base) if step is None or s == step]
-    for found, url in reversed(candidates):
+    there is none. Unfinished and damaged checkpoints are skipped with a warning naming each and why
+    (falling back to the one before); if complete checkpoints exist and all are damaged, that is
+    ``NoUsableCheckpoint``; one of a different model is ``IncompatibleCheckpoint``."""
+    complete, unfinished = scan_checkpoints(base)
+    complete = [(s, url) for s, url in complete if step is None or s == step]
+    for s, url in unfinished:
+        if step is None or s == step:
+            logger.warning("skipping checkpoint %s: no manifest.json (an interrupted save, or a lost manifest)", url)
+    damaged = []
+    for found, url in reversed(complete):
         try:
             return restore(url, template, root=root, on_host=on_host), found
         except CorruptCheckpoint as e:
             logger.warning("checkpoint %s is corrupt (%s); falling back to the previous one", url, e)
+            damaged.append(f"{url}: {e}")
+    if damaged:
+        raise NoUsableCheckpoint(
+            f"{base}: every checkpoint is damaged, so none can be resumed; "
+            + "; ".join(damaged)
+            + ". Restore a good copy, or set CheckpointConfig.restart_if_unusable to start over from step 0"
+        )
     return None
 
 
@@ -298,13 +337,38 @@ def checkpoint_metadata(base: str, step: int | None = None) -> dict:
     candidates = [url for s, url in list_checkpoints(base) if step is None or s == step]
     if not candidates:
         raise FileNotFoundError(f"{base}: no complete checkpoint" + (f" at step {step}" if step is not None else ""))
-    return read_manifest(candidates[-1]).get("metadata", {})
+    for url in reversed(candidates):  # the newest readable manifest
+        try:
+            return read_manifest(url).get("metadata", {})
+        except CorruptCheckpoint as e:
+            logger.warning("skipping checkpoint %s: %s", url, e)
+    raise NoUsableCheckpoint(f"{base}: no checkpoint has a readable manifest")
+
+
+def _stored_shape(url: str) -> tuple[str, list[int]] | None:
+    """(dtype, shape) the stored array itself records (its zarr metadata); None if that cannot be read.
+    Only for tensorstore URLs (raw bytes keep no shape: there the manifest is the only record)."""
+    kv = _kvstore(url)
+    try:
+        store = ts.open({"driver": "zarr3", "kvstore": kv}, open=True).result()
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return str(np.dtype(store.dtype.numpy_dtype)), list(store.shape)
 
 
 def _read_leaf(url: str, name: str, meta: dict, like: Any) -> np.ndarray:
-    if tuple(meta["shape"]) != tuple(like.shape) or meta["dtype"] != str(np.dtype(like.dtype)):
+    expected = (str(np.dtype(like.dtype)), list(like.shape))
+    if (meta["dtype"], list(meta["shape"])) != expected:
+        stored = _stored_shape(join(url, name)) if _kvstore(url) is not None else (meta["dtype"], list(meta["shape"]))
+        if stored != (meta["dtype"], list(meta["shape"])):
+            # The manifest disagrees with its own array: damage, not a different model.
+            raise CorruptCheckpoint(
+                f"{name}: the manifest says {meta['dtype']}{meta['shape']} but the stored array is "
+                + (f"{stored[0]}{stored[1]}" if stored else "unreadable")
+            )
         raise IncompatibleCheckpoint(
-            f"{url}: {name} is {meta['dtype']}{meta['shape']}, expected {np.dtype(like.dtype)}{list(like.shape)}"
+            f"{url}: {name} is {meta['dtype']}{meta['shape']}, expected {expected[0]}{expected[1]}: this checkpoint "
+            "holds a different model (its manifest and arrays agree); train it under a new output_path"
         )
     try:
         array = _read_array(join(url, name), np.dtype(like.dtype), tuple(like.shape))

@@ -33,7 +33,7 @@ from marin.allocator import keep_large_buffers_mapped
 from marin.identity import result_dict, runtime_field
 from marin.storage import join
 from marin.trainer import distributed
-from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, restore_params
+from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, NoUsableCheckpoint, restore_params
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
 from marin.trainer.model import LlamaConfig, param_axes
@@ -198,7 +198,13 @@ def load_or_init(
         # partitionable, so the values are those of the single-device init.
         fresh = jax.jit(init, out_shardings=shardings)
         template = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), template, shardings)
-    restored = checkpointer.restore_latest(template)
+    try:
+        restored = checkpointer.restore_latest(template)
+    except NoUsableCheckpoint as e:
+        if not trainer.checkpoint.restart_if_unusable:
+            raise
+        logger.warning("starting over from step 0 (CheckpointConfig.restart_if_unusable): %s", e)
+        restored = None
     if restored is None and config.initialize_from:
         state = fresh(key)
         params, step = restore_params(join(config.initialize_from, "checkpoints"), state.params)

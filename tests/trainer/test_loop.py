@@ -21,7 +21,7 @@ from marin.trainer import (
     train,
     train_lm,
 )
-from marin.trainer.checkpoint import list_checkpoints
+from marin.trainer.checkpoint import NoUsableCheckpoint, list_checkpoints
 from marin.trainer.data import ArrayTokenSource, TrainBatches, write_numpy_source
 from tests.trainer.conftest import tiny_model
 
@@ -126,6 +126,24 @@ def test_crash_then_resume_is_bitwise_equal_and_trims_the_log(tmp_path, monkeypa
     assert [s for s, _ in list_checkpoints(str(tmp_path / "run" / "checkpoints"))] == [2, 4, 6]
     # A finished run is not retrained: resuming at the last step does nothing but report.
     assert train(config).step == 6
+
+
+def _damage_every_checkpoint(checkpoints):
+    for manifest in checkpoints.glob("step-*/manifest.json"):
+        manifest.write_text(manifest.read_text()[:40])  # cut mid-JSON
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_stops_instead_of_restarting(tmp_path, caplog):
+    """Rerunning a finished run normally resumes at its end; with every checkpoint damaged it must not
+    quietly train again from step 0 and report success (so the executor would record SUCCESS)."""
+    train_lm(_config(tmp_path, steps=2))
+    _damage_every_checkpoint(tmp_path / "checkpoints")
+    with pytest.raises(NoUsableCheckpoint, match="every checkpoint is damaged"):
+        train_lm(_config(tmp_path, steps=2))
+    restart = CheckpointConfig(save_interval_minutes=None, restart_if_unusable=True)
+    with caplog.at_level("WARNING"):
+        result = train(_config(tmp_path, steps=2, checkpoint=restart))
+    assert result.step == 2 and "starting over from step 0 (CheckpointConfig.restart_if_unusable)" in caplog.text
 
 
 def test_trainer_config_validation():
