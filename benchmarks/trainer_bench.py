@@ -121,13 +121,13 @@ def jax_worker(c: dict, variant: dict):
     import jax
     import numpy as np
 
-    from marin.allocator import keep_large_buffers_mapped
+    from marin.trainer.loop import tune_host_allocator
     from marin.trainer.model import LlamaConfig, param_axes
     from marin.trainer.optim import OptimizerConfig
     from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
 
     if variant.get("tune_malloc", True) and variant.get("device", "cpu") == "cpu":
-        keep_large_buffers_mapped()  # as train() does on CPU
+        tune_host_allocator()  # what train() does first
 
     cfg = LlamaConfig(**model_dims(c), **variant.get("model", {}))
     opt = OptimizerConfig(

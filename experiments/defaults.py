@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from experiments.models import SimpleTrainConfig
+from marin.allocator import large_buffers_env
 from marin.chat import ChatDataConfig, SftTokenizeConfig, normalize_chat, tokenize_chat
 from marin.dedupe import DedupeConfig, dedupe_documents
 from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHashConfig, ParagraphDedupeConfig
@@ -325,8 +326,17 @@ def default_train(
             initialize_from=initialize_from,
         ),
         description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
-        resources=train.resources,
+        resources=trainer_resources(train.resources),
     )
+
+
+def trainer_resources(resources: ResourceConfig) -> ResourceConfig:
+    """A training step's resources; on CPU its worker starts with the trainer's malloc policy as glibc
+    tunables (``marin.allocator.large_buffers_env``), in force before JAX runs there: a worker pooled
+    with other steps, or one where JAX ran first, would get only part of it (docs/trainer.md)."""
+    if resources.num_gpus or resources.tpu is not None or any(k.startswith("TPU") for k in resources.resources):
+        return resources
+    return dataclasses.replace(resources, env_vars={**large_buffers_env(), **resources.env_vars})
 
 
 def default_eval(

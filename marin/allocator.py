@@ -18,6 +18,16 @@
 
 ``mallopt`` takes an int, and glibc stores the thresholds as ``size_t``, so -1 means "never". Elsewhere
 (macOS, musl) both are no-ops with a debug message.
+
+When the trainer's policy is applied matters. ``M_ARENA_MAX`` limits only arenas created *afterwards*: the
+XLA threads that already allocated (JAX ran an eval, a data step, another model's jit) keep their own
+arenas, made of 64 MiB heaps that cannot hold a larger block, which glibc then serves with ``mmap`` whatever
+``M_MMAP_MAX`` says, and unmaps on free. Measured (nano, 2-core Intel Xeon, 2026-11-25): policy applied
+first 8,146-8,721 tokens/s and 2,372 page faults per step; JAX first, then the policy 6,782-7,130 and
+71,418 faults per step, no better than no policy at all. ``large_buffers_env()`` is the same policy as
+glibc tunables in a process's environment, in force from its first allocation whatever runs first
+(8,288-8,531 with JAX first): the executor starts training steps' Ray workers with it, and ``train()``
+warns when it finds its policy applied too late (``benchmarks/history_bench.py``, docs/trainer.md).
 """
 
 from __future__ import annotations
@@ -25,11 +35,22 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
+from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -2, -3, -4, -8
 _applied: set[str] = set()
+_warned_late = False
+
+LARGE_BUFFER_TUNABLES = (
+    ("glibc.malloc.arena_max", "1"),
+    ("glibc.malloc.mmap_max", "0"),
+    ("glibc.malloc.trim_threshold", str(2**64 - 1)),  # SIZE_MAX: never trim
+    ("glibc.malloc.top_pad", str(256 << 20)),
+)
+"""``keep_large_buffers_mapped()`` as glibc tunables (``GLIBC_TUNABLES``), read once at process start."""
 
 
 def _mallopt(policy: str, settings: tuple[tuple[int, int], ...]) -> bool:
@@ -49,8 +70,39 @@ def _mallopt(policy: str, settings: tuple[tuple[int, int], ...]) -> bool:
     return ok
 
 
-def keep_large_buffers_mapped() -> bool:
-    """The trainer's policy: one arena, no mmap, never trim, grow in 256 MB steps. True if applied."""
+def large_buffers_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{"GLIBC_TUNABLES": ...}``: the trainer's policy for a process started with it (merged with any
+    tunables already in ``environ``, which defaults to this process's)."""
+    names = {name for name, _ in LARGE_BUFFER_TUNABLES}
+    existing = (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "")
+    kept = [part for part in existing.split(":") if part and part.split("=", 1)[0] not in names]
+    return {"GLIBC_TUNABLES": ":".join(kept + [f"{name}={value}" for name, value in LARGE_BUFFER_TUNABLES])}
+
+
+def started_with_large_buffers() -> bool:
+    """Whether this process began with the policy's tunables. Read from ``os.environ`` (the environment
+    Python started with): ``/proc/self/environ`` does not do, since glibc cuts the variable there while
+    parsing it."""
+    tunables = dict(part.split("=", 1) for part in os.environ.get("GLIBC_TUNABLES", "").split(":") if "=" in part)
+    return all(tunables.get(name) == value for name, value in LARGE_BUFFER_TUNABLES)
+
+
+def keep_large_buffers_mapped(*, late: bool = False) -> bool:
+    """The trainer's policy: one arena, no mmap, never trim, grow in 256 MB steps. True if applied.
+
+    ``late=True`` says the caller knows JAX's runtime already ran in this process: unless the process
+    started with ``large_buffers_env()``, the policy then only partly holds (module docstring), which is
+    logged once as a warning naming the remedy."""
+    global _warned_late
+    if late and not _warned_late and "large buffers" not in _applied and not started_with_large_buffers():
+        _warned_late = True
+        logger.warning(
+            "the trainer's malloc policy is applied after JAX already ran in this process, so JAX's threads keep "
+            "their own malloc arenas and re-fault large buffers every step (~20%% slower on CPU, measured). Start "
+            "the process with GLIBC_TUNABLES=%s (marin.allocator.large_buffers_env()), or call "
+            "marin.allocator.keep_large_buffers_mapped() before running JAX.",
+            large_buffers_env({})["GLIBC_TUNABLES"],
+        )
     return _mallopt(
         "large buffers",
         (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -85,3 +86,26 @@ def test_a_freed_record_batch_stays_mapped_for_the_next():
     assert control["given_back"] >= 16 << 20 and not control["buffer_on_heap"]
     # ... the data steps' policy keeps it, and serves the 1 MiB read buffer from the heap, not a fresh mmap.
     assert tuned["given_back"] == 0 and tuned["buffer_on_heap"]
+
+
+def test_large_buffers_env_is_the_policy_as_tunables_merged_with_others():
+    from marin.allocator import LARGE_BUFFER_TUNABLES, large_buffers_env
+
+    ours = ":".join(f"{name}={value}" for name, value in LARGE_BUFFER_TUNABLES)
+    assert large_buffers_env({}) == {"GLIBC_TUNABLES": ours}
+    # other tunables are kept, an older setting of ours is replaced
+    merged = large_buffers_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4:glibc.cpu.hwcaps=-AVX"})
+    assert merged == {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX:" + ours}
+    assert "glibc.malloc.trim_threshold=18446744073709551615" in ours  # SIZE_MAX: never trim
+
+
+def test_a_process_started_with_the_tunables_knows_it_and_others_do_not():
+    from marin.allocator import large_buffers_env
+
+    script = "from marin.allocator import started_with_large_buffers as s; print(s())"
+    run = lambda env: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    base = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    assert run({**base, **large_buffers_env(base)}) == "True"
+    assert run(base) == "False"

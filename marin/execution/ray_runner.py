@@ -117,7 +117,10 @@ def _run_gang_once(step_name: str, fn, config, resources: ResourceConfig, watch:
         host, options = ray.remote(max_calls=1)(_call_step_fn), {**_host_options(resources), "max_retries": 0}
         refs = {
             host.options(
-                **options, name=f"{step_name}[host {i}]", scheduling_strategy=on(i), runtime_env={"env_vars": envs[i]}
+                **options,
+                name=f"{step_name}[host {i}]",
+                scheduling_strategy=on(i),
+                runtime_env={"env_vars": {**resources.env_vars, **envs[i]}},
             ).remote(fn, config, envs[i], fence): i
             for i in range(resources.hosts)
         }
@@ -271,7 +274,9 @@ class RayRunner:
         pip_extras: tuple[str, ...],
         fence: FenceSpec | None = None,
     ):
-        runtime_env = {"pip": extra_requirements(pip_extras)} if pip_extras else None
+        runtime_env: dict[str, Any] = {"pip": extra_requirements(pip_extras)} if pip_extras else {}
+        if resources.env_vars:
+            runtime_env["env_vars"] = dict(resources.env_vars)
         if resources.hosts > 1:  # the gang task holds nothing itself; its hosts hold the resources
             options = {
                 "num_cpus": 0,

@@ -126,6 +126,9 @@ class ResourceConfig:
     max_retries: int = 0
     hosts: int = 1
     tpu: TpuSlices | None = None
+    env_vars: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Environment variables the step's processes start with (Ray's runtime env: a worker of its own, never
+    one pooled with steps of another environment), e.g. allocator tunables that glibc reads only at start."""
 
     def __post_init__(self):
         for field in ("num_cpus", "num_gpus"):

@@ -19,6 +19,7 @@ batch axis as the prefetcher builds it. On one device nothing of that exists and
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import logging
 import math
 import time
@@ -268,11 +269,36 @@ def evaluate(
     return out
 
 
+def tune_host_allocator() -> None:
+    """The trainer's malloc policy on CPU (``marin.allocator``), applied before this process starts JAX's
+    runtime when it can tell the platform without starting it: applied after, it only partly holds."""
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # a JAX without it: assume nothing ran yet
+        backends_are_initialized = lambda: False  # noqa: E731
+    if backends_are_initialized():
+        if jax.default_backend() == "cpu":
+            keep_large_buffers_mapped(late=True)
+    elif _will_run_on_cpu():
+        keep_large_buffers_mapped()
+
+
+def _will_run_on_cpu() -> bool:
+    """Whether JAX's runtime will be the CPU, decided without starting it: ``jax_platforms`` if set, else
+    whether no accelerator plugin (CUDA, ROCm, TPU) is installed."""
+    platforms = jax.config.jax_platforms
+    if platforms:
+        return platforms.split(",")[0].strip() == "cpu"
+    names = {(dist.metadata["Name"] or "").lower() for dist in importlib.metadata.distributions()}
+    return not any(name.startswith(("jax-cuda", "jax-rocm", "jax_cuda", "libtpu")) for name in names)
+
+
 def train(config: TrainLmConfig) -> TrainResult:
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
+    tune_host_allocator()  # before anything below starts JAX's runtime
     distributed.initialize()  # a no-op unless the executor started this step on several hosts
     if jax.default_backend() == "cpu":
-        keep_large_buffers_mapped()
+        keep_large_buffers_mapped(late=True)  # a no-op if applied above; warns if only now
     sources = {name: src.build() for name, src in config.data.train.items()}
     validation = {name: src.build() for name, src in config.data.validation.items()}
     batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)

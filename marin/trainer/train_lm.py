@@ -16,12 +16,13 @@ import jax
 
 from marin.storage import join, write_atomic
 from marin.trainer import distributed
-from marin.trainer.loop import TrainLmConfig, train
+from marin.trainer.loop import TrainLmConfig, train, tune_host_allocator
 
 logger = logging.getLogger(__name__)
 
 
 def train_lm(config: TrainLmConfig) -> None:
+    tune_host_allocator()  # before JAX's runtime starts (marin.allocator)
     distributed.initialize()  # before anything asks JAX for devices
     devices = jax.devices()
     logger.info(

@@ -85,5 +85,17 @@ def host_step(config: HostConfig) -> None:
         "pid": os.getpid(),
         "coordinates": list(coordinates or ()),
         "gathered": np.asarray(gathered).tolist(),
+        "env": {n: os.environ[n] for n in ("MARIN_TEST_ENV", "GLIBC_TUNABLES") if n in os.environ},
     }
     write_atomic(join(config.output_path, f"host-{jax.process_index()}.json"), json.dumps(doc))
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+    output_path: str
+    names: tuple[str, ...] = ()
+
+
+def env_step(config: EnvConfig) -> None:
+    """Write the named environment variables as this step's process sees them (``env.json``)."""
+    write_atomic(join(config.output_path, "env.json"), json.dumps({n: os.environ.get(n) for n in config.names}))

@@ -9,17 +9,17 @@ import pytest
 from marin.execution import Executor, ExecutorStep, ResourceConfig, StepsFailed, TpuSlices, this_output_path
 from marin.execution.ray_runner import InfeasibleResources, _host_envs
 from marin.storage import join, read_text
-from tests.execution.steps_lib import HostConfig, host_step
+from tests.execution.steps_lib import EnvConfig, HostConfig, env_step, host_step
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 
 
-def gang(name: str, hosts: int = 2, **config) -> ExecutorStep:
+def gang(name: str, hosts: int = 2, env_vars=None, **config) -> ExecutorStep:
     return ExecutorStep(
         name=name,
         fn=host_step,
         config=HostConfig(output_path=this_output_path(), **config),
-        resources=ResourceConfig(num_cpus=1, hosts=hosts),
+        resources=ResourceConfig(num_cpus=1, hosts=hosts, env_vars=env_vars or {}),
     )
 
 
@@ -63,6 +63,37 @@ def test_more_hosts_than_the_cluster_holds_fail_fast(tmp_path, monkeypatch):
     )  # the session's Ray has 8 CPUs: 2 fit
     with pytest.raises(InfeasibleResources, match=r"'train/many' needs 3 hosts of \{'CPU': 4.0\}; .* holds only 2"):
         Executor(prefix=str(tmp_path / "store")).run([big])
+
+
+def test_env_vars_reach_the_step_process_and_only_it(tmp_path):
+    """``ResourceConfig.env_vars`` is the environment the step's worker starts with (allocator tunables
+    are read only at process start: docs/trainer.md), for one host and for each host of a gang; a step
+    without it does not inherit it from a pooled worker."""
+    names = ("MARIN_TEST_ENV", "GLIBC_TUNABLES")
+    env = {"MARIN_TEST_ENV": "on", "GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}
+    steps = [
+        ExecutorStep(
+            name="env/with",
+            fn=env_step,
+            config=EnvConfig(output_path=this_output_path(), names=names),
+            resources=ResourceConfig(num_cpus=1, env_vars=env),
+        ),
+        ExecutorStep(
+            name="env/without",
+            fn=env_step,
+            config=EnvConfig(output_path=this_output_path(), names=names),
+            resources=ResourceConfig(num_cpus=1),
+        ),
+        gang("env/gang", env_vars=env),
+    ]
+    result = Executor(prefix=str(tmp_path / "store"), poll_s=0.05).run(steps)
+    planned = {p.name: p for p in result.plan.steps}
+    with_env, without, gang_step = planned["env/with"], planned["env/without"], planned["env/gang"]
+    assert json.loads(read_text(join(with_env.output_path, "env.json"))) == env
+    assert json.loads(read_text(join(without.output_path, "env.json"))) == {n: None for n in names}
+    for i in range(2):
+        host = json.loads(read_text(join(gang_step.output_path, f"host-{i}.json")))
+        assert host["env"] == env, host
 
 
 def test_tpu_pods_expand_to_hosts_and_multislice_coordinates():

@@ -12,6 +12,7 @@ from experiments.defaults import (
     mixture_stages,
 )
 from experiments.models import SimpleTrainConfig, llama_nano
+from marin.allocator import large_buffers_env
 from marin.execution import Executor, ExecutorStep, ResourceConfig
 from marin.trainer.data.mixture import MixtureStage
 from marin.trainer.mesh import MeshConfig
@@ -103,6 +104,19 @@ def test_eval_and_export_version_their_inputs_and_take_resources():
     assert default_eval("e", model, tokenizer="gpt2", validation={}, resources=tpu).resource_config == tpu
     assert default_export("e", model, resources=tpu).resource_config == tpu
     assert output_path(default_export("e", model, tokenizer="gpt2")) != output_path(default_export("e", model))
+
+
+def test_cpu_training_steps_start_their_workers_with_the_trainers_malloc_policy():
+    """glibc reads its tunables at process start only (marin.allocator): a CPU training step asks for a
+    worker of its own started with them; accelerator steps and the run's identity are untouched."""
+    cpu = pipeline()["model"]
+    assert cpu.resource_config.env_vars == large_buffers_env({})
+    assert cpu.resource_config.num_cpus == 1
+    gpu = pipeline(resources=ResourceConfig(num_gpus=8))["model"]
+    assert gpu.resource_config == ResourceConfig(num_gpus=8)
+    assert output_path(gpu) == output_path(cpu)
+    ours = pipeline(resources=ResourceConfig(env_vars={"GLIBC_TUNABLES": "x=1"}))["model"]
+    assert ours.resource_config.env_vars == {"GLIBC_TUNABLES": "x=1"}  # the experiment's own setting wins
 
 
 def test_mixture_stages_start_at_zero_and_change_at_the_given_steps():
