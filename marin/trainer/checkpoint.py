@@ -305,7 +305,7 @@ def restore_latest(
     complete = [(s, url) for s, url in complete if step is None or s == step]
     for s, url in unfinished:
         if step is None or s == step:
-            logger.warning("skipping checkpoint %s: no manifest.json (an interrupted save, or a lost manifest)", url)
+            logger.warning("skipping checkpoint %s: no manifest.json (a save in progress or cut short, or lost)", url)
     damaged = []
     for found, url in reversed(complete):
         try:
