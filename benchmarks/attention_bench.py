@@ -276,9 +276,11 @@ def error_table(checks: list[dict]) -> str:
 
 
 def aggregate(rounds: list[list[dict]]) -> list[dict]:
-    """Across rounds: the median step time per (backend, seq); memory numbers are from the first round."""
+    """Across rounds: the median step time per (backend, seq); memory numbers are from the first round.
+    Rounds not yet begun (empty) are left out; none at all gives no rows."""
+    rounds = [r for r in rounds if r]
     out = []
-    for row in rounds[0]:
+    for row in rounds[0] if rounds else []:
         same = [r for rnd in rounds for r in rnd if (r["backend"], r["seq"]) == (row["backend"], row["seq"])]
         if "error" not in row and all("error" not in r for r in same):
             row = {**row, "step_ms": statistics.median(r["step_ms"] for r in same), "rounds": len(same)}
@@ -327,7 +329,7 @@ def main() -> None:
                 print(f"[round {i + 1}] {backend} seq {seq}: {status}", file=sys.stderr, flush=True)
                 save(args, platform, rounds + [rows], [])  # so far: a run cut short keeps what it measured
         rounds.append(sorted(rows, key=lambda r: (r["seq"], backends.index(r["backend"]))))
-    rows = aggregate(rounds) if rounds else []
+    rows = aggregate(rounds)
     checks = []
     if args.check or args.check_only:
         checked = backends if "reference" in backends else ["reference", *backends]  # reference: its own rounding
@@ -349,7 +351,7 @@ def main() -> None:
 
 def save(args: argparse.Namespace, platform: str, rounds: list[list[dict]], checks: list[dict]) -> None:
     """The rows so far (median over the rounds that have them) and the checks, as JSON at ``--out``."""
-    rows = aggregate([r for r in rounds if r]) if any(rounds) else []
+    rows = aggregate(rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(

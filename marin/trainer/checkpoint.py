@@ -301,11 +301,11 @@ def restore_latest(
     there is none. Unfinished and damaged checkpoints are skipped with a warning naming each and why
     (falling back to the one before); if complete checkpoints exist and all are damaged, that is
     ``NoUsableCheckpoint``; one of a different model is ``IncompatibleCheckpoint``."""
-    complete, unfinished = scan_checkpoints(base)
-    complete = [(s, url) for s, url in complete if step is None or s == step]
-    for s, url in unfinished:
-        if step is None or s == step:
-            logger.warning("skipping checkpoint %s: no manifest.json (a save in progress or cut short, or lost)", url)
+    complete, unfinished = (
+        [(s, url) for s, url in found if step is None or s == step] for found in scan_checkpoints(base)
+    )
+    for _, url in unfinished:
+        logger.warning("skipping checkpoint %s: no manifest.json (a save in progress or cut short, or lost)", url)
     damaged = []
     for found, url in reversed(complete):
         try:
