@@ -114,9 +114,10 @@ def store_name(prefix):
 
 
 def is_gone(pid):
+    """True once ``pid`` has exited: no ``/proc`` entry, or one that vanishes while read, or a zombie."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
 
