@@ -1,33 +1,41 @@
-"""Trainer throughput on this CPU: our JAX step vs PyTorch (eager, torch.compile) and Levanter.
+"""Trainer throughput on this host: ``train()`` as a user calls it vs PyTorch (eager, torch.compile), even-handed.
 
-    .venv/bin/python benchmarks/trainer_bench.py                      # nano, small and medium, all peers
-    .venv/bin/python benchmarks/trainer_bench.py --configs nano --rounds 4 --peers jax torch_eager
-    .venv/bin/python benchmarks/trainer_bench.py --peers jax torch_compile --baseline main   # before/after
-    .venv/bin/python benchmarks/trainer_bench.py --dtype bfloat16 --peers jax torch_compile  # bf16 compute
-    python benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 --peak 989e12 \
-        --peers jax torch_eager torch_compile torch_compile_fp8 --jax-variant fp8='{"matmul_dtype": "float8"}'
+    .venv/bin/python benchmarks/trainer_bench.py                      # nano, small, medium: train vs torch.compile
+    .venv/bin/python benchmarks/trainer_bench.py --configs nano --rounds 3 --peers train jax torch_eager
+    .venv/bin/python benchmarks/trainer_bench.py --peers jax torch_compile --baseline main   # our step, before/after
+    .venv/bin/python benchmarks/trainer_bench.py --dtype bfloat16 --configs nano small       # bf16 compute both sides
+    python benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 --peak 989e12 --rounds 1 \
+        --peers train torch_eager torch_compile torch_compile_fp8 --jax-variant fp8='{"matmul_dtype": "float8"}'
 
-Every peer trains the same model (Llama: RMSNorm, GQA + RoPE, SwiGLU, untied embeddings), on the same
-random token batches, with the same optimizer (AdamW, clip 1.0, wd 0.1), in fp32. Each peer runs in its
-own worker process (the torch and Levanter peers in benchmark-only venvs that this script creates:
-``benchmarks/.venv-torch`` with ``pip install torch==2.13.0``, ``benchmarks/.venv-levanter`` with
-``pip install --pre marin-levanter gitpython``). Workers compile one at a time, then the parent runs
-them in rotating round-robin, one at a time, so background load on a shared machine hits all peers
-alike; we report the median over rounds and the spread (min/max) as the noise.
+Every peer trains the same model (Llama: RMSNorm, GQA + RoPE, SwiGLU, untied embeddings) with the same
+optimizer (AdamW, clip 1.0, wd 0.1), fp32 unless ``--dtype bfloat16`` (fp32 parameters, bf16 matmuls: our
+``PrecisionPolicy``, torch's ``autocast``). Peers:
 
-MFU = tokens/s * flops_per_token / peak, with the peak measured here as the best fp32 matmul rate
-(``--peak`` overrides; on a GPU give the data sheet's dense bf16 peak).
+* ``train``: ``marin.trainer.train()`` exactly as a user calls it, first thing in a fresh process, on
+  ``SyntheticSourceConfig`` documents (the loop, its prefetch thread, metrics and the final checkpoint
+  included); tokens/s is what it logs to ``metrics.jsonl``, wall time between two log flushes;
+* ``jax``: our jitted step alone on fixed random batches (no loop): the loop's cost is ``train`` against it;
+* ``torch_eager``, ``torch_compile`` (fused/foreach AdamW), ``torch_compile_fp8`` (torchao, GPU only): CPU
+  torch in a benchmark-only venv (``benchmarks/.venv-torch``, ``pip install torch==2.13.0``); on a GPU the
+  machine's own torch.
+
+Even-handed by construction: every peer runs in a fresh process per round; each process runs ``--steps``
+untimed steps (the first compiles), then ``--steps`` timed steps with one host sync at the end, and reports
+tokens per wall-clock second over those; rounds rotate the order so background load hits all peers alike,
+and the table gives the median over rounds with min/max as the noise. Before the peers, the host is
+recorded: CPU model and ISA flags, torch's BLAS (MKL/oneDNN), and both frameworks' best ``n x n x n``
+matmul rates in fp32 and bf16 (fresh processes each); MFU divides by the best of those in the run's dtype.
+``--peak`` overrides it (on a GPU give the data sheet's dense bf16 peak).
 
 ``--device gpu`` runs every peer on the GPU with the interpreter that runs this script (a GPU machine's
 own jax and torch; no venvs are made): torch with ``autocast("cuda", bfloat16)``, fused AdamW and K/V
-repeated for SDPA as torchtitan does, ``torch_compile_fp8`` converts the blocks' linears with torchao's
+repeated for SDPA as torchtitan does; ``torch_compile_fp8`` converts the blocks' linears with torchao's
 ``convert_to_float8_training`` (tensorwise scaling, the lm_head kept out, as ours) before compiling.
-There the workers run one at a time from start to finish (each holds most of the GPU's memory, and
-nothing else shares a lent GPU, so round-robin buys nothing).
 
-``--baseline REV`` adds our step as of a git revision (``git archive`` of ``marin/`` into a temporary
-directory, run by the same worker code), for before/after ratios measured side by side.
-Results, with the load average before and after, go to ``benchmarks/results/trainer_bench.json``.
+``--baseline REV`` adds our step (``jax``) as of a git revision (``git archive`` of ``marin/`` into a
+temporary directory, run by the same worker code), for before/after ratios measured side by side.
+``--jax-variant NAME=JSON`` adds ``train`` runs with other settings (``model`` fields, ``compute_dtype``,
+``matmul_dtype``, ``env`` such as ``XLA_FLAGS``). Results go to ``benchmarks/results/trainer_bench.json``.
 """
 
 from __future__ import annotations
@@ -88,7 +96,9 @@ CONFIGS = {
         batch=8,
     ),
 }
-PEAK_N = 2048  # the peak is the best rate of an n x n x n fp32 matmul (XLA's YNNPACK kernel)
+# Timed steps per process (as many untimed ones before them): a few seconds to tens of seconds per turn.
+STEPS = {"nano": 30, "small": 8, "medium": 4, "quickstart": 30, "gpu_150m": 20, "gpu_1b": 20}
+PEAK_N = 2048  # the peak is the best rate of an n x n x n matmul, per framework and dtype
 LR, WD, CLIP, BETAS, EPS = 1e-3, 0.1, 1.0, (0.9, 0.95), 1e-8
 
 
@@ -332,19 +342,107 @@ def levanter_worker(c: dict, variant: dict):
     return step, lambda loss: float(loss)
 
 
-def matmul_peak_worker(c: dict, variant: dict):
-    """The 'peak' pseudo-peer: the best fp32 matmul rate of this machine (for MFU)."""
+def jax_peak_worker(c: dict, variant: dict):
+    """A 'peak' pseudo-peer: XLA's ``n x n x n`` matmul in the variant's dtype (for MFU and the host record)."""
     import jax
     import jax.numpy as jnp
 
-    n = PEAK_N
-    a, b = jnp.ones((n, n), jnp.float32), jnp.ones((n, n), jnp.float32)
+    dtype = jnp.dtype(variant.get("compute_dtype", "float32"))
+    a = b = jnp.full((PEAK_N, PEAK_N), 0.01, dtype)
     mm = jax.jit(lambda a, b: a @ b)
+    return lambda: mm(a, b), lambda out: float(out[0, 0])
 
-    def step():
-        return mm(a, b)
 
-    return step, lambda out: float(out[0, 0])
+def torch_peak_worker(c: dict, variant: dict):
+    """The same matmul through torch (MKL in fp32, oneDNN in bf16 on CPU)."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    dtype = getattr(torch, variant.get("compute_dtype", "float32"))
+    a = b = torch.full((PEAK_N, PEAK_N), 0.01, dtype=dtype)
+    return lambda: a @ b, lambda out: float(out[0, 0])
+
+
+def train_worker(c: dict, variant: dict, steps: int) -> dict:
+    """``train()`` as a user calls it, for ``2 * steps`` updates logged every ``steps``: the first flush
+    covers compilation and warm-up, the second is the timed one (its ``throughput/tokens_per_s``)."""
+    from marin.trainer import (
+        CheckpointConfig,
+        DataConfig,
+        OptimizerConfig,
+        PrecisionPolicy,
+        SyntheticSourceConfig,
+        TrackerConfig,
+        TrainerConfig,
+        TrainLmConfig,
+        train,
+    )
+    from marin.trainer.model import LlamaConfig
+
+    model = LlamaConfig(**model_dims(c), **variant.get("model", {}))
+    tokens = 2 * steps * c["batch"] * (c["seq_len"] + 1) * 2
+    # Long documents, as in the other peers' unsegmented rows; the loop still packs and masks them.
+    docs = SyntheticSourceConfig(
+        vocab_size=c["vocab_size"], num_tokens=tokens, min_doc_len=4 * c["seq_len"], max_doc_len=4 * c["seq_len"]
+    )
+    precision = PrecisionPolicy(
+        compute_dtype=variant.get("compute_dtype", "float32"), matmul_dtype=variant.get("matmul_dtype", "default")
+    )
+    with tempfile.TemporaryDirectory(prefix="trainer-bench-run-") as out:
+        config = TrainLmConfig(
+            output_path=out,
+            model=model,
+            data=DataConfig(train={"bench": docs}),
+            optimizer=OptimizerConfig(
+                learning_rate=LR,
+                weight_decay=WD,
+                max_grad_norm=CLIP,
+                beta1=BETAS[0],
+                beta2=BETAS[1],
+                epsilon=EPS,
+                schedule="constant",
+                warmup=0,
+            ),
+            trainer=TrainerConfig(
+                num_train_steps=2 * steps,
+                batch_size=c["batch"],
+                log_every=steps,
+                precision=precision,
+                checkpoint=CheckpointConfig(save_interval_minutes=None),
+                tracker=TrackerConfig(wandb=False, progress_bar=False),
+            ),
+        )
+        t0 = time.perf_counter()
+        result = train(config)
+        total = time.perf_counter() - t0
+        logged = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
+    rates = {m["step"]: m["throughput/tokens_per_s"] for m in logged if "throughput/tokens_per_s" in m}
+    step_s = c["batch"] * c["seq_len"] / rates[2 * steps]
+    return {
+        "seconds": step_s * steps,
+        "first_step_s": c["batch"] * c["seq_len"] * steps / rates[steps] - (steps - 1) * step_s,
+        "process_s": total,
+        "loss": result.train_loss,
+    }
+
+
+def timed_worker(kind: str, c: dict, variant: dict, steps: int) -> dict:
+    """A step closure's peer: build, ``steps`` untimed steps (the first compiles), ``steps`` timed ones."""
+    t0 = time.perf_counter()
+    step, to_float = WORKERS[kind](c, variant)
+    built = time.perf_counter()
+    to_float(step())  # tracing + compilation + one step
+    first = time.perf_counter()
+    for _ in range(steps - 1):
+        loss = step()
+    if steps > 1:
+        to_float(loss)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    value = to_float(loss)  # the only host sync: waits for the last step
+    end = time.perf_counter()
+    return {"seconds": end - start, "first_step_s": first - built, "process_s": end - t0, "loss": value}
 
 
 WORKERS = {
@@ -353,31 +451,16 @@ WORKERS = {
     "torch_compile": torch_worker,
     "torch_compile_fp8": torch_worker,
     "levanter": levanter_worker,
-    "peak": matmul_peak_worker,
+    "jax_peak": jax_peak_worker,
+    "torch_peak": torch_peak_worker,
 }
 
 
-def serve(kind: str, config: str, variant: dict) -> None:
-    """Worker main loop: build, compile (first step), then answer `run N` with the seconds N steps took."""
+def serve(kind: str, config: str, variant: dict, steps: int) -> None:
+    """Worker main: one measurement, printed as the last line of JSON."""
     c = CONFIGS[config]
-    t0 = time.perf_counter()
-    step, to_float = WORKERS[kind](c, variant)
-    built = time.perf_counter()
-    loss = to_float(step())  # first call: tracing + compilation + one step
-    first = time.perf_counter()
-    print(
-        json.dumps({"event": "ready", "build_s": built - t0, "first_step_s": first - built, "loss": loss}), flush=True
-    )
-    for line in sys.stdin:
-        n = int(line.split()[1])
-        start, cpu_start = time.perf_counter(), time.process_time()
-        for _ in range(n):
-            loss = step()
-        value = to_float(loss)  # the only host sync: waits for the last step
-        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        print(
-            json.dumps({"event": "ran", "steps": n, "seconds": seconds, "cpu_seconds": cpu, "loss": value}), flush=True
-        )
+    out = train_worker(c, variant, steps) if kind == "train" else timed_worker(kind, c, variant, steps)
+    print(json.dumps({"steps": steps, **out}), flush=True)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -400,45 +483,24 @@ def ensure_venv(venv: Path, packages: list[str]) -> Path | None:
     return python
 
 
-class Worker:
-    def __init__(self, name: str, python: Path, kind: str, config: str, variant: dict, env: dict, device: str = "cpu"):
-        cmd = [
-            str(python),
-            str(Path(__file__).resolve()),
-            "--worker",
-            kind,
-            "--config",
-            config,
-            "--variant",
-            json.dumps(variant),
-        ]
-        platforms = {"cpu": "cpu", "gpu": "cuda"}[device]
-        path = os.pathsep.join([str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
-        full_env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": platforms, **env}
-        self.name = name
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=full_env)
-        self.ready = self._read()
-        self.times: list[float] = []
-        self.cpu_times: list[float] = []
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.name} exited with {self.proc.wait()}")
-        return json.loads(line)
-
-    def run(self, steps: int) -> dict:
-        self.proc.stdin.write(f"run {steps}\n")
-        self.proc.stdin.flush()
-        out = self._read()
-        self.times.append(out["seconds"] / steps)
-        self.cpu_times.append(out["cpu_seconds"] / steps)
-        self.last_loss = out["loss"]
-        return out
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+def run_worker(spec: tuple, config: str, steps: int, device: str = "cpu", timeout: float = 1800) -> dict | None:
+    """One fresh process of peer ``spec`` (name, python, kind, variant, env): its measurement, or None when
+    it cannot run here (the reason goes to stderr)."""
+    name, python, kind, variant, env = spec
+    cmd = [str(python), str(Path(__file__).resolve()), "--worker", kind, "--config", config]
+    cmd += ["--variant", json.dumps(variant), "--steps", str(steps)]
+    path = os.pathsep.join([str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    full_env = {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": {"cpu": "cpu", "gpu": "cuda"}[device], **env}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"[bench] {config}/{name}: skipped (over {timeout:.0f} s)", file=sys.stderr)
+        return None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        print(f"[bench] {config}/{name}: skipped (exit {proc.returncode}): {proc.stderr[-1500:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
 
 
 def export_revision(rev: str) -> Path:
@@ -463,8 +525,8 @@ def peer_specs(
     compute = {"compute_dtype": dtype, "device": device}
     project_py = PROJECT_PY if device == "cpu" else Path(sys.executable)  # a GPU machine's own jax and torch
     for peer in peers:
-        if peer == "jax":
-            specs.append(("jax", project_py, "jax", compute, {}))
+        if peer in ("train", "jax"):
+            specs.append((peer, project_py, peer, compute, {}))
         elif peer in ("torch_eager", "torch_compile", "torch_compile_fp8"):
             python = project_py if device == "gpu" else ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
             if python:
@@ -476,82 +538,84 @@ def peer_specs(
                 specs.append(("levanter", python, "levanter", {}, {}))
         else:
             raise SystemExit(f"unknown peer {peer!r}")
-    at = next((i + 1 for i, spec in enumerate(specs) if spec[0] == "jax"), len(specs))  # variants follow ours
-    for name, spec in variants.items():  # extra JAX variants: --variant NAME='{"model": {...}}'
+    at = next((i + 1 for i, spec in enumerate(specs) if spec[0] == "train"), len(specs))  # variants follow ours
+    for name, spec in variants.items():  # extra train() runs: --jax-variant NAME='{"model": {...}}'
         env = spec.pop("env", {})
-        specs.insert(at, (name, project_py, "jax", {**compute, **spec}, env))
+        specs.insert(at, (name, project_py, "train", {**compute, **spec}, env))
         at += 1
     for rev, root in (baselines or {}).items():  # --baseline REV: our step as of an older commit
         specs.append((f"jax@{rev}", project_py, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
     return specs
 
 
-def _start_worker(config: str, spec, seconds_per_turn: float, device: str) -> Worker | None:
-    """Start one peer's worker, compile, and calibrate its steps per turn; None if it cannot start."""
-    name, python, kind, variant, env = spec
-    try:
-        w = Worker(name, python, kind, config, variant, env, device)
-        out = w.run(1)  # calibrate steps per turn
-    except (RuntimeError, json.JSONDecodeError) as e:
-        print(f"[bench] {config}/{name}: skipped ({e})", file=sys.stderr)
-        return None
-    w.steps = max(1, round(seconds_per_turn / out["seconds"]))
-    w.times.clear()
-    w.cpu_times.clear()
-    print(f"[bench] {config}/{name}: compile+first step {w.ready['first_step_s']:.1f}s", file=sys.stderr)
-    return w
-
-
-def _summary(w: Worker, c: dict, peak: float) -> dict:
+def _summary(runs: list[dict], c: dict, peak: float) -> dict:
     tokens_per_step = c["batch"] * c["seq_len"]
-    tps = [tokens_per_step / t for t in w.times]
+    tps = [tokens_per_step * r["steps"] / r["seconds"] for r in runs]
     med = statistics.median(tps)
     return {
         "tokens_per_s": med,
         "tokens_per_s_min": min(tps),
         "tokens_per_s_max": max(tps),
+        "rounds": len(runs),
         "mfu": med * flops_per_token(c) / peak,
-        "compile_s": w.ready["first_step_s"],
-        "tokens_per_cpu_s": tokens_per_step / statistics.median(w.cpu_times),
-        "steps_per_turn": w.steps,
-        "final_loss": w.last_loss,
+        "compile_s": statistics.median(r["first_step_s"] for r in runs),
+        "timed_steps": runs[0]["steps"],
+        "final_loss": runs[-1]["loss"],
     }
 
 
-def bench_config(config: str, specs, rounds: int, seconds_per_turn: float, peak: float, device: str = "cpu") -> dict:
-    """Every peer's tokens/s on ``config``: round-robin on CPU, one worker after another on a GPU."""
+def bench_config(config: str, specs, rounds: int, steps: int, peak: float, device: str = "cpu") -> dict:
+    """Every peer's tokens/s on ``config``: ``rounds`` fresh processes each, the order rotating per round."""
     c = CONFIGS[config]
-    result = {}
-    if device == "gpu":
-        for spec in specs:
-            w = _start_worker(config, spec, seconds_per_turn, device)
-            if w is None:
-                continue
-            for _ in range(rounds):
-                w.run(w.steps)
-            result[w.name] = _summary(w, c, peak)
-            print(f"[bench] {config}/{w.name}: {json.dumps(result[w.name])}", file=sys.stderr, flush=True)
-            w.close()
-        return result
-    workers = [w for spec in specs if (w := _start_worker(config, spec, seconds_per_turn, device))]
+    runs: dict[str, list[dict]] = {spec[0]: [] for spec in specs}
     for r in range(rounds):
-        order = workers[r % len(workers) :] + workers[: r % len(workers)]
-        for w in order:
-            w.run(w.steps)
-    for w in workers:
-        result[w.name] = _summary(w, c, peak)
-        w.close()
-    return result
+        for spec in specs[r % len(specs) :] + specs[: r % len(specs)]:
+            out = run_worker(spec, config, steps, device)
+            if out is not None:
+                runs[spec[0]].append(out)
+                rate = c["batch"] * c["seq_len"] * steps / out["seconds"]
+                print(f"[bench] {config}/{spec[0]} round {r + 1}: {rate:,.0f} tokens/s", file=sys.stderr, flush=True)
+    return {name: _summary(got, c, peak) for name, got in runs.items() if got}
 
 
-def measure_peak(rounds: int) -> float:
-    """The best matmul rate seen over ``rounds`` short runs: on a shared machine the best is closest
-    to what the hardware can do."""
-    w = Worker("peak", PROJECT_PY, "peak", "nano", {}, {})
-    for _ in range(rounds):
-        w.run(10)
-    w.close()
-    return 2 * PEAK_N**3 / min(w.times)
+def measure_peaks(dtypes: list[str], rounds: int, torch_python: Path | None) -> dict[str, float]:
+    """Both frameworks' best ``n x n x n`` matmul rate per dtype, FLOP/s: on a shared machine the best of
+    a few short runs is closest to what the hardware does."""
+    peaks = {}
+    for dtype in dtypes:
+        for framework, python in (("jax", PROJECT_PY), ("torch", torch_python)):
+            if python is None:
+                continue
+            spec = (f"{framework}_peak", python, f"{framework}_peak", {"compute_dtype": dtype}, {})
+            seconds = [out["seconds"] / out["steps"] for _ in range(rounds) if (out := run_worker(spec, "nano", 10))]
+            if seconds:
+                peaks[f"{framework}_{dtype}"] = 2 * PEAK_N**3 / min(seconds)
+    return peaks
+
+
+def host_record(torch_python: Path | None) -> dict:
+    """What the numbers depend on: CPU model and ISA, cores, both frameworks' versions and torch's BLAS."""
+    info = {"cpu_count": os.cpu_count(), "cpu_model": "", "isa": []}
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        info["cpu_model"] = next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line)
+        flags = set(next(line for line in cpuinfo.splitlines() if line.startswith("flags")).split())
+        wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16")
+        info["isa"] = [f for f in wanted if f in flags]
+    except (OSError, StopIteration):
+        pass
+    probe = "import jax, jaxlib; print(jax.__version__, jaxlib.__version__)"
+    info["jax"] = subprocess.run([str(PROJECT_PY), "-c", probe], capture_output=True, text=True).stdout.strip()
+    info["xla_flags"] = os.environ.get("XLA_FLAGS", "")
+    if torch_python:
+        probe = (
+            "import torch; c = torch.__config__.show(); print(torch.__version__);"
+            "print(*[l.strip() for l in c.splitlines() if 'Math Kernel' in l or 'MKL-DNN' in l or 'oneDNN' in l or 'OpenMP' in l],"
+            " sep='\\n')"
+        )
+        out = subprocess.run([str(torch_python), "-c", probe], capture_output=True, text=True).stdout.split("\n")
+        info["torch"], info["torch_blas"] = out[0], [line for line in out[1:] if line]
+    return info
 
 
 def main() -> None:
@@ -561,21 +625,21 @@ def main() -> None:
     parser.add_argument("--variant", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--configs", nargs="+", default=["nano", "small", "medium"], choices=list(CONFIGS))
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu", help="where every peer runs")
-    parser.add_argument("--peers", nargs="+", default=["jax", "torch_eager", "torch_compile", "levanter"])
+    parser.add_argument("--peers", nargs="+", default=["train", "torch_compile"])
     parser.add_argument(
         "--jax-variant",
         action="append",
         default=[],
         metavar="NAME=JSON",
-        help='extra JAX runs, e.g. scan=\'{"model": {"scan_layers": true}}\' or '
-        'fp8=\'{"compute_dtype": "bfloat16", "matmul_dtype": "float8"}\'',
+        help='extra train() runs, e.g. scan=\'{"model": {"scan_layers": true}}\' or '
+        'flags=\'{"env": {"XLA_FLAGS": "..."}}\'',
     )
     parser.add_argument(
         "--baseline",
         action="append",
         default=[],
         metavar="REV",
-        help="also run our step as of this git revision (before/after), e.g. --baseline main",
+        help="also run our step (the jax peer) as of this git revision (before/after), e.g. --baseline main",
     )
     parser.add_argument(
         "--dtype",
@@ -583,45 +647,55 @@ def main() -> None:
         default="float32",
         help="compute dtype of jax and torch (bfloat16: fp32 parameters, bf16 matmuls)",
     )
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds-per-turn", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per peer and config")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per process (default: per config)")
     parser.add_argument(
-        "--peak", type=float, default=None, help="peak FLOP/s for MFU (default: the measured fp32 matmul rate)"
+        "--peak", type=float, default=None, help="peak FLOP/s for MFU (default: the best matmul rate measured here)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the report goes as JSON")
     args = parser.parse_args()
     if args.worker:
-        serve(args.worker, args.config, json.loads(args.variant))
+        serve(args.worker, args.config, json.loads(args.variant), args.steps)
         return
-    variants = dict(v.split("=", 1) for v in args.jax_variant)
     if args.device == "gpu" and not args.peak:
         raise SystemExit("--device gpu needs --peak (the GPU's dense bf16 peak, e.g. 989e12 for an H100 SXM)")
-    peak = args.peak or measure_peak(3 * args.rounds)
-    print(f"[bench] peak for MFU: {peak / 1e9:,.0f} GFLOP/s", file=sys.stderr)
+    uses_torch = any(p.startswith("torch") for p in args.peers)
+    torch_python = None
+    if args.device == "cpu" and uses_torch:
+        torch_python = ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
     report = {
-        "peak_flops": peak,
-        "cpu_count": os.cpu_count(),
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
         "dtype": args.dtype,
         "device": args.device,
+        "host": host_record(torch_python) if args.device == "cpu" else {},
         "load_avg_before": os.getloadavg(),
         "configs": {},
     }
+    if args.peak:
+        peak = args.peak
+    else:
+        report["matmul_peaks"] = measure_peaks(sorted({"float32", args.dtype}), 3, torch_python)
+        peak = max(v for k, v in report["matmul_peaks"].items() if k.endswith(args.dtype))
+    report["peak_flops"] = peak
+    print(f"[bench] host: {json.dumps(report['host'])}", file=sys.stderr)
+    for name, rate in report.get("matmul_peaks", {}).items():
+        print(f"[bench] {PEAK_N}^3 matmul, {name}: {rate / 1e9:,.0f} GFLOP/s", file=sys.stderr)
+    print(f"[bench] peak for MFU: {peak / 1e9:,.0f} GFLOP/s", file=sys.stderr)
     baselines = {rev: export_revision(rev) for rev in args.baseline}
+    variants = dict(v.split("=", 1) for v in args.jax_variant)
     for config in args.configs:
         specs = peer_specs(
             args.peers, {k: json.loads(v) for k, v in variants.items()}, baselines, args.dtype, args.device
         )
-        report["configs"][config] = res = bench_config(
-            config, specs, args.rounds, args.seconds_per_turn, peak, args.device
-        )
-        base = res.get("jax")
-        print(f"\n{config}: tokens/s median [min-max], MFU, compile (first step) s")
+        steps = args.steps or STEPS[config]
+        report["configs"][config] = res = bench_config(config, specs, args.rounds, steps, peak, args.device)
+        base = res.get("train") or res.get("jax")
+        print(f"\n{config}: tokens/s median [min-max] over fresh processes, MFU, compile (first step) s")
         for name, r in res.items():
-            ratio = f"  jax/{name} = {base['tokens_per_s'] / r['tokens_per_s']:.2f}x" if base and name != "jax" else ""
+            ratio = f"  ours/{name} = {base['tokens_per_s'] / r['tokens_per_s']:.2f}x" if base and r is not base else ""
             print(
-                f"  {name:16s} {r['tokens_per_s']:8.0f} [{r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f}]"
-                f"  MFU {r['mfu']:6.1%}  compile {r['compile_s']:5.1f}s  tok/cpu-s {r['tokens_per_cpu_s']:6.0f}{ratio}"
+                f"  {name:18s} {r['tokens_per_s']:8.0f} [{r['tokens_per_s_min']:.0f}-{r['tokens_per_s_max']:.0f}]"
+                f"  MFU {r['mfu']:6.1%}  compile {r['compile_s']:5.1f}s{ratio}"
             )
     report["load_avg_after"] = os.getloadavg()
     print(f"\nload average (1, 5, 15 min): before {report['load_avg_before']}, after {report['load_avg_after']}")
