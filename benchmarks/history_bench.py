@@ -10,9 +10,11 @@ Each round starts a fresh process per way of starting, in rotating order, and tr
 * ``fresh``: nothing ran before (the trainer's malloc policy goes in before JAX starts);
 * ``jax_first``: a JAX computation ran first (as eval, a data step or a notebook cell would), so the policy
   comes after JAX's threads exist (``train()`` warns);
+* ``import_first``: ``marin.trainer`` imported, then the JAX computation, then training (a notebook that
+  imports the trainer first: the import applies the policy);
 * ``jax_first_env``: the same, in a process started with ``marin.allocator.large_buffers_env()``, as the
   executor starts training steps' workers;
-* ``no_policy``: no malloc policy at all, for scale.
+* ``no_policy``: no malloc policy at all (``MARIN_MALLOC_DEFAULTS=1``), for scale.
 
 Per start it reports tokens/s over ``--steps`` steps after two warm-up steps, and the minor page faults per
 step (``getrusage``): the mechanism behind the difference, and what the test asserts on, being exact where
@@ -33,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-STARTS = ("fresh", "jax_first", "jax_first_env", "no_policy")
+STARTS = ("fresh", "jax_first", "import_first", "jax_first_env", "no_policy")
 
 
 def worker(start: str, config: str, steps: int) -> dict:
@@ -41,7 +43,9 @@ def worker(start: str, config: str, steps: int) -> dict:
     import resource
 
     logging.basicConfig(level=logging.WARNING)
-    if start.startswith("jax_first"):
+    if start == "import_first":
+        import marin.trainer  # noqa: F401
+    if start.startswith(("jax_first", "import_first")):
         import jax
         import jax.numpy as jnp
 
@@ -67,12 +71,14 @@ def worker(start: str, config: str, steps: int) -> dict:
 
 
 def run(start: str, config: str, steps: int) -> dict:
-    from marin.allocator import large_buffers_env
+    from marin.allocator import KEEP_DEFAULTS_ENV, large_buffers_env
 
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{HERE}", "JAX_PLATFORMS": "cpu"}
     env.pop("GLIBC_TUNABLES", None)
     if start == "jax_first_env":
         env.update(large_buffers_env(env))
+    if start == "no_policy":
+        env[KEEP_DEFAULTS_ENV] = "1"
     cmd = [sys.executable, __file__, "--worker", start, "--configs", config, "--steps", str(steps)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:

@@ -609,9 +609,8 @@ def host_record(torch_python: Path | None) -> dict:
     info["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     if torch_python:
         probe = (
-            "import torch; c = torch.__config__.show(); print(torch.__version__);"
-            "print(*[l.strip() for l in c.splitlines() if 'Math Kernel' in l or 'MKL-DNN' in l or 'oneDNN' in l or 'OpenMP' in l],"
-            " sep='\\n')"
+            "import torch; c = torch.__config__.show(); print(torch.__version__); keys = ('Math Kernel', 'MKL-DNN',"
+            " 'oneDNN', 'OpenMP'); print(*[l.strip() for l in c.splitlines() if any(k in l for k in keys)], sep='\\n')"
         )
         out = subprocess.run([str(torch_python), "-c", probe], capture_output=True, text=True).stdout.split("\n")
         info["torch"], info["torch_blas"] = out[0], [line for line in out[1:] if line]

@@ -43,6 +43,7 @@ from marin.quality import (
     train_classifier,
 )
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
+from marin.tokenize.special import SpecialStringPolicy
 from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
 from marin.trainer.checkpoint import CheckpointConfig
 from marin.trainer.data import TokenCacheSourceConfig
@@ -238,9 +239,17 @@ def default_train_tokenizer(
 
 
 def default_tokenize(
-    name: str, *, train: Sequence[Input], validation: Sequence[Input] = (), tokenizer: Input, num_workers: int = 1
+    name: str,
+    *,
+    train: Sequence[Input],
+    validation: Sequence[Input] = (),
+    tokenizer: Input,
+    num_workers: int = 1,
+    special_strings: SpecialStringPolicy = "text",
 ) -> ExecutorStep:
-    """``tokenized/<name>``: token caches ``train/`` and ``validation/``."""
+    """``tokenized/<name>``: token caches ``train/`` and ``validation/``. A special token's string in a
+    document is encoded as text (``special_strings="drop"`` leaves such documents out); versioned, so caches
+    built before special strings were kept as text (whose ids may differ) are never reused."""
     return ExecutorStep(
         name=f"tokenized/{name}",
         fn=tokenize_corpus,
@@ -250,6 +259,7 @@ def default_tokenize(
             tokenizer=_input(tokenizer),
             output_path=this_output_path(),
             num_workers=num_workers,
+            special_strings=versioned(special_strings),
         ),
         resources=CPU_DATA,
     )
@@ -429,10 +439,18 @@ def default_chat_data(
 
 
 def default_sft_tokenize(
-    name: str, chat: ExecutorStep, *, tokenizer: Input, model_max_length: int | None = None, num_workers: int = 1
+    name: str,
+    chat: ExecutorStep,
+    *,
+    tokenizer: Input,
+    model_max_length: int | None = None,
+    num_workers: int = 1,
+    special_strings: SpecialStringPolicy = "text",
 ) -> ExecutorStep:
     """``tokenized/<name>``: the chat tokenizer (``tokenizer/``, template included) and masked caches
-    ``train/`` and ``validation/`` rendered from a ``default_chat_data`` step."""
+    ``train/`` and ``validation/`` rendered from a ``default_chat_data`` step. Special-token strings in
+    messages are encoded as text (``"drop"`` leaves such conversations out); versioned like the tokenize
+    step's."""
     return ExecutorStep(
         name=f"tokenized/{name}",
         fn=tokenize_chat,
@@ -443,6 +461,7 @@ def default_sft_tokenize(
             output_path=this_output_path(),
             model_max_length=versioned(model_max_length),
             num_workers=num_workers,
+            special_strings=versioned(special_strings),
         ),
         description=f"render and tokenize {name} with the chat template",
         resources=CPU_DATA,

@@ -26,8 +26,11 @@ arenas, made of 64 MiB heaps that cannot hold a larger block, which glibc then s
 first 8,146-8,721 tokens/s and 2,372 page faults per step; JAX first, then the policy 6,782-7,130 and
 71,418 faults per step, no better than no policy at all. ``large_buffers_env()`` is the same policy as
 glibc tunables in a process's environment, in force from its first allocation whatever runs first
-(8,288-8,531 with JAX first): the executor starts training steps' Ray workers with it, and ``train()``
-warns when it finds its policy applied too late (``benchmarks/history_bench.py``, docs/trainer.md).
+(8,288-8,531 with JAX first): the executor starts training steps' Ray workers with it. Importing
+``marin.trainer`` applies the policy when JAX's runtime has not started yet (a notebook that imports the
+trainer, runs JAX, then trains), and ``train()`` warns when it finds its policy applied too late
+(``benchmarks/history_bench.py``, docs/trainer.md). ``MARIN_MALLOC_DEFAULTS=1`` in the environment keeps
+glibc's defaults in the trainer (a process that must hand memory back; the benchmarks' no-policy baseline).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ logger = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -2, -3, -4, -8
 _applied: set[str] = set()
 _warned_late = False
+KEEP_DEFAULTS_ENV = "MARIN_MALLOC_DEFAULTS"
 
 LARGE_BUFFER_TUNABLES = (
     ("glibc.malloc.arena_max", "1"),
@@ -92,8 +96,10 @@ def keep_large_buffers_mapped(*, late: bool = False) -> bool:
 
     ``late=True`` says the caller knows JAX's runtime already ran in this process: unless the process
     started with ``large_buffers_env()``, the policy then only partly holds (module docstring), which is
-    logged once as a warning naming the remedy."""
+    logged once as a warning naming the remedy. Nothing is applied (False) when ``MARIN_MALLOC_DEFAULTS=1``."""
     global _warned_late
+    if os.environ.get(KEEP_DEFAULTS_ENV) == "1":
+        return False
     if late and not _warned_late and "large buffers" not in _applied and not started_with_large_buffers():
         _warned_late = True
         logger.warning(

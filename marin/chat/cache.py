@@ -10,6 +10,9 @@ EOS; the ledger says ``"loss_mask": true``. The trainer packs the stream into se
 (attention never crosses conversations) and multiplies its loss mask by this one, so a conversation cut
 by a sequence boundary keeps its mask on both sides.
 
+A special token's string inside a message's content is encoded as text (``ChatTokenizer``): such
+conversations are counted (``special_string_documents``), or left out with ``special_strings="drop"``.
+
 Shards are built like ``marin.tokenize.writer``'s: shard ``k`` from input file ``k``, data files moved
 into place first and the shard's ledger last, finished shards verified by size and skipped on rerun.
 """
@@ -30,6 +33,7 @@ from marin.parallel import run_tasks
 from marin.storage import filesystem, join, read_text, write_atomic
 from marin.storage.records import OnError, ReadStats, read_records
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, OFFSET_DTYPE, shard_name, shard_paths, token_dtype
+from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy
 from marin.tokenize.tokenizer import eos_id, fingerprint
 from marin.tokenize.writer import AtomicFile
 
@@ -45,6 +49,7 @@ class SftShardJob:
     batch_size: int
     on_error: OnError
     long_document_tokens: int
+    special_strings: SpecialStringPolicy = "text"
 
 
 def _conversations(source: str, on_error: OnError, stats: ReadStats):
@@ -79,9 +84,13 @@ def build_sft_shard(job: SftShardJob) -> dict:
     dtype = token_dtype(chat.tokenizer.get_vocab_size())
     eos = eos_id(chat.tokenizer)
     stats, lengths, masked = ReadStats(), [], 0
+    counts = {"special": 0, "dropped": 0}
     tokens_hash, mask_hash = hashlib.sha256(), hashlib.sha256()
+    conversations = _with_special_strings_counted(
+        _conversations(job.source, job.on_error, stats), chat, counts, drop=job.special_strings == "drop"
+    )
     with AtomicFile(paths["tokens"]) as tokens_out, AtomicFile(paths["mask"]) as mask_out:
-        for batch in _batches(_conversations(job.source, job.on_error, stats), job.batch_size):
+        for batch in _batches(conversations, job.batch_size):
             for ids, mask in chat.encode_batch(batch):
                 ids = np.append(ids, eos).astype(dtype)
                 mask = np.append(mask, False).astype(np.uint8)
@@ -99,6 +108,7 @@ def build_sft_shard(job: SftShardJob) -> dict:
         "source": job.source,
         "tokenizer_fingerprint": fingerprint(chat.tokenizer),
         "chat_template_sha256": hashlib.sha256(chat.template.encode("utf-8")).hexdigest(),
+        "special_strings": job.special_strings,
         "dtype": dtype.str,
         "num_documents": len(lengths),
         "num_tokens": int(offsets[-1]),
@@ -108,6 +118,8 @@ def build_sft_shard(job: SftShardJob) -> dict:
         "mask_sha256": mask_hash.hexdigest(),
         "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
         "empty_documents": 0,
+        "special_string_documents": counts["special"],
+        "dropped_documents": counts["dropped"],
         "skipped_records": stats.skipped,
         "max_document_tokens": max(lengths, default=0),
         "long_documents": sum(1 for n in lengths if n > job.long_document_tokens),
@@ -116,18 +128,28 @@ def build_sft_shard(job: SftShardJob) -> dict:
     return ledger
 
 
-def _shard_is_complete(cache_url: str, index: int, source: str, tokenizer_fp: str, template_sha: str) -> dict | None:
+def _with_special_strings_counted(conversations, chat: ChatTokenizer, counts: dict, drop: bool):
+    """The conversations, counting those whose contents hold a special token's string (left out if ``drop``)."""
+    for messages in conversations:
+        if chat.special_strings_in_messages(messages):
+            counts["special"] += 1
+            if drop:
+                counts["dropped"] += 1
+                continue
+        yield messages
+
+
+def _shard_is_complete(
+    cache_url: str, index: int, source: str, tokenizer_fp: str, template_sha: str, special_strings: str = "text"
+) -> dict | None:
     paths = shard_paths(cache_url, shard_name(index))
     try:
         ledger = json.loads(read_text(paths["ledger"]))
     except (FileNotFoundError, ValueError):
         return None
-    if (ledger.get("source"), ledger.get("tokenizer_fingerprint"), ledger.get("chat_template_sha256")) != (
-        source,
-        tokenizer_fp,
-        template_sha,
-    ):
-        return None
+    keys = ("source", "tokenizer_fingerprint", "chat_template_sha256", "special_strings")
+    if tuple(ledger.get(k) for k in keys) != (source, tokenizer_fp, template_sha, special_strings):
+        return None  # also a shard written before special strings were kept as text
     expected = {
         "tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize,
         "mask": ledger["num_tokens"],
@@ -149,20 +171,25 @@ def build_sft_cache(
     batch_size: int = 256,
     on_error: OnError = "raise",
     long_document_tokens: int = 4096,
+    special_strings: SpecialStringPolicy = "text",
 ) -> dict:
     """Build (or finish) the SFT cache at ``cache_url`` from conversation ``files`` with the chat tokenizer
     saved in ``tokenizer_dir``; returns the ledger (written last)."""
+    if special_strings not in SPECIAL_STRING_POLICIES:
+        raise ValueError(f"build_sft_cache: special_strings must be 'text' or 'drop', got {special_strings!r}")
     chat = ChatTokenizer.load(tokenizer_dir)
     tokenizer_fp = fingerprint(chat.tokenizer)
     template_sha = hashlib.sha256(chat.template.encode("utf-8")).hexdigest()
     ledgers, jobs = {}, []
     for index, source in enumerate(files):
-        done = _shard_is_complete(cache_url, index, source, tokenizer_fp, template_sha)
+        done = _shard_is_complete(cache_url, index, source, tokenizer_fp, template_sha, special_strings)
         if done is not None:
             ledgers[index] = done
         else:
             jobs.append(
-                SftShardJob(index, source, cache_url, tokenizer_dir, batch_size, on_error, long_document_tokens)
+                SftShardJob(
+                    index, source, cache_url, tokenizer_dir, batch_size, on_error, long_document_tokens, special_strings
+                )
             )
     if ledgers:
         logger.info("%s: %d of %d shards already complete", cache_url, len(ledgers), len(files))
@@ -181,6 +208,7 @@ def build_sft_cache(
         "tokenizer": tokenizer_dir,
         "tokenizer_fingerprint": tokenizer_fp,
         "chat_template_sha256": template_sha,
+        "special_strings": special_strings,
         "loss_mask": True,
         "vocab_size": chat.tokenizer.get_vocab_size(),
         "dtype": token_dtype(chat.tokenizer.get_vocab_size()).str,
@@ -193,6 +221,8 @@ def build_sft_cache(
                 "num_masked_tokens",
                 "num_bytes",
                 "empty_documents",
+                "special_string_documents",
+                "dropped_documents",
                 "skipped_records",
                 "long_documents",
             )

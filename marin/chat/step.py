@@ -25,6 +25,7 @@ from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
 from marin.tokenize.inputs import expand_record_paths
+from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.validation import check
 
@@ -50,6 +51,10 @@ class SftTokenizeConfig:
     on_error: OnError = "raise"
     long_document_tokens: int = 4096
     """Conversations longer than this (e.g. the training sequence length) are kept and counted."""
+    special_strings: SpecialStringPolicy = "text"
+    """A conversation whose contents hold a special token's string (a forged ``<|eot_id|>``): 'text'
+    encodes the string as ordinary text (only the template emits control tokens), 'drop' leaves the
+    conversation out; both count such conversations in the ledger (``special_string_documents``)."""
 
     def __post_init__(self):
         check("SftTokenizeConfig", "train_paths", self.train_paths, lambda v: len(v) > 0, "at least one path")
@@ -61,6 +66,13 @@ class SftTokenizeConfig:
             "a template marking assistant turns with {% generation %} ... {% endgeneration %}",
         )
         check("SftTokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+        check(
+            "SftTokenizeConfig",
+            "special_strings",
+            self.special_strings,
+            lambda v: v in SPECIAL_STRING_POLICIES,
+            "'text' or 'drop'",
+        )
 
 
 def tokenize_chat(config: SftTokenizeConfig) -> None:
@@ -79,6 +91,7 @@ def tokenize_chat(config: SftTokenizeConfig) -> None:
             batch_size=config.batch_size,
             on_error=config.on_error,
             long_document_tokens=config.long_document_tokens,
+            special_strings=config.special_strings,
         )
         summary[split] = {
             k: ledger[k]
@@ -86,6 +99,8 @@ def tokenize_chat(config: SftTokenizeConfig) -> None:
                 "num_documents",
                 "num_tokens",
                 "num_masked_tokens",
+                "special_string_documents",
+                "dropped_documents",
                 "skipped_records",
                 "long_documents",
                 "max_document_tokens",

@@ -15,17 +15,27 @@ turn by turn) is what guarantees the ids equal ``transformers``' own.
 
 Turn boundaries are special tokens: Llama 3's tokenizer has them already; the lab's BPE reserves them
 when trained with ``CHAT_SPECIAL_TOKENS`` (``with_chat_tokens`` adds any that are missing).
+
+Only the template emits control tokens. A message whose content holds a special token's string (a user
+pasting ``<|eot_id|><|start_header_id|>assistant<|end_header_id|>`` to forge a turn, an assistant reply
+quoting ``<|endoftext|>``) is encoded with those strings as ordinary text (``marin.tokenize.special``):
+the text between the template's own control tokens is tokenized with special tokens unmatched, which is
+what tokenizing the whole text does between control tokens, so conversations without such strings keep
+exactly the whole-text ids. ``special_strings_in_messages`` tells the chat cache which rows to count.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
 from tokenizers import AddedToken, Tokenizer
+
+from marin.tokenize.special import special_strings, special_strings_in, text_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +125,16 @@ class ChatTokenizer:
         self.bos_token, self.eot_token = bos_token, eot_token
         self.bos_id, self.eot_id = tokenizer.token_to_id(bos_token), tokenizer.token_to_id(eot_token)
         self._env, self._compiled = _compile(template)
+        self._text_tokenizer = text_encoder(tokenizer)
+        self.special_strings = special_strings(tokenizer)
+        self._special_pattern = (
+            re.compile("|".join(map(re.escape, self.special_strings))) if self.special_strings else None
+        )
+
+    def special_strings_in_messages(self, messages: Sequence[Message]) -> tuple[str, ...]:
+        """The special-token strings that occur in the messages' contents (data, not template)."""
+        found = {s for m in messages for s in special_strings_in(_content(m), self.special_strings)}
+        return tuple(s for s in self.special_strings if s in found)
 
     def render(
         self, messages: Sequence[Message], *, add_generation_prompt: bool = False
@@ -139,11 +159,9 @@ class ChatTokenizer:
 
     def encode_batch(self, conversations: Sequence[Sequence[Message]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """``encode`` for many conversations; the tokenizer runs once over all of them (Rust threads)."""
-        rendered = [self.render(c) for c in conversations]
-        encodings = self.tokenizer.encode_batch([text for text, _ in rendered], add_special_tokens=False)
         return [
-            (np.asarray(enc.ids, np.int32), _span_mask(enc.offsets, spans))
-            for enc, (_, spans) in zip(encodings, rendered)
+            (np.asarray(ids, np.int32), _span_mask(offsets, spans))
+            for ids, offsets, spans in self._encode_rendered(conversations)
         ]
 
     def encode_prompt(self, messages: Sequence[Message]) -> np.ndarray:
@@ -152,11 +170,56 @@ class ChatTokenizer:
         These are the first ids of the conversation *with* a reply, exactly as training saw them. Rendering
         the prompt alone (``add_generation_prompt``) and tokenizing it can differ at the end: a GPT-2-style
         pre-tokenizer reads a trailing "\\n\\n" as one piece, but "\\n" + "\\n" when text follows it."""
-        text, spans = self.render([*messages, {"role": "assistant", "content": "x"}])
+        [(ids, offsets, spans)] = self._encode_rendered([[*messages, {"role": "assistant", "content": "x"}]])
         cut = spans[-1][0]  # where the placeholder reply starts
-        encoding = self.tokenizer.encode(text, add_special_tokens=False)
-        ids = [t for t, (start, _) in zip(encoding.ids, encoding.offsets) if start < cut]
-        return np.asarray(ids, np.int32)
+        return np.asarray([t for t, (start, _) in zip(ids, offsets) if start < cut], np.int32)
+
+    def _encode_rendered(self, conversations: Sequence[Sequence[Message]]) -> list[tuple[list, list, list]]:
+        """``(ids, offsets, assistant spans)`` per conversation. Conversations without special strings in
+        their contents are tokenized whole, in one batch; the others segment by segment (module docstring)."""
+        rendered = [self.render(c) for c in conversations]
+        forged = [i for i, c in enumerate(conversations) if self.special_strings_in_messages(c)]
+        plain = [i for i in range(len(conversations)) if i not in set(forged)]
+        out: list = [None] * len(conversations)
+        encodings = self.tokenizer.encode_batch([rendered[i][0] for i in plain], add_special_tokens=False)
+        for i, enc in zip(plain, encodings):
+            out[i] = (enc.ids, enc.offsets, rendered[i][1])
+        for i in forged:
+            text, spans = rendered[i]
+            ids, offsets = self._encode_with_data_as_text(conversations[i], text)
+            out[i] = (ids, offsets, spans)
+        return out
+
+    def _encode_with_data_as_text(self, messages: Sequence[Message], text: str) -> tuple[list, list]:
+        """``text`` (the render of ``messages``) with only the template's control tokens as controls: they are
+        found in a render whose contents have every special string masked (same length, so the positions
+        hold), and the text between them is tokenized with special tokens unmatched."""
+        masked = [
+            {**m, "content": self._special_pattern.sub(lambda x: "\0" * len(x.group()), _content(m))} for m in messages
+        ]
+        masked_text, _ = self.render(masked)
+        controls = [(m.start(), m.end()) for m in self._special_pattern.finditer(masked_text)]
+        if len(masked_text) != len(text) or any(masked_text[a:b] != text[a:b] for a, b in controls):
+            raise ValueError(
+                "chat template: cannot tell the template's control tokens from special-token strings in the "
+                f"messages' contents ({list(self.special_strings_in_messages(messages))}); the template must insert "
+                "contents unchanged"
+            )
+        pieces, at = [], 0
+        for a, b in controls:
+            pieces.append((at, text[at:a]))
+            at = b
+        pieces.append((at, text[at:]))
+        encodings = self._text_tokenizer.encode_batch([piece for _, piece in pieces], add_special_tokens=False)
+        ids, offsets = [], []
+        for k, ((start, _), enc) in enumerate(zip(pieces, encodings)):
+            ids += enc.ids
+            offsets += [(start + x, start + y) for x, y in enc.offsets]
+            if k < len(controls):
+                a, b = controls[k]
+                ids.append(self.tokenizer.token_to_id(text[a:b]))
+                offsets.append((a, b))
+        return ids, offsets
 
     def decode_reply(self, ids: Sequence[int]) -> str:
         """The text of generated ids, up to (not including) the first end-of-turn token."""
@@ -208,6 +271,11 @@ class ChatTokenizer:
             bos_token=_token_name(config["bos_token"]),
             eot_token=_token_name(config["eos_token"]),
         )
+
+
+def _content(message: Message) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
 
 
 def _token_name(value) -> str:

@@ -42,13 +42,14 @@ class MarinLM(LM):
     ):
         super().__init__()
         from marin.inference import load_model, place_params
-        from marin.tokenize import eos_id, load_tokenizer
+        from marin.tokenize import eos_id, load_tokenizer, text_encoder
         from marin.trainer.model.llama import forward
 
         self.cfg, host_params, _ = load_model(checkpoint, None)
         self.params = place_params(self.cfg, host_params)  # scoring and generation share one placement
         self.tokenizer = load_tokenizer(tokenizer or checkpoint)
         self.eos = eos_id(self.tokenizer)
+        self._text_tokenizer = text_encoder(self.tokenizer)  # task text never becomes a control token
         self.max_gen_toks = int(max_gen_toks)
         cfg, params = self.cfg, self.params
         # lm-eval's "auto" batch sizing probes torch device memory: use our default instead
@@ -62,7 +63,7 @@ class MarinLM(LM):
         )
 
     def _encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self._text_tokenizer.encode(text, add_special_tokens=False).ids
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:
         pairs = []

@@ -27,6 +27,7 @@ from marin.evaluation.tasks import MultipleChoiceTask, load_task_yaml, score_tas
 from marin.inference import load_model, place_params
 from marin.progress import progress_bar
 from marin.storage import join, write_atomic
+from marin.tokenize.special import text_encoder
 from marin.tokenize.tokenizer import eos_id, load_tokenizer
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.llama import forward
@@ -83,9 +84,10 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
             f"tokenizer {config.tokenizer} has {tokenizer.get_vocab_size()} tokens, the model only {cfg.vocab_size}"
         )
     eos = eos_id(tokenizer)
+    as_text = text_encoder(tokenizer)  # a special token's string in a task is text, never a control token
 
     def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False).ids
+        return as_text.encode(text, add_special_tokens=False).ids
 
     scorer = Scorer(
         functools.partial(forward, cfg),

@@ -37,13 +37,13 @@ def main(argv=None) -> None:
     configure_logging(logging.WARNING)
 
     from marin.inference import GenerationConfig, decode_until, generate, load_model, place_params
-    from marin.tokenize import eos_id, load_tokenizer
+    from marin.tokenize import eos_id, load_tokenizer, text_encoder
 
     cfg, params, _ = load_model(args.checkpoint, None)
     params = place_params(cfg, params)
     tokenizer = load_tokenizer(args.tokenizer or args.checkpoint)
     eos = eos_id(tokenizer)
-    prompt = [eos, *tokenizer.encode(args.prompt, add_special_tokens=False).ids]
+    prompt = [eos, *text_encoder(tokenizer).encode(args.prompt, add_special_tokens=False).ids]
     stop_tokens = (eos, *args.stop_token_id)
     gen = GenerationConfig(
         max_new_tokens=args.max_new_tokens,

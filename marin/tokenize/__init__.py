@@ -4,6 +4,7 @@ The format is described in ``marin.tokenize.cache_format`` and docs/token_cache.
 """
 
 from marin.tokenize.reader import CacheError, TokenCache
+from marin.tokenize.special import special_strings, text_encoder
 from marin.tokenize.step import TokenizeConfig, tokenize_corpus
 from marin.tokenize.tokenizer import (
     TrainTokenizerConfig,
@@ -25,6 +26,8 @@ __all__ = [
     "eos_id",
     "fingerprint",
     "load_tokenizer",
+    "special_strings",
+    "text_encoder",
     "tokenize_corpus",
     "train_tokenizer",
 ]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
 from marin.tokenize.inputs import expand_record_paths
+from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.tokenize.writer import build_cache
 from marin.validation import check
@@ -36,6 +37,10 @@ class TokenizeConfig:
     """'raise': a malformed record stops the step naming file and line; 'skip': count and go on."""
     long_document_tokens: int = 4096
     """Documents longer than this (e.g. the training sequence length) are kept and counted in the ledger."""
+    special_strings: SpecialStringPolicy = "text"
+    """A document containing a special token's string (``<|endoftext|>`` quoted on a web page): 'text'
+    encodes that string as ordinary text (never the control token), 'drop' leaves the document out; both
+    count such documents in the ledger (``special_string_documents``)."""
 
     def __post_init__(self):
         # check() skips executor placeholders: the executor re-validates the concrete config.
@@ -43,6 +48,13 @@ class TokenizeConfig:
         check("TokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
         check("TokenizeConfig", "batch_size", self.batch_size, lambda v: v >= 1, ">= 1")
         check("TokenizeConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
+        check(
+            "TokenizeConfig",
+            "special_strings",
+            self.special_strings,
+            lambda v: v in SPECIAL_STRING_POLICIES,
+            "'text' or 'drop'",
+        )
 
 
 def tokenize_corpus(config: TokenizeConfig) -> None:
@@ -63,6 +75,7 @@ def tokenize_corpus(config: TokenizeConfig) -> None:
             batch_size=config.batch_size,
             on_error=config.on_error,
             long_document_tokens=config.long_document_tokens,
+            special_strings=config.special_strings,
         )
         summary[split] = {
             k: ledger[k]
@@ -70,6 +83,8 @@ def tokenize_corpus(config: TokenizeConfig) -> None:
                 "num_documents",
                 "num_tokens",
                 "empty_documents",
+                "special_string_documents",
+                "dropped_documents",
                 "skipped_records",
                 "long_documents",
                 "max_document_tokens",

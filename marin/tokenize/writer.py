@@ -6,6 +6,10 @@ Each shard is tokenized in batches (``encode_batch`` uses all cores through Rust
 followed by EOS, and streamed to a temporary file; the data files are moved into place first and the
 shard's ledger last. A crash leaves at worst a shard without ledger, which a rerun rebuilds; finished
 shards are verified by size and skipped. ``cache.json`` is written only after every shard exists.
+
+A special token's string inside a document is encoded as the text it is, never as the control token
+(``marin.tokenize.special``): such documents are counted in the ledger (``special_string_documents``), or
+left out with ``special_strings="drop"`` (``dropped_documents``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ from marin.tokenize.cache_format import (
     token_dtype,
 )
 from marin.tokenize.inputs import iter_texts
+from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy, special_strings_in, text_encoder
+from marin.tokenize.special import special_strings as special_strings_of
 from marin.tokenize.tokenizer import eos_id, fingerprint
+from marin.validation import check
 
 logger = logging.getLogger(__name__)
 
@@ -49,20 +56,22 @@ class ShardJob:
     batch_size: int
     on_error: OnError
     long_document_tokens: int
+    special_strings: SpecialStringPolicy = "text"
 
 
 def build_shard(job: ShardJob) -> dict:
     """Tokenize one input file into one shard; returns (and writes) the shard's ledger."""
     paths = shard_paths(job.cache_url, shard_name(job.index))
-    tokenizer = Tokenizer.from_str(job.tokenizer_json)
+    tokenizer = text_encoder(Tokenizer.from_str(job.tokenizer_json))
     dtype = token_dtype(tokenizer.get_vocab_size())
     stats = ReadStats()
     lengths: list[int] = []
-    counts = {"empty": 0, "bytes": 0}
+    counts = {"empty": 0, "bytes": 0, "special": 0, "dropped": 0}
     tokens_hash = hashlib.sha256()
     texts = iter_texts([job.source], job.text_key, on_error=job.on_error, stats=stats)
+    strings = special_strings_of(tokenizer)
     with AtomicFile(paths["tokens"]) as out:
-        for batch in _batches(texts, job.batch_size, counts):
+        for batch in _batches(texts, job.batch_size, counts, strings, drop_special=job.special_strings == "drop"):
             for enc in tokenizer.encode_batch(batch, add_special_tokens=False):
                 ids = np.asarray(enc.ids + [job.eos], dtype=dtype)
                 lengths.append(len(ids))
@@ -77,6 +86,7 @@ def build_shard(job: ShardJob) -> dict:
         "name": shard_name(job.index),
         "source": job.source,
         "tokenizer_fingerprint": job.tokenizer_fingerprint,
+        "special_strings": job.special_strings,
         "dtype": dtype.str,
         "num_documents": len(lengths),
         "num_tokens": int(offsets[-1]),
@@ -84,6 +94,8 @@ def build_shard(job: ShardJob) -> dict:
         "tokens_sha256": tokens_hash.hexdigest(),
         "offsets_sha256": hashlib.sha256(offsets_bytes).hexdigest(),
         "empty_documents": counts["empty"],
+        "special_string_documents": counts["special"],
+        "dropped_documents": counts["dropped"],
         "skipped_records": stats.skipped,
         "max_document_tokens": max(lengths, default=0),
         "long_documents": sum(1 for n in lengths if n > job.long_document_tokens),
@@ -92,13 +104,20 @@ def build_shard(job: ShardJob) -> dict:
     return ledger
 
 
-def _batches(texts, size: int, counts: dict):
-    """Non-empty texts in lists of ``size``; empty documents are counted, not cached (they hold no tokens)."""
+def _batches(texts, size: int, counts: dict, strings: Sequence[str] = (), drop_special: bool = False):
+    """Non-empty texts in lists of ``size``; empty documents are counted, not cached (they hold no tokens),
+    documents holding a special token's string (one of ``strings``) counted, and left out if ``drop_special``."""
+    prefixes = {s[:2] for s in strings}  # e.g. "<|": one fast scan rules most documents out
     batch = []
     for text in texts:
         if not text:
             counts["empty"] += 1
             continue
+        if any(p in text for p in prefixes) and special_strings_in(text, strings):
+            counts["special"] += 1
+            if drop_special:
+                counts["dropped"] += 1
+                continue
         counts["bytes"] += len(text.encode("utf-8"))
         batch.append(text)
         if len(batch) >= size:
@@ -133,15 +152,19 @@ class AtomicFile:
         return False
 
 
-def shard_is_complete(cache_url: str, index: int, source: str, tokenizer_fp: str) -> dict | None:
-    """The shard's ledger if it was finished from the same source and tokenizer and its files have the
-    sizes the ledger promises; None means (re)build it."""
+def shard_is_complete(
+    cache_url: str, index: int, source: str, tokenizer_fp: str, special_strings: SpecialStringPolicy = "text"
+) -> dict | None:
+    """The shard's ledger if it was finished from the same source, tokenizer and special-string policy and
+    its files have the sizes the ledger promises; None means (re)build it."""
     paths = shard_paths(cache_url, shard_name(index))
     try:
         ledger = json.loads(read_text(paths["ledger"]))
     except (FileNotFoundError, ValueError):
         return None
     if ledger.get("source") != source or ledger.get("tokenizer_fingerprint") != tokenizer_fp:
+        return None
+    if ledger.get("special_strings") != special_strings:  # also a shard written before the policy existed
         return None
     expected = {
         "tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize,
@@ -166,15 +189,17 @@ def build_cache(
     batch_size: int = 1024,
     on_error: OnError = "raise",
     long_document_tokens: int = 4096,
+    special_strings: SpecialStringPolicy = "text",
 ) -> dict:
     """Build (or finish) the cache at ``cache_url`` from ``files``; returns the ledger."""
     ledger_url = join(cache_url, LEDGER_FILE)
     tokenizer_json = tokenizer.to_str()
     eos = eos_id(tokenizer, eos_token)
+    check("build_cache", "special_strings", special_strings, lambda v: v in SPECIAL_STRING_POLICIES, "'text' or 'drop'")
     jobs, ledgers = [], {}
     tokenizer_fp = fingerprint(tokenizer)
     for index, source in enumerate(files):
-        done = shard_is_complete(cache_url, index, source, tokenizer_fp)
+        done = shard_is_complete(cache_url, index, source, tokenizer_fp, special_strings)
         if done is not None:
             ledgers[index] = done
         else:
@@ -190,6 +215,7 @@ def build_cache(
                     batch_size,
                     on_error,
                     long_document_tokens,
+                    special_strings,
                 )
             )
     if ledgers:
@@ -216,6 +242,9 @@ def build_cache(
         "num_tokens": sum(s["num_tokens"] for s in shards),
         "num_bytes": sum(s["num_bytes"] for s in shards),
         "empty_documents": sum(s["empty_documents"] for s in shards),
+        "special_strings": special_strings,
+        "special_string_documents": sum(s["special_string_documents"] for s in shards),
+        "dropped_documents": sum(s["dropped_documents"] for s in shards),
         "skipped_records": sum(s["skipped_records"] for s in shards),
         "long_document_tokens": long_document_tokens,
         "long_documents": sum(s["long_documents"] for s in shards),

@@ -269,15 +269,16 @@ def evaluate(
     return out
 
 
-def tune_host_allocator() -> None:
+def tune_host_allocator(*, early_only: bool = False) -> None:
     """The trainer's malloc policy on CPU (``marin.allocator``), applied before this process starts JAX's
-    runtime when it can tell the platform without starting it: applied after, it only partly holds."""
+    runtime when it can tell the platform without starting it: applied after, it only partly holds (and
+    warns). ``early_only``: do nothing once the runtime has started (the import of ``marin.trainer``)."""
     try:
         from jax._src.xla_bridge import backends_are_initialized
     except ImportError:  # a JAX without it: assume nothing ran yet
         backends_are_initialized = lambda: False  # noqa: E731
     if backends_are_initialized():
-        if jax.default_backend() == "cpu":
+        if not early_only and jax.default_backend() == "cpu":
             keep_large_buffers_mapped(late=True)
     elif _will_run_on_cpu():
         keep_large_buffers_mapped()

@@ -18,6 +18,8 @@ def test_harness_requests_on_the_quickstart_model(quickstart_run):
 
     assert get_model("marin") is MarinLM
     lm = MarinLM(checkpoint=quickstart_run["paths"]["export"], batch_size=8)
+    quoted = "a page quoting <|endoftext|> mid-sentence"  # task text never becomes a control token
+    assert lm.eos not in lm._encode(quoted) and lm.tokenizer.decode(lm._encode(quoted)) == quoted
 
     def inst(kind, args):
         return Instance(request_type=kind, doc={}, arguments=args, idx=0)
