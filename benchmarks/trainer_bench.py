@@ -122,25 +122,11 @@ def batches(c: dict, n: int = 4):
     return [rng.integers(1, c["vocab_size"], size=(c["batch"], c["seq_len"] + 1), dtype=np.int64) for _ in range(n)]
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Workers: each builds a `step() -> loss` closure, reports compile time, then runs steps on request.
-
-
-def jax_worker(c: dict, variant: dict):
-
-    import jax
-    import numpy as np
-
-    from marin.trainer.loop import tune_host_allocator
-    from marin.trainer.model import LlamaConfig, param_axes
+def optimizer():
+    """Our side of the shared optimizer: AdamW at a constant rate, clipping, decoupled weight decay."""
     from marin.trainer.optim import OptimizerConfig
-    from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
 
-    if variant.get("tune_malloc", True) and variant.get("device", "cpu") == "cpu":
-        tune_host_allocator()  # what train() does first
-
-    cfg = LlamaConfig(**model_dims(c), **variant.get("model", {}))
-    opt = OptimizerConfig(
+    return OptimizerConfig(
         learning_rate=LR,
         weight_decay=WD,
         max_grad_norm=CLIP,
@@ -150,10 +136,36 @@ def jax_worker(c: dict, variant: dict):
         schedule="constant",
         warmup=0,
     )
-    tx = opt.build(1000, param_axes(cfg))
-    policy = PrecisionPolicy(
+
+
+def precision(variant: dict):
+    from marin.trainer.step import PrecisionPolicy
+
+    return PrecisionPolicy(
         compute_dtype=variant.get("compute_dtype", "float32"), matmul_dtype=variant.get("matmul_dtype", "default")
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Workers: a `step() -> loss` closure per peer (timed by `timed_worker`), or `train()` itself (`train_worker`).
+
+
+def jax_worker(c: dict, variant: dict):
+
+    import jax
+    import numpy as np
+
+    from marin.trainer.loop import tune_host_allocator
+    from marin.trainer.model import LlamaConfig, param_axes
+    from marin.trainer.step import StepConfig, init_state, make_train_step
+
+    if variant.get("tune_malloc", True) and variant.get("device", "cpu") == "cpu":
+        tune_host_allocator()  # what train() does first
+
+    cfg = LlamaConfig(**model_dims(c), **variant.get("model", {}))
+    opt = optimizer()
+    tx = opt.build(1000, param_axes(cfg))
+    policy = precision(variant)
     state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=False, policy=policy)
     train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), StepConfig(precision=policy))
     data = []
@@ -369,8 +381,6 @@ def train_worker(c: dict, variant: dict, steps: int) -> dict:
     from marin.trainer import (
         CheckpointConfig,
         DataConfig,
-        OptimizerConfig,
-        PrecisionPolicy,
         SyntheticSourceConfig,
         TrackerConfig,
         TrainerConfig,
@@ -385,29 +395,17 @@ def train_worker(c: dict, variant: dict, steps: int) -> dict:
     docs = SyntheticSourceConfig(
         vocab_size=c["vocab_size"], num_tokens=tokens, min_doc_len=4 * c["seq_len"], max_doc_len=4 * c["seq_len"]
     )
-    precision = PrecisionPolicy(
-        compute_dtype=variant.get("compute_dtype", "float32"), matmul_dtype=variant.get("matmul_dtype", "default")
-    )
     with tempfile.TemporaryDirectory(prefix="trainer-bench-run-") as out:
         config = TrainLmConfig(
             output_path=out,
             model=model,
             data=DataConfig(train={"bench": docs}),
-            optimizer=OptimizerConfig(
-                learning_rate=LR,
-                weight_decay=WD,
-                max_grad_norm=CLIP,
-                beta1=BETAS[0],
-                beta2=BETAS[1],
-                epsilon=EPS,
-                schedule="constant",
-                warmup=0,
-            ),
+            optimizer=optimizer(),
             trainer=TrainerConfig(
                 num_train_steps=2 * steps,
                 batch_size=c["batch"],
                 log_every=steps,
-                precision=precision,
+                precision=precision(variant),
                 checkpoint=CheckpointConfig(save_interval_minutes=None),
                 tracker=TrackerConfig(wandb=False, progress_bar=False),
             ),

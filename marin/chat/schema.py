@@ -13,8 +13,10 @@ Accepted shapes (the first key present decides):
 
 each optionally with a top-level ``system`` prompt. A valid conversation has at most one system message,
 first; then user and assistant alternate starting with user; it ends with an assistant turn, and every
-content is a non-empty string. ``normalize_record`` returns the reason a record is malformed as a string
-naming the field (``messages[2].role: expected one of ...``); the reader prefixes file and line.
+content is a non-empty string. ``normalize_record`` raises with the reason a record is malformed, naming
+the record's own field (``conversations[3].value: empty`` for a ShareGPT row, ``output`` for an Alpaca row,
+``messages[2].role`` for OpenAI style, ``system`` for a top-level system prompt); the reader prefixes file
+and line.
 """
 
 from __future__ import annotations
@@ -39,14 +41,18 @@ class MalformedConversation(ValueError):
     """A record that is not a valid conversation; the message names the field."""
 
 
+Origin = tuple[str, str]
+"""Where a normalized message came from in the record: (its role's field, its content's field)."""
+
+
 def normalize_record(record: dict[str, Any]) -> list[dict[str, str]]:
     """The record's conversation as ``[{"role", "content"}, ...]``; ``MalformedConversation`` otherwise."""
     if "messages" in record:
-        messages = _turns(record, "messages", "role", "content", {r: r for r in ROLES})
+        messages, origins = _turns(record, "messages", "role", "content", {r: r for r in ROLES})
     elif "conversations" in record:
-        messages = _turns(record, "conversations", "from", "value", SHAREGPT_ROLES)
+        messages, origins = _turns(record, "conversations", "from", "value", SHAREGPT_ROLES)
     elif "instruction" in record:
-        messages = _alpaca(record)
+        messages, origins = _alpaca(record)
     else:
         raise MalformedConversation(f"no conversation: expected one of the fields {list(SHAPES)}")
     system = record.get("system")
@@ -56,15 +62,18 @@ def normalize_record(record: dict[str, Any]) -> list[dict[str, str]]:
         if messages and messages[0]["role"] == "system":
             raise MalformedConversation("system: given both as a field and as the first message")
         messages.insert(0, {"role": "system", "content": system})
-    check_conversation(messages)
+        origins.insert(0, ("system", "system"))
+    check_conversation(messages, origins)
     return messages
 
 
-def _turns(record: dict, field: str, role_key: str, content_key: str, roles: dict[str, str]) -> list[dict[str, str]]:
+def _turns(
+    record: dict, field: str, role_key: str, content_key: str, roles: dict[str, str]
+) -> tuple[list[dict[str, str]], list[Origin]]:
     turns = record[field]
     if not isinstance(turns, list):
         raise MalformedConversation(f"{field}: expected a list of turns, got {type(turns).__name__}")
-    out = []
+    out, origins = [], []
     for i, turn in enumerate(turns):
         where = f"{field}[{i}]"
         if not isinstance(turn, dict):
@@ -76,10 +85,11 @@ def _turns(record: dict, field: str, role_key: str, content_key: str, roles: dic
         if not isinstance(content, str):
             raise MalformedConversation(f"{where}.{content_key}: expected a string, got {type(content).__name__}")
         out.append({"role": roles[role], "content": content})
-    return out
+        origins.append((f"{where}.{role_key}", f"{where}.{content_key}"))
+    return out, origins
 
 
-def _alpaca(record: dict) -> list[dict[str, str]]:
+def _alpaca(record: dict) -> tuple[list[dict[str, str]], list[Origin]]:
     fields = {}
     for key in ("instruction", "input", "output", "response"):
         value = record.get(key)
@@ -90,27 +100,32 @@ def _alpaca(record: dict) -> list[dict[str, str]]:
     if not answer.strip():
         raise MalformedConversation("output: expected a non-empty answer ('output' or 'response')")
     prompt = fields["instruction"] + ("\n\n" + fields["input"] if fields["input"].strip() else "")
-    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    answer_field = "output" if fields["output"] else "response"
+    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    return messages, [("instruction", "instruction"), (answer_field, answer_field)]
 
 
-def check_conversation(messages: list[dict[str, str]]) -> None:
+def check_conversation(messages: list[dict[str, str]], origins: list[Origin] | None = None) -> None:
     """Raise ``MalformedConversation`` unless: optional system first, then user/assistant alternating
-    from user, ending with assistant, no empty content."""
+    from user, ending with assistant, no empty content. Errors name ``origins[i]``'s fields (the record's
+    own), by default ``messages[i].role`` / ``messages[i].content``."""
     if not messages:
         raise MalformedConversation("messages: empty conversation")
+    if origins is None:
+        origins = [(f"messages[{i}].role", f"messages[{i}].content") for i in range(len(messages))]
     body = messages[1:] if messages[0]["role"] == "system" else messages
     if not body:
-        raise MalformedConversation("messages: only a system prompt, no turns")
-    for i, message in enumerate(messages):
+        raise MalformedConversation(f"{origins[0][0]}: only a system prompt, no turns")
+    for (_, content_field), message in zip(origins, messages):
         if not message["content"].strip():
-            raise MalformedConversation(f"messages[{i}].content: empty")
+            raise MalformedConversation(f"{content_field}: empty")
     offset = len(messages) - len(body)
     for i, message in enumerate(body):
         expected = "user" if i % 2 == 0 else "assistant"
         if message["role"] != expected:
             raise MalformedConversation(
-                f"messages[{i + offset}].role: expected {expected!r} (system first, then "
+                f"{origins[i + offset][0]}: expected {expected!r} (system first, then "
                 f"user and assistant alternating), got {message['role']!r}"
             )
     if body[-1]["role"] != "assistant":
-        raise MalformedConversation(f"messages[{len(messages) - 1}]: the conversation must end with an assistant turn")
+        raise MalformedConversation(f"{origins[-1][0]}: the conversation must end with an assistant turn")

@@ -140,6 +140,10 @@ class ChatTokenizer:
         self, messages: Sequence[Message], *, add_generation_prompt: bool = False
     ) -> tuple[str, list[tuple[int, int]]]:
         """The conversation's text and the character spans of its assistant turns (each with its EOT)."""
+        for i, message in enumerate(messages):
+            for key in ("role", "content"):  # Jinja would render None as the text "None"
+                if not isinstance(message.get(key), str):
+                    raise ValueError(f"messages[{i}].{key}: expected a string, got {type(message.get(key)).__name__}")
         self._env.blocks, self._env.spans = [], []
         try:
             for block in self._compiled.generate(
@@ -158,7 +162,14 @@ class ChatTokenizer:
         return self.encode_batch([messages])[0]
 
     def encode_batch(self, conversations: Sequence[Sequence[Message]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``encode`` for many conversations; the tokenizer runs once over all of them (Rust threads)."""
+        """``encode`` for many conversations; the tokenizer runs once over all of them (Rust threads). An
+        empty assistant reply is an error: nothing to train on, and its prompt would not be a prefix of its
+        ids (the header's blank line then ends the text)."""
+        for conversation in conversations:
+            for i, message in enumerate(conversation):
+                if message.get("role") == "assistant" and isinstance(message.get("content"), str):
+                    if not message["content"].strip():
+                        raise ValueError(f"messages[{i}].content: empty assistant reply")
         return [
             (np.asarray(ids, np.int32), _span_mask(offsets, spans))
             for ids, offsets, spans in self._encode_rendered(conversations)

@@ -41,6 +41,9 @@ def test_shapes_normalize_to_messages(record, expected):
     assert normalize_record(record) == expected
 
 
+SHAREGPT_QA = [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": "A."}]
+
+
 @pytest.mark.parametrize(
     "record, message",
     [
@@ -53,10 +56,25 @@ def test_shapes_normalize_to_messages(record, expected):
             "conversations[1].from",
         ),
         ({"messages": [QA[1], QA[0]]}, "messages[0].role: expected 'user'"),
-        ({"messages": QA[:1]}, "messages[0]: the conversation must end with an assistant turn"),
+        ({"messages": QA[:1]}, "messages[0].role: the conversation must end with an assistant turn"),
         ({"messages": [QA[0], {"role": "assistant", "content": "  "}]}, "messages[1].content: empty"),
         ({"instruction": "Q?", "output": ""}, "output: expected a non-empty answer"),
         ({"messages": QA, "system": 3}, "system: expected a string, got int"),
+        ({"messages": [QA[0], {"role": "assistant", "content": None}]}, "messages[1].content: expected a string"),
+        # errors name the record's own field, at the record's own index (issue 25) ...
+        (
+            {"conversations": [*SHAREGPT_QA, *SHAREGPT_QA[:1], {"from": "gpt", "value": " "}]},
+            "conversations[3].value: empty",
+        ),
+        ({"conversations": SHAREGPT_QA[::-1]}, "conversations[0].from: expected 'user'"),
+        # ... also when a top-level system prompt comes first in the normalized conversation
+        (
+            {"system": "Be brief.", "conversations": [SHAREGPT_QA[0], {"from": "gpt", "value": ""}]},
+            "conversations[1].value: empty",
+        ),
+        ({"system": "Be brief.", "messages": [QA[1], QA[0]]}, "messages[0].role: expected 'user'"),
+        ({"instruction": " ", "output": "A."}, "instruction: empty"),
+        ({"instruction": "Q?", "response": "  "}, "output: expected a non-empty answer"),
     ],
 )
 def test_malformed_records_name_the_field(record, message):

@@ -143,3 +143,12 @@ def test_sft_cache_counts_conversations_with_special_strings_or_drops_them(tmp_p
 def test_bad_policy_is_named():
     with pytest.raises(ValueError, match="special_strings"):
         TokenizeConfig(train_paths=["x"], validation_paths=[], tokenizer="t", output_path="o", special_strings="keep")
+
+
+def test_none_content_and_empty_replies_are_named_errors(reserved_chat):
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content: expected a string, got NoneType"):
+        reserved_chat.encode([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}])
+    with pytest.raises(ValueError, match=r"messages\[0\]\.content: expected a string"):
+        reserved_chat.encode_prompt([{"role": "user", "content": None}])
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content: empty assistant reply"):
+        reserved_chat.encode([{"role": "user", "content": "hi"}, {"role": "assistant", "content": " "}])
