@@ -218,10 +218,13 @@ def default_train_tokenizer(
     vocab_size: int = 8192,
     max_documents: int | None = 50_000,
     special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    pre_tokenizer: str = "llama3",
 ) -> ExecutorStep:
     """``tokenizers/<name>``: a byte-level BPE trained on ``documents``; ``special_tokens`` may reserve more
     than end-of-document and padding (``(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS)`` for a later
-    instruct phase: the model then has their embeddings from the start)."""
+    instruct phase: the model then has their embeddings from the start). ``pre_tokenizer`` "llama3" (the
+    default, versioned: tokenizers trained with GPT-2's split before it are never reused as its output)
+    keeps chat prompts a prefix of the training ids and equal to ``transformers``' own."""
     # The default set is left out of the identity, so tokenizers declared before the field existed keep theirs.
     specials = tuple(special_tokens)
     return ExecutorStep(
@@ -233,6 +236,7 @@ def default_train_tokenizer(
             vocab_size=versioned(vocab_size),
             max_documents=versioned(max_documents),
             special_tokens=specials if specials == DEFAULT_SPECIAL_TOKENS else versioned(specials),
+            pre_tokenizer=versioned(pre_tokenizer),
         ),
         resources=CPU_DATA,
     )

@@ -20,7 +20,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from marin.storage import exists, is_absolute, join, read_text, write_atomic
 from marin.validation import check, concrete
@@ -29,6 +29,16 @@ logger = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>", "<|pad|>")
+
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+r"""Llama 3's pre-tokenizer split. Its ``\s*[\r\n]+`` keeps a run of newlines one piece whether text follows or
+not, so a chat prompt ending in the header's blank line tokenizes the same alone as inside the conversation
+(GPT-2's split reads "\n\n" as one piece at the end, but "\n" + "\n..." before text); digits go in
+groups of at most three."""
+PRE_TOKENIZERS = ("llama3", "gpt2")
 
 
 def load_tokenizer(name_or_path: str) -> Tokenizer:
@@ -83,9 +93,19 @@ class TrainTokenizerConfig:
     max_documents: int | None = None
     """Train on at most this many documents (in file order): enough for merges, bounded time."""
     text_key: str = "text"
+    pre_tokenizer: str = "llama3"
+    """How text is split before BPE: "llama3" (``LLAMA3_SPLIT``, then bytes) or "gpt2" (GPT-2's byte-level
+    split, the lab's tokenizers before issue 25)."""
 
     def __post_init__(self):
         # check() skips executor placeholders: the executor re-validates the concrete config.
+        check(
+            "TrainTokenizerConfig",
+            "pre_tokenizer",
+            self.pre_tokenizer,
+            lambda v: v in PRE_TOKENIZERS,
+            f"one of {list(PRE_TOKENIZERS)}",
+        )
         check(
             "TrainTokenizerConfig",
             "special_tokens",
@@ -105,9 +125,17 @@ class TrainTokenizerConfig:
 
 
 def build_bpe_tokenizer(texts: Iterator[str], config: TrainTokenizerConfig) -> Tokenizer:
-    """A GPT-2-style byte-level BPE trained on ``texts``."""
+    """A byte-level BPE trained on ``texts``, split before BPE as ``config.pre_tokenizer`` says."""
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if config.pre_tokenizer == "llama3":
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(

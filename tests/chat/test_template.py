@@ -107,3 +107,54 @@ def test_generation_prompt_is_the_prefix_training_saw(request, which):
             ids, mask = chat.encode(conversation[: j + 1])
             assert ids[: len(prompt)].tolist() == prompt.tolist()
             assert mask[len(prompt)] and not mask[len(prompt) - 1]  # the reply starts right after the prompt
+
+
+PARAGRAPHS = ["A heading about the dog\n\nThe dog ran in the park\n\n"] * 100
+
+
+def chat_with(pre_tokenizer: str, reserve: bool) -> ChatTokenizer:
+    """A chat tokenizer trained on text with blank lines (so "\\n\\n" is a merge, as in any real corpus)."""
+    from marin.chat import CHAT_SPECIAL_TOKENS
+    from marin.tokenize import TrainTokenizerConfig, build_bpe_tokenizer
+    from tests.chat.conftest import TEXTS
+
+    specials = ("<|endoftext|>", "<|pad|>", *(CHAT_SPECIAL_TOKENS if reserve else ()))
+    config = TrainTokenizerConfig(
+        input_paths=["-"], output_path="-", vocab_size=600, special_tokens=specials, pre_tokenizer=pre_tokenizer
+    )
+    tokenizer = build_bpe_tokenizer(iter(TEXTS + PARAGRAPHS), config)
+    assert tokenizer.token_to_id("ĊĊ") is not None
+    return ChatTokenizer(tokenizer if reserve else with_chat_tokens(tokenizer))
+
+
+def prompt_parity(chat: ChatTokenizer, directory) -> list[bool]:
+    """For every prefix of every conversation (ending in each role): does ``encode_prompt`` equal
+    ``transformers``' ``apply_chat_template(add_generation_prompt=True)`` of the saved tokenizer?"""
+    transformers = pytest.importorskip("transformers", reason="needs transformers (the export-test extra)")
+    chat.save(str(directory))
+    hf = transformers.AutoTokenizer.from_pretrained(str(directory))
+    same = []
+    for conversation in CONVERSATIONS:
+        for j in range(1, len(conversation) + 1):
+            prefix = conversation[:j]
+            theirs = hf.apply_chat_template(prefix, add_generation_prompt=True, tokenize=True, return_dict=True)
+            same.append(list(theirs["input_ids"]) == chat.encode_prompt(prefix).tolist())
+    return same
+
+
+@pytest.mark.parametrize("reserve", [True, False], ids=["reserved", "added"])
+def test_prompt_equals_transformers_generation_prompt_with_the_labs_pre_tokenizer(tmp_path, reserve):
+    roles = {m["role"] for c in CONVERSATIONS for m in c}
+    assert roles == {"system", "user", "assistant"}  # prefixes end in every role
+    assert all(prompt_parity(chat_with("llama3", reserve), tmp_path))
+
+
+def test_gpt2_split_cannot_have_both_so_the_prompt_stays_the_training_prefix(tmp_path):
+    """GPT-2's split reads the header's trailing "\\n\\n" as one piece when nothing follows, "\\n" + "\\n..."
+    when the reply follows: transformers' prompt then differs from every training prefix, and the lab keeps
+    the training prefix (docs/chat.md)."""
+    chat = chat_with("gpt2", reserve=True)
+    assert not any(prompt_parity(chat, tmp_path))
+    for conversation in CONVERSATIONS:
+        prompt = chat.encode_prompt(conversation[:-1])
+        assert chat.encode(conversation)[0][: len(prompt)].tolist() == prompt.tolist()
