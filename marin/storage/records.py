@@ -8,7 +8,9 @@ Every data step reads and writes documents through this module, so the rules liv
         w.write({"id": "a", "text": "hello"})
 
 - The format follows the file name: ``.jsonl``/``.json`` (one JSON object per line), ``.jsonl.gz``,
-  ``.jsonl.zst`` and ``.parquet``.
+  ``.jsonl.zst`` and ``.parquet``. A ``.json`` file (plain or compressed) that is one JSON array of
+  objects, as public data sets often ship (Stanford Alpaca's ``alpaca_data.json``), is read whole, its
+  records numbered by their 1-based position in the array.
 - Malformed input (bad JSON, a missing required field, a ``text`` that is not a string, non-UTF-8 bytes)
   raises ``RecordError`` naming the file and the 1-based line (Parquet: row). With ``on_error="skip"``
   such records are counted in ``ReadStats.skipped`` and logged once per file instead. A corrupt or
@@ -101,9 +103,9 @@ def _check_format(url: str) -> str:
 
 
 def find_record_files(url: str) -> list[str]:
-    """Record files at ``url``: the file itself, every record file under a directory (recursively,
-    skipping names that start with ``.`` or ``_``, e.g. executor metadata and work dirs), or a glob's
-    matches. Sorted, so shard order is stable."""
+    """Record files at ``url``: the file itself (a ``.json`` file too, when named), every record file under a
+    directory (recursively, skipping names that start with ``.`` or ``_``, e.g. executor metadata and work
+    dirs), or a glob's matches. Sorted, so shard order is stable."""
     fs, path = filesystem(url)
     base = path.rstrip("/")
     if any(ch in path for ch in "*?["):
@@ -112,6 +114,8 @@ def find_record_files(url: str) -> list[str]:
     elif fs.isdir(path):
         found = fs.find(path)
     elif fs.exists(path):
+        if path.lower().endswith(JSONL_SUFFIXES):  # named explicitly: plain .json is data here
+            return [url]
         found = [path]
     else:
         raise FileNotFoundError(f"{url}: no such file or directory")
@@ -227,8 +231,12 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
         line_no = 0
         rest = b""  # the unfinished last line of the bytes read so far
         try:
+            first = stream.read(_READ_CHUNK_BYTES)
+            if first.lstrip()[:1] == b"[" and ".json" in url.rsplit("/", 1)[-1].replace(".jsonl", ""):
+                yield from _json_array_rows(url, first + stream.read())
+                return
             # ~1 MiB at a time, split here: a line-by-line read of a gzip stream costs ~2 us more per record.
-            while chunk := stream.read(_READ_CHUNK_BYTES):
+            for chunk in _chunks(first, stream):
                 lines = (rest + chunk).split(b"\n")
                 rest = lines.pop()
                 for raw_line in lines:
@@ -243,6 +251,28 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
             raise
         if rest and not rest.isspace():  # a last line without its newline
             yield line_no + 1, *_parse_json_line(rest)
+
+
+def _chunks(first: bytes, stream: IO[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+        while chunk := stream.read(_READ_CHUNK_BYTES):
+            yield chunk
+
+
+def _json_array_rows(url: str, data: bytes) -> Iterator[tuple[int, dict | None, str | None]]:
+    """The records of a ``.json`` file holding one array of objects, numbered from 1."""
+    try:
+        items = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RecordError(url, 1, f"not a JSON array of objects ({e})") from e
+    if not isinstance(items, list):
+        raise RecordError(url, 1, f"expected a JSON array of objects, got {type(items).__name__}")
+    for index, item in enumerate(items, 1):
+        if isinstance(item, dict):
+            yield index, item, None
+        else:
+            yield index, None, f"array item {index}: expected a JSON object, got {type(item).__name__}"
 
 
 def _float_inside(value: Any, test: Callable[[float], bool]) -> bool:

@@ -15,7 +15,7 @@ def expand_record_paths(paths: Sequence[str] | str) -> list[str]:
     for path in paths:
         files.extend(find_record_files(path))
     if not files:
-        raise FileNotFoundError(f"no record files (.jsonl[.gz|.zst], .parquet) under {list(paths)}")
+        raise FileNotFoundError(f"no record files (.jsonl[.gz|.zst], .parquet; .json when named) under {list(paths)}")
     return sorted(set(files))
 
 

@@ -2,6 +2,7 @@
 skip-and-count, atomic writes, deterministic compressed bytes."""
 
 import gzip
+import json
 import os
 
 import pytest
@@ -227,3 +228,28 @@ def test_lines_longer_than_a_read_chunk_and_a_last_line_without_newline(tmp_path
     path.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": ')
     with pytest.raises(RecordError, match=r"no-newline.jsonl:2: invalid JSON"):
         list(read_records(str(path)))
+
+
+ARRAY_ROWS = [{"instruction": "Add.", "output": "5"}, {"instruction": "Sub.", "output": "2"}]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_a_json_array_file_is_read_as_its_records(tmp_path, suffix):
+    text = json.dumps(ARRAY_ROWS, indent=2).encode()  # pretty-printed over many lines, as data sets ship it
+    path = tmp_path / f"alpaca{suffix}"
+    path.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
+    assert find_record_files(str(path)) == [str(path)]  # named explicitly, a plain .json file is data
+    assert list(read_records(str(path))) == ARRAY_ROWS
+
+
+def test_a_json_array_names_its_bad_items_and_a_broken_array(tmp_path):
+    path = tmp_path / "alpaca.json"
+    path.write_text(json.dumps([ARRAY_ROWS[0], 7, ARRAY_ROWS[1]]))
+    with pytest.raises(RecordError, match=r"alpaca\.json:2: array item 2: expected a JSON object, got int"):
+        list(read_records(str(path)))
+    stats = ReadStats()
+    assert list(read_records(str(path), on_error="skip", stats=stats)) == ARRAY_ROWS and stats.skipped == 1
+    path.write_text('[{"a": 1}, ')
+    with pytest.raises(RecordError, match="not a JSON array of objects"):
+        list(read_records(str(path)))
+    assert find_record_files(str(tmp_path)) == []  # in a directory, plain .json stays metadata
