@@ -100,6 +100,8 @@ CONFIGS = {
 STEPS = {"nano": 30, "small": 8, "medium": 4, "quickstart": 30, "gpu_150m": 20, "gpu_1b": 20}
 PEAK_N = 2048  # the peak is the best rate of an n x n x n matmul, per framework and dtype
 LR, WD, CLIP, BETAS, EPS = 1e-3, 0.1, 1.0, (0.9, 0.95), 1e-8
+ADAMW = dict(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, beta1=BETAS[0], beta2=BETAS[1], epsilon=EPS)
+"""The optimizer fields ours and Levanter's configs share (same names in both)."""
 
 
 def flops_per_token(c: dict) -> float:
@@ -126,16 +128,7 @@ def optimizer():
     """Our side of the shared optimizer: AdamW at a constant rate, clipping, decoupled weight decay."""
     from marin.trainer.optim import OptimizerConfig
 
-    return OptimizerConfig(
-        learning_rate=LR,
-        weight_decay=WD,
-        max_grad_norm=CLIP,
-        beta1=BETAS[0],
-        beta2=BETAS[1],
-        epsilon=EPS,
-        schedule="constant",
-        warmup=0,
-    )
+    return OptimizerConfig(**ADAMW, schedule="constant", warmup=0)
 
 
 def precision(variant: dict):
@@ -318,16 +311,7 @@ def levanter_worker(c: dict, variant: dict):
     )
     Vocab, Batch, Pos = hax.Axis("vocab", c["vocab_size"]), hax.Axis("batch", c["batch"]), cfg.max_Pos
     model = cfg.model_type.init(Vocab, cfg, key=jax.random.PRNGKey(0))
-    opt = AdamConfig(
-        learning_rate=LR,
-        weight_decay=WD,
-        max_grad_norm=CLIP,
-        beta1=BETAS[0],
-        beta2=BETAS[1],
-        epsilon=EPS,
-        warmup=0.0,
-        lr_schedule="constant",
-    ).build(1000)
+    opt = AdamConfig(**ADAMW, warmup=0.0, lr_schedule="constant").build(1000)
     opt_state = opt.init(eqx.filter(model, eqx.is_inexact_array))
 
     def loss_fn(model, tokens):
