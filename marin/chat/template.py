@@ -190,7 +190,7 @@ class ChatTokenizer:
         their contents are tokenized whole, in one batch; the others segment by segment (module docstring)."""
         rendered = [self.render(c) for c in conversations]
         forged = [i for i, c in enumerate(conversations) if self.special_strings_in_messages(c)]
-        plain = [i for i in range(len(conversations)) if i not in set(forged)]
+        plain = sorted(set(range(len(conversations))) - set(forged))
         out: list = [None] * len(conversations)
         encodings = self.tokenizer.encode_batch([rendered[i][0] for i in plain], add_special_tokens=False)
         for i, enc in zip(plain, encodings):

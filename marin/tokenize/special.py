@@ -17,7 +17,7 @@ For text without special strings the ids are exactly the plain tokenizer's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 from typing import Literal
 
 from tokenizers import Tokenizer
@@ -42,6 +42,14 @@ def special_strings(tokenizer: Tokenizer) -> tuple[str, ...]:
     return tuple(sorted({t.content for t in added if t.special and t.content}, key=lambda s: (-len(s), s)))
 
 
-def special_strings_in(text: str, strings: Sequence[str]) -> tuple[str, ...]:
-    """Which of ``strings`` occur in ``text`` (in ``strings``' order)."""
+def special_strings_in(text: str, strings: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``strings`` occur in ``text`` (in ``strings``' order). A scan for their few distinct
+    two-character prefixes ("<|" for most tokenizers) rules most texts out at once: Llama 3 has 256."""
+    if not any(p in text for p in _prefixes(strings)):
+        return ()
     return tuple(s for s in strings if s in text)
+
+
+@functools.lru_cache(maxsize=64)
+def _prefixes(strings: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(s[:2] for s in strings)

@@ -104,16 +104,15 @@ def build_shard(job: ShardJob) -> dict:
     return ledger
 
 
-def _batches(texts, size: int, counts: dict, strings: Sequence[str] = (), drop_special: bool = False):
+def _batches(texts, size: int, counts: dict, strings: tuple[str, ...] = (), drop_special: bool = False):
     """Non-empty texts in lists of ``size``; empty documents are counted, not cached (they hold no tokens),
     documents holding a special token's string (one of ``strings``) counted, and left out if ``drop_special``."""
-    prefixes = {s[:2] for s in strings}  # e.g. "<|": one fast scan rules most documents out
     batch = []
     for text in texts:
         if not text:
             counts["empty"] += 1
             continue
-        if any(p in text for p in prefixes) and special_strings_in(text, strings):
+        if special_strings_in(text, strings):
             counts["special"] += 1
             if drop_special:
                 counts["dropped"] += 1
