@@ -1,0 +1,79 @@
+"""``benchmarks/extraction_bench.py`` on the bundled WCXB slice (21 real pages, 7 page types): it scores
+exactly as the benchmark's own ``evaluate.py`` does, per page type, with pages/s and markup leaks."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SLICE = ROOT / "tests" / "data" / "wcxb_slice"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import extraction_bench  # noqa: E402
+
+
+def wcxb_evaluate():
+    spec = importlib.util.spec_from_file_location("wcxb_evaluate", SLICE / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_slice_has_every_page_type_with_its_ground_truth():
+    pages = extraction_bench.load_pages(SLICE, "dev")
+    assert len(pages) == 21
+    assert {p["page_type"] for p in pages} == set(extraction_bench.PAGE_TYPES)
+    assert all(p["html"].lstrip().startswith("<") and len(extraction_bench.words(p["main"])) > 20 for p in pages)
+
+
+def test_scores_equal_the_benchmarks_own_metric():
+    evaluate = wcxb_evaluate()
+    pages = extraction_bench.load_pages(SLICE, "dev")
+    config = extraction_bench.EXTRACTORS["resiliparse_plain"]
+    result = extraction_bench.score(pages, config)
+    predictions = {p["id"]: extraction_bench.extract_text(p["html"], config) for p in pages}
+    gt = {
+        p["id"]: {
+            "main_content": p["main"],
+            "with": p["with"],
+            "without": p["without"],
+            "title": "",
+            "page_type": p["page_type"],
+        }
+        for p in pages
+    }
+    theirs = {r["file_id"]: r for r in evaluate.evaluate_results(gt, predictions)}
+    for row in result["rows"]:
+        for key in ("precision", "recall", "f1"):
+            assert row[key] == theirs[row["id"]][key], (row["id"], key)
+    assert 0.3 < result["overall"]["f1"] < 1.0  # real pages: neither nothing nor everything
+
+
+def test_bench_command_reports_every_extractor_per_page_type(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/extraction_bench.py",
+            "--wcxb",
+            str(SLICE),
+            "--out",
+            str(out),
+            "--extractors",
+            "resiliparse",
+            "trafilatura_plain",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for name in ("resiliparse", "trafilatura_plain"):
+        r = report["extractors"][name]
+        assert r["pages"] == 21 and set(r["by_type"]) == set(extraction_bench.PAGE_TYPES)
+        assert r["pages_per_cpu_s"] > 0 and 0 < r["overall"]["f1"] < 1
+    assert "| trafilatura_plain |" in proc.stdout
