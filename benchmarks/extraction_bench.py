@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="the first N pages only")
     parser.add_argument("--extractors", nargs="+", default=list(EXTRACTORS), choices=list(EXTRACTORS))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rows", action="store_true", help="also write every page's scores")
     args = parser.parse_args()
     pages = load_pages(args.wcxb, args.split, args.limit)
     print(f"WCXB {args.split}: {len(pages)} pages, {Counter(p['page_type'] for p in pages)}")
@@ -167,6 +168,9 @@ def main() -> None:
             + " | ".join(cells)
             + f" | {sum(r['pages_with_markup'].values())} |"
         )
+    if not args.rows:  # per-page rows: 1.4 MB for the dev split, kept only on request
+        for result in report["extractors"].values():
+            result.pop("rows")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"\nwrote {args.out}")
