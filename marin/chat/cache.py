@@ -33,7 +33,7 @@ from marin.parallel import run_tasks
 from marin.storage import filesystem, join, read_text, write_atomic
 from marin.storage.records import OnError, ReadStats, read_records
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, OFFSET_DTYPE, shard_name, shard_paths, token_dtype
-from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy
+from marin.tokenize.special import SpecialStringPolicy, check_policy, counted
 from marin.tokenize.tokenizer import eos_id, fingerprint
 from marin.tokenize.writer import AtomicFile
 
@@ -86,8 +86,11 @@ def build_sft_shard(job: SftShardJob) -> dict:
     stats, lengths, masked = ReadStats(), [], 0
     counts = {"special": 0, "dropped": 0}
     tokens_hash, mask_hash = hashlib.sha256(), hashlib.sha256()
-    conversations = _with_special_strings_counted(
-        _conversations(job.source, job.on_error, stats), chat, counts, drop=job.special_strings == "drop"
+    conversations = counted(
+        _conversations(job.source, job.on_error, stats),
+        lambda messages: bool(chat.special_strings_in_messages(messages)),
+        counts,
+        job.special_strings,
     )
     with AtomicFile(paths["tokens"]) as tokens_out, AtomicFile(paths["mask"]) as mask_out:
         for batch in _batches(conversations, job.batch_size):
@@ -128,17 +131,6 @@ def build_sft_shard(job: SftShardJob) -> dict:
     return ledger
 
 
-def _with_special_strings_counted(conversations, chat: ChatTokenizer, counts: dict, drop: bool):
-    """The conversations, counting those whose contents hold a special token's string (left out if ``drop``)."""
-    for messages in conversations:
-        if chat.special_strings_in_messages(messages):
-            counts["special"] += 1
-            if drop:
-                counts["dropped"] += 1
-                continue
-        yield messages
-
-
 def _shard_is_complete(
     cache_url: str, index: int, source: str, tokenizer_fp: str, template_sha: str, special_strings: str = "text"
 ) -> dict | None:
@@ -175,8 +167,7 @@ def build_sft_cache(
 ) -> dict:
     """Build (or finish) the SFT cache at ``cache_url`` from conversation ``files`` with the chat tokenizer
     saved in ``tokenizer_dir``; returns the ledger (written last)."""
-    if special_strings not in SPECIAL_STRING_POLICIES:
-        raise ValueError(f"build_sft_cache: special_strings must be 'text' or 'drop', got {special_strings!r}")
+    check_policy("build_sft_cache", special_strings)
     chat = ChatTokenizer.load(tokenizer_dir)
     tokenizer_fp = fingerprint(chat.tokenizer)
     template_sha = hashlib.sha256(chat.template.encode("utf-8")).hexdigest()

@@ -25,7 +25,7 @@ from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
 from marin.tokenize.inputs import expand_record_paths
-from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy
+from marin.tokenize.special import SpecialStringPolicy, check_policy
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.validation import check
 
@@ -66,13 +66,7 @@ class SftTokenizeConfig:
             "a template marking assistant turns with {% generation %} ... {% endgeneration %}",
         )
         check("SftTokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
-        check(
-            "SftTokenizeConfig",
-            "special_strings",
-            self.special_strings,
-            lambda v: v in SPECIAL_STRING_POLICIES,
-            "'text' or 'drop'",
-        )
+        check_policy("SftTokenizeConfig", self.special_strings)
 
 
 def tokenize_chat(config: SftTokenizeConfig) -> None:

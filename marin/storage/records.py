@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 OnError = Literal["raise", "skip"]
 JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst")
+JSON_SUFFIXES = (".json", ".json.gz", ".json.zst")  # may hold one JSON array instead of lines
 # Plain ``.json`` is readable but not discovered in directories: there it is usually metadata
 # (provenance.json, summary.json, manifest.json), not data.
 RECORD_SUFFIXES = tuple(s for s in JSONL_SUFFIXES if s != ".json") + (".parquet",)
@@ -232,7 +233,7 @@ def _jsonl_rows(url: str) -> Iterator[tuple[int, dict | None, str | None]]:
         rest = b""  # the unfinished last line of the bytes read so far
         try:
             first = stream.read(_READ_CHUNK_BYTES)
-            if first.lstrip()[:1] == b"[" and ".json" in url.rsplit("/", 1)[-1].replace(".jsonl", ""):
+            if first.lstrip()[:1] == b"[" and url.lower().endswith(JSON_SUFFIXES):
                 yield from _json_array_rows(url, first + stream.read())
                 return
             # ~1 MiB at a time, split here: a line-by-line read of a gzip stream costs ~2 us more per record.

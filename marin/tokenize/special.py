@@ -18,15 +18,39 @@ For text without special strings the ids are exactly the plain tokenizer's.
 from __future__ import annotations
 
 import functools
-from typing import Literal
+from collections.abc import Callable, Iterable, Iterator
+from typing import Literal, TypeVar
 
 from tokenizers import Tokenizer
+
+from marin.validation import check
+
+T = TypeVar("T")
 
 SpecialStringPolicy = Literal["text", "drop"]
 """What a data step does with a row whose text contains a special token's string: ``"text"`` encodes it as
 ordinary text (the default), ``"drop"`` leaves the row out; both count such rows in the ledger."""
 
 SPECIAL_STRING_POLICIES = ("text", "drop")
+
+
+def check_policy(owner: str, policy: str) -> None:
+    """``owner.special_strings`` must name a policy (ValueError naming the field otherwise)."""
+    check(owner, "special_strings", policy, lambda v: v in SPECIAL_STRING_POLICIES, "'text' or 'drop'")
+
+
+def counted(
+    rows: Iterable[T], holds_special: Callable[[T], bool], counts: dict, policy: SpecialStringPolicy
+) -> Iterator[T]:
+    """``rows``, counting in ``counts["special"]`` those that hold a special token's string, and leaving them
+    out (``counts["dropped"]``) under the ``"drop"`` policy."""
+    for row in rows:
+        if holds_special(row):
+            counts["special"] += 1
+            if policy == "drop":
+                counts["dropped"] += 1
+                continue
+        yield row
 
 
 def text_encoder(tokenizer: Tokenizer) -> Tokenizer:

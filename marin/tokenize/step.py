@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
 from marin.tokenize.inputs import expand_record_paths
-from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy
+from marin.tokenize.special import SpecialStringPolicy, check_policy
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.tokenize.writer import build_cache
 from marin.validation import check
@@ -48,13 +48,7 @@ class TokenizeConfig:
         check("TokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
         check("TokenizeConfig", "batch_size", self.batch_size, lambda v: v >= 1, ">= 1")
         check("TokenizeConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
-        check(
-            "TokenizeConfig",
-            "special_strings",
-            self.special_strings,
-            lambda v: v in SPECIAL_STRING_POLICIES,
-            "'text' or 'drop'",
-        )
+        check_policy("TokenizeConfig", self.special_strings)
 
 
 def tokenize_corpus(config: TokenizeConfig) -> None:

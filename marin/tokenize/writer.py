@@ -36,10 +36,9 @@ from marin.tokenize.cache_format import (
     token_dtype,
 )
 from marin.tokenize.inputs import iter_texts
-from marin.tokenize.special import SPECIAL_STRING_POLICIES, SpecialStringPolicy, special_strings_in, text_encoder
+from marin.tokenize.special import SpecialStringPolicy, check_policy, counted, special_strings_in, text_encoder
 from marin.tokenize.special import special_strings as special_strings_of
 from marin.tokenize.tokenizer import eos_id, fingerprint
-from marin.validation import check
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +67,15 @@ def build_shard(job: ShardJob) -> dict:
     lengths: list[int] = []
     counts = {"empty": 0, "bytes": 0, "special": 0, "dropped": 0}
     tokens_hash = hashlib.sha256()
-    texts = iter_texts([job.source], job.text_key, on_error=job.on_error, stats=stats)
     strings = special_strings_of(tokenizer)
+    texts = counted(
+        iter_texts([job.source], job.text_key, on_error=job.on_error, stats=stats),
+        lambda text: bool(special_strings_in(text, strings)),
+        counts,
+        job.special_strings,
+    )
     with AtomicFile(paths["tokens"]) as out:
-        for batch in _batches(texts, job.batch_size, counts, strings, drop_special=job.special_strings == "drop"):
+        for batch in _batches(texts, job.batch_size, counts):
             for enc in tokenizer.encode_batch(batch, add_special_tokens=False):
                 ids = np.asarray(enc.ids + [job.eos], dtype=dtype)
                 lengths.append(len(ids))
@@ -104,19 +108,13 @@ def build_shard(job: ShardJob) -> dict:
     return ledger
 
 
-def _batches(texts, size: int, counts: dict, strings: tuple[str, ...] = (), drop_special: bool = False):
-    """Non-empty texts in lists of ``size``; empty documents are counted, not cached (they hold no tokens),
-    documents holding a special token's string (one of ``strings``) counted, and left out if ``drop_special``."""
+def _batches(texts, size: int, counts: dict):
+    """Non-empty texts in lists of ``size``; empty documents are counted, not cached (they hold no tokens)."""
     batch = []
     for text in texts:
         if not text:
             counts["empty"] += 1
             continue
-        if special_strings_in(text, strings):
-            counts["special"] += 1
-            if drop_special:
-                counts["dropped"] += 1
-                continue
         counts["bytes"] += len(text.encode("utf-8"))
         batch.append(text)
         if len(batch) >= size:
@@ -194,7 +192,7 @@ def build_cache(
     ledger_url = join(cache_url, LEDGER_FILE)
     tokenizer_json = tokenizer.to_str()
     eos = eos_id(tokenizer, eos_token)
-    check("build_cache", "special_strings", special_strings, lambda v: v in SPECIAL_STRING_POLICIES, "'text' or 'drop'")
+    check_policy("build_cache", special_strings)
     jobs, ledgers = [], {}
     tokenizer_fp = fingerprint(tokenizer)
     for index, source in enumerate(files):
