@@ -24,22 +24,33 @@ from collections.abc import Iterator
 from marin.logs import configure_logging
 
 
-def chat_tokenizer_dir(checkpoint: str, tokenizer: str | None) -> str:
-    """The chat tokenizer of ``checkpoint``: explicit, the export itself, or the one its SFT run recorded."""
+def find_chat_tokenizer(checkpoint: str, tokenizer: str | None = None) -> str | None:
+    """The chat tokenizer directory of ``checkpoint`` — explicit (if it has a chat template), the export
+    itself, or the one its SFT run recorded — or None for a model without a chat template."""
     from marin.storage import exists, join, read_text
     from marin.trainer.sft import SFT_INFO
 
-    if tokenizer:
-        return tokenizer
-    if exists(join(checkpoint, "tokenizer_config.json")):
-        return checkpoint
+    for candidate in (tokenizer, checkpoint):
+        config_url = join(candidate, "tokenizer_config.json") if candidate else None
+        if config_url and exists(config_url) and json.loads(read_text(config_url)).get("chat_template"):
+            return candidate
     info_url = join(checkpoint, SFT_INFO)
     if exists(info_url) and json.loads(read_text(info_url)).get("chat_tokenizer"):
         return json.loads(read_text(info_url))["chat_tokenizer"]
-    raise SystemExit(
-        f"{checkpoint}: no chat tokenizer found (not an HF export and no {SFT_INFO} with one); pass "
-        "--tokenizer <sft tokenize step>/tokenizer"
-    )
+    return None
+
+
+def chat_tokenizer_dir(checkpoint: str, tokenizer: str | None) -> str:
+    """The chat tokenizer of ``checkpoint``: explicit, the export itself, or the one its SFT run recorded."""
+    if tokenizer:
+        return tokenizer
+    found = find_chat_tokenizer(checkpoint)
+    if found is None:
+        raise SystemExit(
+            f"{checkpoint}: no chat tokenizer found (not an HF export with a chat template and no SFT record "
+            "of one); pass --tokenizer <sft tokenize step>/tokenizer"
+        )
+    return found
 
 
 class ChatSession:

@@ -161,7 +161,7 @@ def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[in
     """The tokenizer files of an export; returns (bos, eos) ids. A chat tokenizer directory (marin.chat)
     keeps its chat template, begin-of-text and end-of-turn tokens, so ``apply_chat_template`` and generation
     stopping at the end of a turn work in ``transformers``; any other tokenizer's documents start after
-    its EOS, so HF generation starts from that same token."""
+    its EOS, which the exported tokenizer adds as its BOS (``document_start_tokenizer``)."""
     from marin.chat.template import ChatTokenizer
     from marin.tokenize import eos_id, load_tokenizer
 
@@ -170,7 +170,7 @@ def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[in
         chat = ChatTokenizer.load(tokenizer)
         chat.save(output_path, model_max_length=seq_len)
         return chat.bos_id, chat.eot_id
-    tok = load_tokenizer(tokenizer)
+    tok = document_start_tokenizer(load_tokenizer(tokenizer))
     eos = eos_id(tok)
     write_atomic(join(output_path, "tokenizer.json"), tok.to_str())
     eos_token = tok.id_to_token(eos)
@@ -191,6 +191,29 @@ def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[in
         json.dumps({"bos_token": eos_token, "eos_token": eos_token}, indent=2),
     )
     return eos, eos
+
+
+def document_start_tokenizer(tok):
+    """``tok`` with a post-processor that puts its EOS before every encoded text (``add_special_tokens``,
+    transformers' default), as Llama 3's tokenizer puts ``<|begin_of_text|>``: a training document always
+    follows an EOS, so ``AutoTokenizer(...)(text)`` — and lm-eval's ``hf`` model with its defaults — conditions
+    the model on the context it was trained with. Encoding with ``add_special_tokens=False`` (what the lab's
+    own code does) is unchanged. A tokenizer whose post-processor already adds a BOS is returned as is."""
+    from tokenizers import Tokenizer, processors
+
+    from marin.tokenize import eos_id
+
+    tok = Tokenizer.from_str(tok.to_str())
+    if len(tok.encode("a", add_special_tokens=True).ids) > len(tok.encode("a", add_special_tokens=False).ids):
+        return tok
+    eos = eos_id(tok)
+    name = tok.id_to_token(eos)
+    template = processors.TemplateProcessing(
+        single=f"{name} $A", pair=f"{name} $A $B:1", special_tokens=[(name, eos)]
+    )
+    current = tok.post_processor
+    tok.post_processor = template if current is None else processors.Sequence([current, template])
+    return tok
 
 
 def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:

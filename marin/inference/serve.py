@@ -1,0 +1,84 @@
+"""python -m marin.inference.serve --checkpoint PATH [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
+   [--model_name NAME] [--slots 16] [--prefill_chunk 256] [--max_waiting 256] [--api_key KEY]
+
+Serve a model with an OpenAI-compatible API (``marin.inference.server``). PATH is a Hugging Face export
+(its tokenizer and, for an instruct model, its chat template are used) or a training or SFT run's output
+directory (then ``--tokenizer`` names the tokenizer, or the SFT run's recorded chat tokenizer is found).
+
+The server listens on loopback unless ``--host`` says otherwise; ``--api_key`` (or ``MARIN_API_KEY``)
+makes ``/v1/*`` require ``Authorization: Bearer KEY``. The model is called by ``--model_name`` (default:
+the checkpoint directory's name) or by PATH itself, which lets lm-eval's ``local-completions`` load the
+tokenizer from PATH with ``model=PATH``. On Ctrl-C or SIGTERM the server stops taking requests, lets the
+running ones finish for ``--graceful_seconds``, then cancels the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from marin.logs import configure_logging
+
+
+def load_served_model(checkpoint: str, tokenizer: str | None = None, name: str | None = None, engine_config=None):
+    """Load, place and wrap a checkpoint for serving (the engine is started)."""
+    from marin.chat.template import ChatTokenizer
+    from marin.inference import load_model, place_params
+    from marin.inference.chat import find_chat_tokenizer
+    from marin.inference.engine import Engine, EngineConfig
+    from marin.inference.hf import document_start_tokenizer
+    from marin.inference.server import ServedModel
+    from marin.tokenize import eos_id, load_tokenizer, text_encoder
+
+    cfg, params, _ = load_model(checkpoint)
+    chat_dir = find_chat_tokenizer(checkpoint, tokenizer)
+    chat = ChatTokenizer.load(chat_dir) if chat_dir else None
+    base = chat.tokenizer if chat else document_start_tokenizer(load_tokenizer(tokenizer or checkpoint))
+    eos = eos_id(base)
+    end_tokens = (chat.eot_id, eos) if chat else (eos,)
+    encoder = text_encoder(base)
+    with_prefix = encoder.encode("a", add_special_tokens=True).ids
+    prefix = tuple(with_prefix[: len(with_prefix) - len(encoder.encode("a", add_special_tokens=False).ids)])
+    engine = Engine(cfg, place_params(cfg, params), engine_config or EngineConfig(), end_tokens=end_tokens)
+    engine.start()
+    return ServedModel(
+        name=name or os.path.basename(checkpoint.rstrip("/")),
+        aliases=(checkpoint,),
+        engine=engine,
+        encode_text=lambda text: encoder.encode(text, add_special_tokens=False).ids,
+        decode=lambda ids: base.decode(ids, skip_special_tokens=False),
+        prefix=prefix,
+        chat=chat,
+    )
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a model with an OpenAI-compatible API.")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--host", default="127.0.0.1", help="default: loopback only")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model_name", default=None)
+    parser.add_argument("--slots", type=int, default=16, help="requests decoded together")
+    parser.add_argument("--prefill_chunk", type=int, default=256, help="most prompt tokens fed per step")
+    parser.add_argument("--max_waiting", type=int, default=256, help="queued requests beyond the slots (then 429)")
+    parser.add_argument("--api_key", default=os.environ.get("MARIN_API_KEY"))
+    parser.add_argument("--graceful_seconds", type=int, default=30)
+    args = parser.parse_args(argv)
+    configure_logging(logging.INFO)
+
+    import uvicorn
+
+    from marin.inference.engine import EngineConfig
+    from marin.inference.server import create_app
+
+    config = EngineConfig(slots=args.slots, prefill_chunk=args.prefill_chunk, max_waiting=args.max_waiting)
+    model = load_served_model(args.checkpoint, args.tokenizer, args.model_name, config)
+    app = create_app(model, api_key=args.api_key)
+    logging.getLogger(__name__).info("serving %s on http://%s:%d/v1", model.name, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_seconds)
+
+
+if __name__ == "__main__":
+    main()
