@@ -29,7 +29,8 @@ with a simplified form of lm-eval's ``doc_to_text`` / ``doc_to_choice`` / ``doc_
 For each item the prompt is ``k`` other items (drawn with ``fewshot_seed``, never the item itself) written
 as ``context + delimiter + correct choice``, joined by ``fewshot_delimiter``, then the item's context.
 Every choice is scored as a continuation; ``acc`` counts items whose gold choice has the highest
-log-likelihood, ``acc_norm`` the same with log-likelihood divided by the choice's UTF-8 byte length.
+log-likelihood, ``acc_norm`` the same with log-likelihood divided by the choice's length in characters
+(lm-eval's ``acc_norm``).
 Each comes with its standard error and a 95% Wilson confidence interval.
 """
 
@@ -207,9 +208,10 @@ def build_prompts(
 
 
 def split_context_continuation(encode, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """lm-eval's tokenization: trailing spaces of the context move to the continuation, and the
-    continuation's tokens are those of ``encode(context + continuation)`` after ``encode(context)``."""
-    stripped = context.rstrip(" ")
+    """lm-eval's tokenization (``TemplateLM._encode_pair``): all trailing whitespace of the context (spaces,
+    newlines) moves to the continuation, and the continuation's tokens are those of
+    ``encode(context + continuation)`` after ``encode(context)``."""
+    stripped = context.rstrip()
     continuation = context[len(stripped) :] + continuation
     whole = encode(stripped + continuation)
     context_ids = encode(stripped)
@@ -244,7 +246,7 @@ def score_task(task: MultipleChoiceTask, scorer, encode, bos: int) -> dict[str, 
         per_item[index].append(logp)
     acc, acc_norm = [], []
     for item, logps in zip(items, per_item):
-        lengths = [max(1, len((task.target_delimiter + c).encode("utf-8"))) for c in item["choices"]]
+        lengths = [max(1, len(c)) for c in item["choices"]]  # lm-eval's acc_norm: characters of the choice
         acc.append(max(range(len(logps)), key=logps.__getitem__) == item["gold"])
         normed = [lp / n for lp, n in zip(logps, lengths)]
         acc_norm.append(max(range(len(normed)), key=normed.__getitem__) == item["gold"])

@@ -234,7 +234,7 @@ class Engine:
         with self._lock:
             if self._stopping:
                 raise EngineStopped("the engine is shutting down")
-            if len(self.waiting) >= self.config.max_waiting:
+            if len(self.waiting) >= self.config.max_waiting + self.free_slots():
                 raise QueueFull(f"{len(self.waiting)} requests are already waiting (max_waiting)")
             self.waiting.append(request)
             self._wake.notify()
@@ -252,15 +252,12 @@ class Engine:
     def step(self) -> None:
         """Admit, feed one prefill chunk, decode one token for every generating slot."""
         self.steps += 1
-        for i, r in enumerate(self.slots):
-            if r is not None and r.cancelled:
-                self._finish(r, "cancelled")
         with self._lock:
+            for r in [*self.slots, *self.waiting]:
+                if r is not None and r.cancelled:
+                    self._finish(r, "cancelled")
             while self.waiting and None in self.slots:
                 r = self.waiting.popleft()
-                if r.cancelled:
-                    self._finish(r, "cancelled")
-                    continue
                 r.slot = self.slots.index(None)
                 self.slots[r.slot] = r
         prefilling = [r for r in self.slots if r is not None and r.fed < len(r.prompt)]

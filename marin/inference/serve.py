@@ -47,7 +47,8 @@ def load_served_model(checkpoint: str, tokenizer: str | None = None, name: str |
         aliases=(checkpoint,),
         engine=engine,
         encode_text=lambda text: encoder.encode(text, add_special_tokens=False).ids,
-        decode=lambda ids: base.decode(ids, skip_special_tokens=False),
+        decode=lambda ids: base.decode(ids, skip_special_tokens=True),
+        token_text=lambda token: base.decode([token], skip_special_tokens=False),
         prefix=prefix,
         chat=chat,
     )

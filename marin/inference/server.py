@@ -49,7 +49,8 @@ class ServedModel:
     aliases: tuple[str, ...]
     engine: Engine
     encode_text: Callable[[str], list[int]]  # text -> ids, without any special token
-    decode: Callable[[list[int]], str]
+    decode: Callable[[list[int]], str]  # generated ids -> text, special tokens left out (as vLLM does)
+    token_text: Callable[[int], str]  # one id -> its text, special tokens included (logprobs' "tokens")
     prefix: tuple[int, ...]  # what the exported tokenizer puts before a text prompt
     chat: Any | None  # a marin.chat.template.ChatTokenizer, or None for a base model
 
@@ -229,12 +230,12 @@ def _visible_text(text: str, stops: tuple[str, ...]) -> str:
 def _logprobs_doc(model: ServedModel, entries: list[TokenLogprob], offset: int) -> dict:
     tokens, token_logprobs, top_logprobs, offsets = [], [], [], []
     for entry in entries:
-        text = model.decode([entry.token])
+        text = model.token_text(entry.token)
         tokens.append(text)
         token_logprobs.append(entry.logprob)
         top = {}
         for token, logprob in entry.top:
-            top.setdefault(model.decode([token]), logprob)
+            top.setdefault(model.token_text(token), logprob)
         top_logprobs.append(top if entry.logprob is not None else None)
         offsets.append(offset)
         offset += len(text)
@@ -243,7 +244,7 @@ def _logprobs_doc(model: ServedModel, entries: list[TokenLogprob], offset: int) 
 
 def _chat_logprobs(model: ServedModel, entries: list[TokenLogprob]) -> dict:
     def item(token, logprob):
-        text = model.decode([token])
+        text = model.token_text(token)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
     return {

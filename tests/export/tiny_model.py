@@ -6,6 +6,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from marin.chat.template import ChatTokenizer, with_chat_tokens
 from marin.inference import export_hf
 from marin.tokenize.tokenizer import TrainTokenizerConfig, build_bpe_tokenizer
 from marin.trainer.model.config import model_preset
@@ -27,15 +28,22 @@ CFG = dataclasses.replace(
 )
 
 
-def make_tiny_export(path: str):
-    """Write ``tokenizer.json``, ``config.json`` and ``model.safetensors`` to ``path``; return (cfg, params)."""
+def make_tiny_export(path: str, chat: bool = False):
+    """Write ``tokenizer.json``, ``config.json`` and ``model.safetensors`` to ``path``; return (cfg, params).
+    ``chat``: the tokenizer has the chat tokens and the export carries the chat template."""
     tokenizer = build_bpe_tokenizer(
         iter(TEXTS), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300, min_frequency=1)
     )
+    if chat:
+        tokenizer = with_chat_tokens(tokenizer)
     assert tokenizer.get_vocab_size() <= CFG.vocab_size
-    tok_path = f"{path}-tokenizer.json"
-    with open(tok_path, "w") as f:
-        f.write(tokenizer.to_str())
+    if chat:
+        tok_path = f"{path}-chat-tokenizer"
+        ChatTokenizer(tokenizer).save(tok_path)
+    else:
+        tok_path = f"{path}-tokenizer.json"
+        with open(tok_path, "w") as f:
+            f.write(tokenizer.to_str())
     # numpy draws (init_params compiles one program per leaf shape: seconds on a busy CPU); matrices at 3x
     # the usual scale for peakier logits (argmax well separated), norms at 1
     rng = np.random.default_rng(0)

@@ -1,0 +1,177 @@
+"""The continuous-batching engine: same tokens as one-at-a-time generation under any load, seeded sampling
+independent of the batch, exact prompt log-probabilities, stops, cancellation and a steady state that never
+recompiles."""
+
+import jax
+import numpy as np
+import pytest
+
+from marin.inference import GenerationConfig, generate
+from marin.inference.engine import Engine, EngineConfig, InvalidRequest, QueueFull, SamplingParams, compilations
+from marin.trainer.model.llama import forward
+from tests.export.tiny_model import make_tiny_export
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("engine") / "hf"
+    cfg, params = make_tiny_export(str(path))
+    from marin.tokenize import load_tokenizer
+
+    return cfg, params, load_tokenizer(str(path))
+
+
+def _prompts(n, seed=0, longest=90):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, 300, size=int(rng.integers(1, longest))).tolist() for _ in range(n)]
+
+
+def test_greedy_under_load_equals_one_at_a_time(tiny):
+    """More requests than slots, mixed prompt and output lengths, requests joining while others decode:
+    every request gets exactly the tokens the lab's one-at-a-time generator gives it alone."""
+    cfg, params, _ = tiny
+    prompts = _prompts(11)
+    lengths = [3, 20, 7, 1, 15, 9, 30, 2, 12, 5, 25]
+    alone = [
+        generate(cfg, params, [p], GenerationConfig(max_new_tokens=n, temperature=0))[0]
+        for p, n in zip(prompts, lengths)
+    ]
+    engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32))
+    first = [engine.submit(p, SamplingParams(max_tokens=n, temperature=0)) for p, n in zip(prompts[:6], lengths)]
+    for _ in range(5):  # the first wave is mid-flight (some prefilling, some decoding) when the rest arrive
+        engine.step()
+    assert any(r.tokens for r in first) and not all(r.done for r in first)
+    rest = [engine.submit(p, SamplingParams(max_tokens=n, temperature=0)) for p, n in zip(prompts[6:], lengths[6:])]
+    engine.run_until_idle()
+    for request, want in zip(first + rest, alone):
+        assert request.result().tokens == want
+        assert request.result().finish_reason == "length"
+    assert engine.free_slots() == 4
+
+
+def test_a_seeded_request_draws_the_same_tokens_whatever_shares_its_batch(tiny):
+    cfg, params, _ = tiny
+    prompt = _prompts(1, seed=3)[0]
+    params_ = SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=50, seed=42)
+    engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32))
+    alone = engine.submit(prompt, params_)
+    engine.run_until_idle()
+    crowd = [engine.submit(p, SamplingParams(max_tokens=9, temperature=1.0)) for p in _prompts(3, seed=5)]
+    again = engine.submit(prompt, params_)  # lands in another slot, beside three other requests
+    engine.run_until_idle()
+    assert again.result().tokens == alone.result().tokens
+    other_seed = engine.submit(prompt, SamplingParams(**{**params_.__dict__, "seed": 43}))
+    engine.run_until_idle()
+    assert other_seed.result().tokens != alone.result().tokens
+    assert all(r.result().tokens for r in crowd)
+
+
+def test_sampling_respects_top_k(tiny):
+    cfg, params, _ = tiny
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16))
+    prompt = [5, 6, 7]
+    request = engine.submit(prompt, SamplingParams(max_tokens=1, temperature=5.0, top_k=1, seed=1, logprobs=1))
+    engine.run_until_idle()
+    # top_k=1 leaves only the argmax, however hot the temperature
+    [entry] = request.result().logprobs
+    assert entry.token == entry.top[0][0]
+
+
+def test_prompt_and_token_logprobs_are_the_models(tiny):
+    cfg, params, _ = tiny
+    prompt = _prompts(1, seed=7, longest=80)[0] + [11, 12]  # several prefill chunks of 16
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16))
+    request = engine.submit(prompt, SamplingParams(max_tokens=4, temperature=0, logprobs=3, prompt_logprobs=2))
+    engine.run_until_idle()
+    result = request.result()
+    row = np.asarray([prompt + result.tokens], np.int32)
+    logp = np.asarray(jax.nn.log_softmax(forward(cfg, params, row[:, :-1])[0], axis=-1))
+    expected_prompt = [logp[i, prompt[i + 1]] for i in range(len(prompt) - 1)]
+    assert result.prompt_logprobs[0].logprob is None and result.prompt_logprobs[0].token == prompt[0]
+    got = [e.logprob for e in result.prompt_logprobs[1:]]
+    np.testing.assert_allclose(got, expected_prompt, atol=2e-4)
+    for i, entry in enumerate(result.logprobs):
+        position = len(prompt) - 1 + i
+        assert entry.logprob == pytest.approx(logp[position, entry.token], abs=2e-4)
+        best = np.argsort(-logp[position])[:3].tolist()
+        assert [t for t, _ in entry.top] == best and entry.token == best[0]  # greedy: the top token
+
+
+def test_stops_end_generation_and_are_not_returned(tiny):
+    cfg, params, tokenizer = tiny
+    prompt = _prompts(1, seed=11)[0]
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=32))
+    free = engine.submit(prompt, SamplingParams(max_tokens=20, temperature=0), detokenize=tokenizer.decode)
+    engine.run_until_idle()
+    tokens = free.result().tokens
+    # a stop token: generation ends there, the token is not in the output
+    by_token = engine.submit(prompt, SamplingParams(max_tokens=20, temperature=0, stop_token_ids=(tokens[5],)))
+    # a stop string taken from the middle of the free text: the text ends right before it
+    text = free.result().text
+    needle = text[len(text) // 2 : len(text) // 2 + 2]
+    by_string = engine.submit(
+        prompt, SamplingParams(max_tokens=20, temperature=0, stop=(needle,)), detokenize=tokenizer.decode
+    )
+    engine.run_until_idle()
+    cut = tokens.index(tokens[5])
+    assert by_token.result().tokens == tokens[:cut] and by_token.result().finish_reason == "stop"
+    assert by_string.result().text == text[: text.index(needle)] and by_string.result().finish_reason == "stop"
+    # end tokens of the engine stop too, unless ignore_eos
+    ended = Engine(cfg, params, EngineConfig(slots=1, prefill_chunk=32), end_tokens=(tokens[2],))
+    a = ended.submit(prompt, SamplingParams(max_tokens=20, temperature=0))
+    b = ended.submit(prompt, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
+    ended.run_until_idle()
+    assert a.result().tokens == tokens[: tokens.index(tokens[2])]
+    assert b.result().tokens == tokens
+
+
+def test_cancel_frees_the_slot_and_a_full_queue_refuses(tiny):
+    cfg, params, _ = tiny
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16, max_waiting=2))
+    running = [engine.submit([1, 2, 3], SamplingParams(max_tokens=50, temperature=0)) for _ in range(4)]
+    with pytest.raises(QueueFull):
+        engine.submit([1], SamplingParams(max_tokens=1))
+    engine.step()
+    assert engine.free_slots() == 0
+    running[0].cancel()
+    running[3].cancel()  # still waiting: it never takes a slot
+    engine.step()
+    assert running[0].result().finish_reason == "cancelled" and running[3].result().finish_reason == "cancelled"
+    assert running[2].slot is not None  # the freed slot went to the next waiting request
+    engine.run_until_idle()
+    assert [len(r.result().tokens) for r in running[1:3]] == [50, 50] and engine.free_slots() == 2
+
+
+def test_bad_requests_name_their_field(tiny):
+    cfg, params, _ = tiny
+    engine = Engine(cfg, params, EngineConfig(slots=1, prefill_chunk=16))
+    cases = [
+        (lambda: engine.submit([], SamplingParams()), "prompt"),
+        (lambda: engine.submit([cfg.vocab_size], SamplingParams()), "prompt"),
+        (lambda: engine.submit([1] * 100, SamplingParams(max_tokens=29)), "max_tokens"),
+        (lambda: SamplingParams(top_p=0), "top_p"),
+        (lambda: SamplingParams(temperature=-1), "temperature"),
+        (lambda: SamplingParams(logprobs=9), "logprobs"),
+        (lambda: engine.submit([1], SamplingParams(stop=("x",))), "stop"),
+    ]
+    for call, field in cases:
+        with pytest.raises(InvalidRequest) as error:
+            call()
+        assert error.value.param == field
+
+
+def test_steady_state_never_recompiles(tiny):
+    """After one wave has compiled the programs (decode, and the prefill chunk sizes its prompts needed),
+    further waves of any prompt lengths within those buckets compile nothing."""
+    cfg, params, _ = tiny
+    engine = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=32))
+    for p in _prompts(6, seed=1, longest=100):
+        engine.submit(p + [1] * 40, SamplingParams(max_tokens=4, temperature=0.5))  # every chunk bucket
+    for n in (1, 17):
+        engine.submit([1] * n, SamplingParams(max_tokens=2, temperature=0))
+    engine.run_until_idle()
+    warm = compilations()
+    for p in _prompts(12, seed=2, longest=80):
+        engine.submit(p, SamplingParams(max_tokens=int(len(p) % 7) + 1, temperature=0.7, top_p=0.9, logprobs=2))
+    engine.run_until_idle()
+    assert compilations() == warm
