@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -272,14 +273,14 @@ def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
     async def api_error(_, error: ApiError):
         return error.response()
 
-    @app.middleware("http")
-    async def authenticate(http: Request, call_next):
-        if api_key and http.url.path.startswith("/v1/"):
-            if http.headers.get("authorization", "") != f"Bearer {api_key}":
-                return ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", None, "authentication_error").response()
-        return await call_next(http)
+    def authenticate(http: Request) -> None:
+        # A check in each /v1 handler, not an HTTP middleware: Starlette's BaseHTTPMiddleware wraps
+        # `receive`, and then a handler can no longer see its client disconnect.
+        if api_key and not secrets.compare_digest(http.headers.get("authorization", ""), f"Bearer {api_key}"):
+            raise ApiError(401, "invalid or missing API key (Authorization: Bearer ...)", None, "authentication_error")
 
     async def read_body(http: Request) -> dict:
+        authenticate(http)
         try:
             body = json.loads(await http.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -297,7 +298,8 @@ def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
         return {"status": "ok", "free_slots": engine.free_slots(), "waiting": len(engine.waiting)}
 
     @app.get("/v1/models")
-    async def models():
+    async def models(http: Request):
+        authenticate(http)
         entry = {"id": model.name, "object": "model", "created": 0, "owned_by": "marin", "max_model_len": model.seq_len}
         return {"object": "list", "data": [entry]}
 
