@@ -117,19 +117,17 @@ def _rate(flags: list[bool]) -> dict[str, float]:
 
 
 def generate_replies(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, turns: list[Turn], config) -> list[str]:
-    """Greedy replies, in batches of prompts of similar length (few compilations)."""
-    from marin.inference import GenerationConfig, generate
+    """Greedy replies, continuously batched through the serving engine (``config.batch_size`` slots); a
+    reply gets the context left after its prompt when that is less than ``max_new_tokens``."""
+    from marin.inference.engine import Engine, EngineConfig, SamplingParams
 
-    gen = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=0.0, stop_tokens=(chat.eot_id,))
-    order = sorted(range(len(turns)), key=lambda i: len(turns[i].prompt))
-    replies: list[str] = [""] * len(turns)
-    for start in range(0, len(order), config.batch_size):
-        chunk = order[start : start + config.batch_size]
-        prompts = [turns[i].prompt.tolist() for i in chunk]
-        prompts += [prompts[-1]] * (config.batch_size - len(prompts))  # one batch shape for every call
-        for i, ids in zip(chunk, generate(cfg, params, prompts, gen)):
-            replies[i] = chat.decode_reply(ids)
-    return replies
+    engine = Engine(cfg, params, EngineConfig(slots=config.batch_size), end_tokens=(chat.eot_id,))
+    params_each = [
+        SamplingParams(max_tokens=max(0, min(config.max_new_tokens, cfg.seq_len - len(t.prompt))), temperature=0.0)
+        for t in turns
+    ]
+    results = engine.generate([t.prompt.tolist() for t in turns], params_each)
+    return [chat.decode_reply(r.tokens) for r in results]
 
 
 def score_set(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, scorer: Scorer, items: list[dict], config) -> dict:

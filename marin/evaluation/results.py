@@ -15,6 +15,7 @@ def config_record(config: Any, max_len: int) -> dict[str, Any]:
         max_len=max_len,
         validation=dict(config.validation),
         tasks=list(config.tasks),
+        lm_eval_tasks=list(config.lm_eval_tasks),
         unigram_baseline=dict(config.unigram_baseline),
     )
     return json.loads(json.dumps(record, default=str))  # executor paths and the like as plain strings

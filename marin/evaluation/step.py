@@ -62,10 +62,22 @@ class EvalConfig:
     batch_size: int = 32
     max_len: int | None = None
     """Scoring window; default the model's seq_len."""
+    lm_eval_tasks: Sequence[str] = ()
+    """lm-evaluation-harness tasks (names from its library or ``lm_eval_include_path``): log-likelihood,
+    rolling and generative, reported under ``lm_eval`` in ``results.json`` (``marin.evaluation.harness``)."""
+    lm_eval_via: str = "engine"
+    """``"engine"``: in process, batched; ``"server"``: lm-eval's ``local-completions`` against the lab's
+    OpenAI-compatible server on loopback."""
+    lm_eval_include_path: str | None = None
+    lm_eval_limit: int | None = None
+    lm_eval_num_fewshot: int | None = None
 
     def __post_init__(self):
+        from marin.evaluation.harness import HARNESS_VIAS
+
         check("EvalConfig", "batch_size", self.batch_size, lambda v: v >= 1, ">= 1")
         check("EvalConfig", "num_fewshot", self.num_fewshot, lambda v: v >= 0, ">= 0")
+        check("EvalConfig", "lm_eval_via", self.lm_eval_via, lambda v: v in HARNESS_VIAS, f"one of {HARNESS_VIAS}")
 
 
 def _task(spec: str, num_fewshot: int, limit: int | None) -> MultipleChoiceTask:
@@ -122,6 +134,19 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
         results["tasks"][task.name] = {**score_task(task, scorer, encode, eos), "config": dataclasses.asdict(task)}
         bar.update()
     bar.close()
+    if config.lm_eval_tasks:
+        from marin.evaluation.harness import run_harness
+
+        results["lm_eval"] = run_harness(
+            config.checkpoint_path,
+            config.tokenizer,
+            config.lm_eval_tasks,
+            via=config.lm_eval_via,
+            include_path=config.lm_eval_include_path,
+            batch_size=config.batch_size,
+            limit=config.lm_eval_limit,
+            num_fewshot=config.lm_eval_num_fewshot,
+        )
     write_atomic(join(config.output_path, "results.json"), json.dumps(results, indent=2))
     logger.info("evaluation of %s (step %s)\n%s", config.checkpoint_path, step, format_table(results))
     return results

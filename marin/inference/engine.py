@@ -88,6 +88,18 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     """Return each prompt token's log-probability given the tokens before it, and this many alternatives."""
 
+    @staticmethod
+    def of(gen) -> SamplingParams:
+        """The engine's form of a ``marin.inference.GenerationConfig`` (its stop tokens end generation)."""
+        return SamplingParams(
+            max_tokens=gen.max_new_tokens,
+            temperature=gen.temperature,
+            top_p=gen.top_p if gen.top_p is not None else 1.0,
+            top_k=gen.top_k or 0,
+            seed=gen.seed,
+            stop_token_ids=tuple(gen.stop_tokens),
+        )
+
     def __post_init__(self):
         checks = [
             ("max_tokens", self.max_tokens >= 0, "an integer >= 0"),
@@ -270,6 +282,19 @@ class Engine:
     def run_until_idle(self) -> None:
         while self.busy:
             self.step()
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], detokenize=None
+    ) -> list[Result]:
+        """Offline use (evals, CLIs): run these requests to the end, continuously batched; results in order."""
+        each = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        requests = []
+        for prompt, p in zip(prompts, each):
+            while len(self.waiting) >= self.config.max_waiting + self.free_slots():
+                self.step()  # make room rather than refuse: the caller waits for all of them anyway
+            requests.append(self.submit(prompt, p, detokenize=detokenize))
+        self.run_until_idle()
+        return [r.result() for r in requests]
 
     def start(self) -> None:
         """Step in a background thread whenever there is work (``stop()`` ends it)."""

@@ -149,7 +149,7 @@ def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tok
 
     bos = eos = None
     if tokenizer is not None:
-        bos, eos = _write_tokenizer(tokenizer, output_path, cfg.seq_len)
+        bos, eos = write_hf_tokenizer(tokenizer, output_path, cfg.seq_len)
     write_atomic(join(output_path, WEIGHTS_FILE), save(to_hf_tensors(cfg, params), metadata={"format": "pt"}))
     # config.json last: its presence marks a complete export.
     write_atomic(
@@ -157,7 +157,7 @@ def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tok
     )
 
 
-def _write_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[int, int]:
+def write_hf_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[int, int]:
     """The tokenizer files of an export; returns (bos, eos) ids. A chat tokenizer directory (marin.chat)
     keeps its chat template, begin-of-text and end-of-turn tokens, so ``apply_chat_template`` and generation
     stopping at the end of a turn work in ``transformers``; any other tokenizer's documents start after

@@ -3,12 +3,14 @@
    [--stop "." --stop " The"] [--stop_token_id 42]
 
 PATH is a Hugging Face export directory (its tokenizer is used) or a training run's output directory
-(then pass --tokenizer). Generation stops at the end-of-document token, at a ``--stop_token_id``, at a
+(then pass --tokenizer). Samples are generated together by the serving engine (``marin.inference.engine``),
+sample i with seed ``--seed + i``. Generation stops at the end-of-document token, at a ``--stop_token_id``, at a
 ``--stop`` string (both repeatable) or after --max_new_tokens. Stops are not printed: the text ends right
 before the first stop token or stop string (searched in the generated text only, not the prompt).
 """
 
 import argparse
+import dataclasses
 import logging
 
 from marin.logs import configure_logging
@@ -36,26 +38,27 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     configure_logging(logging.WARNING)
 
-    from marin.inference import GenerationConfig, decode_until, generate, load_model, place_params
+    from marin.inference import load_model, place_params
+    from marin.inference.engine import Engine, EngineConfig, SamplingParams
     from marin.tokenize import eos_id, load_tokenizer, text_encoder
 
     cfg, params, _ = load_model(args.checkpoint, None)
-    params = place_params(cfg, params)
     tokenizer = load_tokenizer(args.tokenizer or args.checkpoint)
     eos = eos_id(tokenizer)
     prompt = [eos, *text_encoder(tokenizer).encode(args.prompt, add_special_tokens=False).ids]
-    stop_tokens = (eos, *args.stop_token_id)
-    gen = GenerationConfig(
-        max_new_tokens=args.max_new_tokens,
+    engine = Engine(cfg, place_params(cfg, params), EngineConfig(slots=args.num_samples), end_tokens=(eos,))
+    sampling = SamplingParams(
+        max_tokens=args.max_new_tokens,
         temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        stop_tokens=stop_tokens,
+        top_k=args.top_k or 0,
+        top_p=args.top_p if args.top_p is not None else 1.0,
+        stop=tuple(args.stop),
+        stop_token_ids=tuple(args.stop_token_id),
     )
-    for tokens in generate(cfg, params, [prompt] * args.num_samples, gen):
-        print(args.prompt + decode_until(tokenizer.decode, tokens, stop_tokens, args.stop))
-
+    # sample i draws with seed + i: the samples differ, and each is reproducible on its own
+    each = [dataclasses.replace(sampling, seed=args.seed + i) for i in range(args.num_samples)]
+    for result in engine.generate([prompt] * args.num_samples, each, detokenize=tokenizer.decode):
+        print(args.prompt + result.text)
 
 if __name__ == "__main__":
     main()

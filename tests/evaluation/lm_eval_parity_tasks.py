@@ -56,8 +56,9 @@ metric_list:
 """
 
 
-def write_tasks(directory) -> None:
-    """Three task YAMLs and their JSONL data in ``directory`` (a pathlib.Path)."""
+def write_tasks(directory, rolling_words=(5, 60, 250, 420)) -> None:
+    """Three task YAMLs and their JSONL data in ``directory`` (a pathlib.Path); the rolling task's documents
+    have ``rolling_words`` words each."""
     rng = random.Random(0)
     choice = []
     for i, animal in enumerate(ANIMALS):
@@ -65,7 +66,7 @@ def write_tasks(directory) -> None:
         context = f"Question: what does the {animal} say?\nAnswer:\n" if i % 2 else f"The {animal} said:\n"
         choice.append({"context": context, "choices": choices, "gold": i % 4})
     words = "once upon a time there was a little dog the cow said moo and the crow said caw then they slept".split()
-    rolling = [{"text": " ".join(rng.choice(words) for _ in range(n)).capitalize() + "."} for n in (5, 60, 250, 420)]
+    rolling = [{"text": " ".join(rng.choice(words) for _ in range(n)).capitalize() + "."} for n in rolling_words]
     generate = [{"context": f"The {a} said", "answer": ""} for a in ANIMALS[:8]]
     for name, rows, template in (
         ("choice", choice, CHOICE_TASK),

@@ -65,6 +65,11 @@ def test_results_json_records_the_eval_config(export_dir, eval_inputs, tmp_path,
         "task_limit": 6,
         "batch_size": 4,
         "max_len": 128,
+        "lm_eval_tasks": [],
+        "lm_eval_via": "engine",
+        "lm_eval_include_path": None,
+        "lm_eval_limit": None,
+        "lm_eval_num_fewshot": None,
     }
     assert results["validation"]["held_out"]["documents"] == 3
     # each task with the settings it was actually scored with: JSONL tasks take the config's k-shot,
@@ -172,3 +177,38 @@ def test_a_host_with_several_devices_shards_the_model_and_scores_the_same(export
     for name in ("loss", "bits_per_byte"):
         assert abs(sharded["results"]["validation"]["held_out"][name] - single["validation"]["held_out"][name]) < 1e-5
     assert sharded["results"]["tasks"]["sounds"]["acc"] == single["tasks"]["sounds"]["acc"]
+
+
+@pytest.mark.slow  # lm-eval twice, one of them through the server
+def test_lm_eval_tasks_through_the_engine_and_through_the_server(export_dir, tmp_path):
+    """The eval step runs lm-eval's log-likelihood, rolling and generative tasks in process (engine) and
+    through the OpenAI-compatible server; both report the same numbers (rolling: documents within one
+    window, where the served route's two-token-shorter windows make no difference)."""
+    from tests.evaluation.lm_eval_parity_tasks import write_tasks
+
+    path, _, _ = export_dir
+    (tmp_path / "tasks").mkdir()
+    write_tasks(tmp_path / "tasks", rolling_words=(5, 20))
+    by_route = {}
+    for via in ("engine", "server"):
+        config = EvalConfig(
+            checkpoint_path=path,
+            tokenizer=path,
+            output_path=str(tmp_path / via),
+            lm_eval_tasks=("parity_choice", "parity_rolling", "parity_generate"),
+            lm_eval_include_path=str(tmp_path / "tasks"),
+            lm_eval_via=via,
+            batch_size=8,
+        )
+        evaluate_model(config)
+        by_route[via] = json.loads((tmp_path / via / "results.json").read_text())["lm_eval"]
+    engine, server = by_route["engine"], by_route["server"]
+    assert set(engine) == {"parity_choice", "parity_rolling", "parity_generate"}
+    assert engine["parity_choice"]["acc,none"] == server["parity_choice"]["acc,none"]
+    assert engine["parity_choice"]["acc_norm,none"] == server["parity_choice"]["acc_norm,none"]
+    assert engine["parity_rolling"]["bits_per_byte,none"] == pytest.approx(
+        server["parity_rolling"]["bits_per_byte,none"], rel=1e-4
+    )
+    assert engine["parity_generate"]["exact_match,none"] == server["parity_generate"]["exact_match,none"]
+    with pytest.raises(ValueError, match="lm_eval_via"):
+        EvalConfig(checkpoint_path=path, tokenizer=path, output_path="x", lm_eval_via="vllm")
