@@ -34,6 +34,7 @@ import numpy as np
 from marin.inference.slots import (
     TOP_LOGPROBS,
     SamplingRows,
+    attention_span,
     decode_slots,
     init_slot_cache,
     prefill_chunk,
@@ -210,7 +211,7 @@ class Engine:
         self.cfg, self.params, self.config = cfg, params, config
         self.end_tokens = tuple(end_tokens)
         self.cache = init_slot_cache(cfg, config.slots, config.prefill_chunk, params["embed"].dtype)
-        self.scratch = self.cache["k"].shape[2] - 1
+        self.scratch = self.cache[0]["k"].shape[1] - 1
         self.slots: list[Request | None] = [None] * config.slots
         self.waiting: collections.deque[Request] = collections.deque()
         self._lock = threading.RLock()
@@ -351,8 +352,9 @@ class Engine:
         tokens[:valid] = r.prompt[r.fed : r.fed + valid]
         nxt = r.prompt[r.fed + 1 : r.fed + valid + 1]
         targets[: len(nxt)] = nxt
+        span = attention_span(r.fed + size, self.scratch + 1)
         out, self.cache = prefill_chunk(
-            self.cfg, self.params, self.cache, r.slot, tokens, targets, r.fed, valid, self._rows([r])
+            self.cfg, self.params, self.cache, r.slot, tokens, targets, r.fed, valid, self._rows([r]), span
         )
         if r.params.prompt_logprobs is not None:
             logp, top_lp, top_tok = jax.device_get((out.target_logprob, out.top_logprob, out.top_token))
@@ -374,7 +376,8 @@ class Engine:
             tokens[r.slot] = r.tokens[-1]
             positions[r.slot] = len(r.prompt) + len(r.tokens) - 1
         rows = self._rows([r if r in decoding else None for r in self.slots])
-        out, self.cache = decode_slots(self.cfg, self.params, self.cache, tokens, positions, rows)
+        span = attention_span(max(positions[r.slot] for r in decoding) + 1, self.scratch + 1)
+        out, self.cache = decode_slots(self.cfg, self.params, self.cache, tokens, positions, rows, span)
         out = jax.device_get(out)
         for r in decoding:
             self._accept(r, out, r.slot)

@@ -208,9 +208,7 @@ def document_start_tokenizer(tok):
         return tok
     eos = eos_id(tok)
     name = tok.id_to_token(eos)
-    template = processors.TemplateProcessing(
-        single=f"{name} $A", pair=f"{name} $A $B:1", special_tokens=[(name, eos)]
-    )
+    template = processors.TemplateProcessing(single=f"{name} $A", pair=f"{name} $A $B:1", special_tokens=[(name, eos)])
     current = tok.post_processor
     tok.post_processor = template if current is None else processors.Sequence([current, template])
     return tok

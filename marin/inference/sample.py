@@ -60,5 +60,6 @@ def main(argv=None) -> None:
     for result in engine.generate([prompt] * args.num_samples, each, detokenize=tokenizer.decode):
         print(args.prompt + result.text)
 
+
 if __name__ == "__main__":
     main()

@@ -249,9 +249,7 @@ def _chat_logprobs(model: ServedModel, entries: list[TokenLogprob]) -> dict:
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
     return {
-        "content": [
-            {**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries
-        ]
+        "content": [{**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries]
     }
 
 
@@ -421,7 +419,11 @@ async def _deltas(model: ServedModel, submitted, stops) -> AsyncIterator[tuple[i
         delta = text[len(sent[index]) :] if text.startswith(sent[index]) else ""
         if kind == "token" and not delta:
             continue
-        new = request.token_logprobs[sent_tokens[index] : len(request.tokens)] if request.params.logprobs is not None else []
+        new = (
+            request.token_logprobs[sent_tokens[index] : len(request.tokens)]
+            if request.params.logprobs is not None
+            else []
+        )
         sent[index] += delta
         sent_tokens[index] = len(request.tokens)
         yield index, delta, new, final
@@ -440,7 +442,10 @@ async def _stream_completions(model, submitted, head, stops, with_logprobs) -> A
 
 async def _stream_chat(model, submitted, head, stops, with_logprobs) -> AsyncIterator[dict]:
     for index in range(len(submitted)):
-        yield {**head, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        yield {
+            **head,
+            "choices": [{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        }
     async for index, delta, new, final in _deltas(model, submitted, stops):
         choice = {
             "index": index,

@@ -26,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin.inference.sampling import decode_step
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.llama import apply_rope, mlp_block, output_projection, rms_norm, rope_frequencies
 
@@ -62,34 +61,51 @@ class Sampled(NamedTuple):
     top_token: jax.Array  # [rows, TOP_LOGPROBS]
 
 
-def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32) -> dict[str, jax.Array]:
-    shape = (cfg.num_layers, slots, cfg.seq_len + chunk, cfg.num_kv_heads, cfg.resolved_head_dim)
-    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32) -> list[dict[str, jax.Array]]:
+    """One {k, v} pair per layer, each [slots, seq_len + chunk, kv_heads, head_dim]. Separate arrays (not
+    one stacked array scanned over) so that a donated step updates them in place: a scan's outputs are new
+    buffers, which made every step copy the whole cache."""
+    shape = (slots, cfg.seq_len + chunk, cfg.num_kv_heads, cfg.resolved_head_dim)
+    return [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.num_layers)]
+
+
+def _layer(params, index: int):
+    return jax.tree.map(lambda x: x[index], params["layers"])
 
 
 def sample_rows(logits: jax.Array, rows: SamplingRows) -> Sampled:
-    """Next tokens for logits [rows, vocab], each row under its own temperature, top-k, top-p and key."""
+    """Next tokens for logits [rows, vocab], each row under its own temperature, top-k, top-p and key.
+
+    Sorting the vocabulary (for top-k/top-p) and drawing (Gumbel noise over the vocabulary) cost more than
+    a small model's decoding step on a CPU; each runs only when some row of the batch needs it."""
     logits = logits.astype(jnp.float32)
     vocab = logits.shape[-1]
     logp = jax.nn.log_softmax(logits, axis=-1)
     top_logprob, top_token = jax.lax.top_k(logp, min(TOP_LOGPROBS, vocab))
-    greedy = jnp.argmax(logits, axis=-1)
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    sampled = rows.temperature > 0
+    scaled = logits / jnp.where(sampled, rows.temperature, 1.0)[:, None]
 
-    scaled = logits / jnp.where(rows.temperature > 0, rows.temperature, 1.0)[:, None]
-    ordered = jnp.sort(scaled, axis=-1)[:, ::-1]  # descending
-    k = jnp.where(rows.top_k > 0, jnp.minimum(rows.top_k, vocab), vocab)
-    kth = jnp.take_along_axis(ordered, (k - 1)[:, None], axis=-1)
-    # top-p: the smallest prefix of the sorted distribution whose mass reaches top_p (within the top-k)
-    ordered = jnp.where(jnp.arange(vocab)[None, :] < k[:, None], ordered, -jnp.inf)
-    probs = jax.nn.softmax(ordered, axis=-1)
-    before = jnp.cumsum(probs, axis=-1) - probs
-    keep = jnp.sum(before < rows.top_p[:, None], axis=-1)
-    cutoff = jnp.take_along_axis(ordered, (jnp.maximum(keep, 1) - 1)[:, None], axis=-1)
-    threshold = jnp.maximum(kth, cutoff)
-    masked = jnp.where(scaled >= threshold, scaled, -jnp.inf)
-    keys = jax.vmap(lambda s, c: jax.random.fold_in(jax.random.key(s), c))(rows.seed, rows.count)
-    drawn = jax.vmap(lambda key, row: jax.random.categorical(key, row))(keys, masked)
-    token = jnp.where(rows.temperature > 0, drawn, greedy).astype(jnp.int32)
+    def truncate(scaled):
+        ordered = jnp.sort(scaled, axis=-1)[:, ::-1]  # descending
+        k = jnp.where(rows.top_k > 0, jnp.minimum(rows.top_k, vocab), vocab)
+        kth = jnp.take_along_axis(ordered, (k - 1)[:, None], axis=-1)
+        # top-p: the smallest prefix of the sorted distribution whose mass reaches top_p (within the top-k)
+        ordered = jnp.where(jnp.arange(vocab)[None, :] < k[:, None], ordered, -jnp.inf)
+        probs = jax.nn.softmax(ordered, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs
+        keep = jnp.sum(before < rows.top_p[:, None], axis=-1)
+        cutoff = jnp.take_along_axis(ordered, (jnp.maximum(keep, 1) - 1)[:, None], axis=-1)
+        return jnp.where(scaled >= jnp.maximum(kth, cutoff), scaled, -jnp.inf)
+
+    def draw(scaled):
+        filtered = sampled & ((rows.top_k > 0) | (rows.top_p < 1))
+        masked = jax.lax.cond(jnp.any(filtered), truncate, lambda x: x, scaled)
+        keys = jax.vmap(lambda s, c: jax.random.fold_in(jax.random.key(s), c))(rows.seed, rows.count)
+        drawn = jax.vmap(lambda key, row: jax.random.categorical(key, row))(keys, masked)
+        return jnp.where(sampled, drawn, greedy).astype(jnp.int32)
+
+    token = jax.lax.cond(jnp.any(sampled), draw, lambda _: greedy, scaled)
     logprob = jnp.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
     return Sampled(token, logprob, top_logprob, top_token.astype(jnp.int32))
 
@@ -102,56 +118,112 @@ class PrefillOut(NamedTuple):
     next: Sampled  # sampled from the logits at position valid - 1 (one row)
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def prefill_chunk(cfg: LlamaConfig, params, cache, slot, tokens, targets, start, valid, row: SamplingRows):
-    """Feed ``tokens[:valid]`` at positions ``start...`` into cache slot ``slot``: queries attend to the
-    slot's cached positions <= their own. Returns the log-probabilities of ``targets`` (the next prompt
-    tokens, for echo/prompt logprobs) and a token sampled from the last valid position."""
-    chunk = tokens.shape[0]
-    h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
-    cache_len = cache["k"].shape[2]
-    positions = start + jnp.arange(chunk)
+def _rope_at(cfg: LlamaConfig, positions: jax.Array):
     inv_freq = jnp.asarray(rope_frequencies(cfg), jnp.float32)
     angles = positions[:, None].astype(jnp.float32) * inv_freq[None, :]
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
-    visible = jnp.arange(cache_len)[None, :] <= positions[:, None]  # [chunk, cache_len]
-    x = params["embed"][tokens][None]  # [1, chunk, embed]
+    return jnp.cos(angles), jnp.sin(angles)  # [n, head_dim / 2]
 
-    def layer_fn(x, inputs):
-        layer, k_cache, v_cache = inputs  # caches [slots, cache_len, kv, hd]
-        y = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-        q = apply_rope(jnp.einsum("bsd,dhk->bshk", y, layer["wq"]), cos, sin)[0]  # [chunk, heads, hd]
-        k = apply_rope(jnp.einsum("bsd,dhk->bshk", y, layer["wk"]), cos, sin)  # [1, chunk, kv, hd]
-        v = jnp.einsum("bsd,dhk->bshk", y, layer["wv"])
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (slot, start, 0, 0))
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (slot, start, 0, 0))
-        keys = jax.lax.dynamic_index_in_dim(k_cache, slot, keepdims=False)  # [cache_len, kv, hd]
-        values = jax.lax.dynamic_index_in_dim(v_cache, slot, keepdims=False)
-        q = q.reshape(chunk, kv, h // kv, hd)
-        scores = jnp.einsum("sgqd,tgd->gqst", q, keys).astype(jnp.float32) / np.sqrt(hd)
-        scores = jnp.where(visible[None, None], scores, -jnp.inf)
-        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-        attn = jnp.einsum("gqst,tgd->sgqd", probs, values).reshape(1, chunk, h, hd)
-        x = x + jnp.einsum("bshk,hkd->bsd", attn, layer["wo"])
-        y = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
-        x = x + mlp_block(layer, y)
-        return x, (k_cache, v_cache)
 
-    x, (k_new, v_new) = jax.lax.scan(layer_fn, x, (params["layers"], cache["k"], cache["v"]))
-    x = rms_norm(x[0], params["final_norm"], cfg.norm_eps)
-    logits = jnp.einsum("sd,dv->sv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
+def _attention(cfg: LlamaConfig, q, keys, values, visible, query_axis: str):
+    """Grouped-query attention of q [n, heads, hd] over keys/values [.., t, kv, hd] under visible [n, t].
+    ``query_axis`` "n" means each query has its own key rows (decoding: one query per slot); "" means
+    all queries share one slot's keys (prefill)."""
+    h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+    q = q.reshape(q.shape[0], kv, h // kv, hd)
+    keys_spec = f"{query_axis}tgd"
+    scores = jnp.einsum(f"ngqd,{keys_spec}->ngqt", q, keys).astype(jnp.float32) / np.sqrt(hd)
+    scores = jnp.where(visible[:, None, None, :], scores, -jnp.inf)
+    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+    return jnp.einsum(f"ngqt,{keys_spec}->ngqd", probs, values).reshape(q.shape[0], h, hd)
+
+
+def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
+    """One decoder layer for tokens x [n, embed]. ``update(q, k, v)`` stores the new keys/values in the
+    cache and attends; it returns (attention output [n, heads, hd], the layer's updated cache)."""
+    y = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+    q = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wq"])[None], cos, sin)[0]
+    k = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wk"])[None], cos, sin)[0]
+    v = jnp.einsum("nd,dhk->nhk", y, layer["wv"])
+    attn, cache = update(q, k, v)
+    x = x + jnp.einsum("nhk,hkd->nd", attn, layer["wo"])
+    y = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
+    return x + mlp_block(layer, y[None])[0], cache
+
+
+def attention_span(needed: int, cache_len: int) -> int:
+    """Cache positions a step attends over: a power of two >= 128 covering ``needed``, at most the cache.
+    Reading every slot's whole cache made attention most of a step's time on short requests."""
+    size = 128
+    while size < needed:
+        size *= 2
+    return min(size, cache_len)
+
+
+def _logits(cfg: LlamaConfig, params, x):
+    x = rms_norm(x, params["final_norm"], cfg.norm_eps)
+    return jnp.einsum("nd,dv->nv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 9), donate_argnums=2)
+def prefill_chunk(cfg: LlamaConfig, params, cache, slot, tokens, targets, start, valid, row: SamplingRows, span: int):
+    """Feed ``tokens[:valid]`` at positions ``start...`` into cache slot ``slot``: queries attend to the
+    slot's cached positions <= their own (all within the first ``span``). Returns the log-probabilities of
+    ``targets`` (the next prompt tokens, for echo/prompt logprobs) and a token sampled from the last valid
+    position."""
+    chunk = tokens.shape[0]
+    positions = start + jnp.arange(chunk)
+    cos, sin = _rope_at(cfg, positions)
+    visible = jnp.arange(span)[None, :] <= positions[:, None]  # [chunk, span]
+    x = params["embed"][tokens]  # [chunk, embed]
+    new_cache = []
+    for index, layer_cache in enumerate(cache):
+
+        def update(q, k, v, layer_cache=layer_cache):
+            layer_cache = {
+                name: jax.lax.dynamic_update_slice(
+                    layer_cache[name], value[None].astype(layer_cache[name].dtype), (slot, start, 0, 0)
+                )
+                for name, value in (("k", k), ("v", v))
+            }
+            keys, values = (
+                jax.lax.dynamic_slice(layer_cache[name], (slot, 0, 0, 0), (1, span, *k.shape[1:]))[0]
+                for name in ("k", "v")
+            )
+            return _attention(cfg, q, keys, values, visible, ""), layer_cache
+
+        x, layer_cache = _block(cfg, _layer(params, index), x, cos, sin, update)
+        new_cache.append(layer_cache)
+    logits = _logits(cfg, params, x)
     logp = jax.nn.log_softmax(logits, axis=-1)
     target_logprob = jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
     target_greedy = jnp.argmax(logits, axis=-1) == targets
     top_logprob, top_token = jax.lax.top_k(logp, min(TOP_LOGPROBS, logits.shape[-1]))
     last = jax.lax.dynamic_slice_in_dim(logits, valid - 1, 1)  # [1, vocab]
     out = PrefillOut(target_logprob, target_greedy, top_logprob, top_token.astype(jnp.int32), sample_rows(last, row))
-    return out, {"k": k_new, "v": v_new}
+    return out, new_cache
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
-def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: SamplingRows):
+@functools.partial(jax.jit, static_argnums=(0, 6), donate_argnums=2)
+def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: SamplingRows, span: int):
     """One token for every slot: ``tokens[i]`` sits at ``positions[i]`` of slot i (slots not decoding pass
-    the scratch position, the cache's last); returns what each row samples next and the updated cache."""
-    logits, cache = decode_step(cfg, params, cache, tokens, positions)
-    return sample_rows(logits, rows), cache
+    the scratch position, the cache's last); decoding slots' positions are below ``span``. Returns what each
+    row samples next and the updated cache."""
+    slots = tokens.shape[0]
+    cos, sin = _rope_at(cfg, positions)
+    visible = jnp.arange(span)[None, :] <= positions[:, None]  # [slots, span]
+    x = params["embed"][tokens]
+    rows_index = jnp.arange(slots)
+    new_cache = []
+    for index, layer_cache in enumerate(cache):
+
+        def update(q, k, v, layer_cache=layer_cache):
+            layer_cache = {
+                name: layer_cache[name].at[rows_index, positions].set(value.astype(layer_cache[name].dtype))
+                for name, value in (("k", k), ("v", v))
+            }
+            keys, values = (layer_cache[name][:, :span] for name in ("k", "v"))
+            return _attention(cfg, q, keys, values, visible, "n"), layer_cache
+
+        x, layer_cache = _block(cfg, _layer(params, index), x, cos, sin, update)
+        new_cache.append(layer_cache)
+    return sample_rows(_logits(cfg, params, x), rows), new_cache

@@ -1,0 +1,311 @@
+"""Serving throughput and latency: the lab's server (continuous batching) against one-at-a-time generation
+and ``transformers``' batched ``generate``, on the same weights.
+
+    python benchmarks/serving_bench.py [--preset small] [--concurrency 1 4 16] [--requests_per_client 4]
+        [--max_tokens 64] [--rounds 1]
+
+One model (``--preset``, random weights drawn once, exported to Hugging Face format with a small BPE), one
+workload: every client sends its requests one after another (closed loop), each a prompt of 16-128 random
+token ids and exactly ``--max_tokens`` generated tokens (``ignore_eos`` / ``min_new_tokens``: random weights
+would stop anywhere). At each concurrency c:
+
+- **server**: ``python -m marin.inference.serve`` in its own process, c client threads streaming from
+  ``/v1/completions`` over loopback; time to first token is the first streamed chunk.
+- **one at a time**: ``marin.inference.generate`` (the lab's generator before the engine) in its own
+  process, c client threads sharing it one request at a time (a lock: a server without batching).
+- **transformers**: ``LlamaForCausalLM.generate`` (CPU torch, fp32, greedy) in its own process on the export,
+  the c clients' requests batched together (left-padded), batch after batch; a request's latency is its
+  batch's, and it streams nothing (no time to first token).
+
+Each peer runs alone on the machine's cores (the processes run one after another, not at once), after a
+warm-up that compiles what it needs. Reported per concurrency: output tokens/s, TTFT p50, latency p50/p99,
+and the server's ratio to each peer. Results: stdout (Markdown) and benchmarks/results/serving_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_export(preset: str, path: str) -> None:
+    """Random weights of ``preset`` (numpy draws: fast) and a small BPE, exported in HF format."""
+    import jax
+    import numpy as np
+
+    from marin.inference import export_hf
+    from marin.tokenize.tokenizer import TrainTokenizerConfig, build_bpe_tokenizer
+    from marin.trainer.model.config import model_preset
+    from marin.trainer.model.llama import init_params
+
+    cfg = model_preset(preset)
+    texts = [f"the {a} said {b} to the {c}." for a in "cow dog crow cat".split() for b in "moo woof caw".split() for c in "farm sun".split()]
+    tokenizer = build_bpe_tokenizer(
+        iter(texts * 50), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300, min_frequency=1)
+    )
+    tok_path = f"{path}-tokenizer.json"
+    Path(tok_path).write_text(tokenizer.to_str())
+    rng = np.random.default_rng(0)
+    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
+    params = jax.tree.map(
+        lambda s: (rng.normal(size=s.shape) * cfg.initializer_range if len(s.shape) > 1 else np.ones(s.shape)).astype(
+            np.float32
+        ),
+        shapes,
+    )
+    export_hf(cfg, params, path, tokenizer=tok_path)
+
+
+def workload(c: int, per_client: int, vocab: int, seed: int = 0) -> list[list[list[int]]]:
+    """Per client, its prompts (token ids)."""
+    import random
+
+    rng = random.Random(seed * 1000 + c)
+    return [
+        [[rng.randrange(1, vocab) for _ in range(rng.randint(16, 128))] for _ in range(per_client)] for _ in range(c)
+    ]
+
+
+def summarize(records: list[dict], wall: float, max_tokens: int) -> dict:
+    latencies = sorted(r["latency"] for r in records)
+    ttfts = sorted(r["ttft"] for r in records if r.get("ttft") is not None)
+
+    def pct(values, q):
+        return values[min(len(values) - 1, int(q * len(values)))] if values else None
+
+    return {
+        "requests": len(records),
+        "output_tokens_per_s": len(records) * max_tokens / wall,
+        "ttft_p50_s": pct(ttfts, 0.5),
+        "latency_p50_s": pct(latencies, 0.5),
+        "latency_p99_s": pct(latencies, 0.99),
+        "wall_s": wall,
+    }
+
+
+# ---- peers (each in its own process) -----------------------------------------------------------------
+
+
+def run_closed_loop(clients: list[list[list[int]]], ask) -> tuple[list[dict], float]:
+    records, lock = [], threading.Lock()
+
+    def client(prompts):
+        for prompt in prompts:
+            start = time.perf_counter()
+            ttft = ask(prompt, start)
+            record = {"latency": time.perf_counter() - start, "ttft": ttft}
+            with lock:
+                records.append(record)
+
+    threads = [threading.Thread(target=client, args=(p,)) for p in clients]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records, time.perf_counter() - t0
+
+
+def peer_server(export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int) -> dict:
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "marin.inference.serve", "--checkpoint", export, "--port", str(port), "--slots", str(max(concurrency))],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                httpx.get(f"{url}/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                if server.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"server did not start: {server.stderr.read()[-2000:]}") from None
+                time.sleep(0.2)
+        client = httpx.Client(timeout=600, limits=httpx.Limits(max_connections=64))
+
+        def ask(prompt, start):
+            body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+            ttft = None
+            with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+                response.raise_for_status()
+                for line in response.iter_lines():
+                    if ttft is None and line.startswith("data: {"):
+                        ttft = time.perf_counter() - start
+            return ttft
+
+        # warm-up: every prefill bucket the prompts need, and the decode step
+        run_closed_loop(workload(4, 2, vocab, seed=99), ask)
+        out = {}
+        for c in concurrency:
+            records, wall = run_closed_loop(workload(c, per_client, vocab), ask)
+            out[c] = summarize(records, wall, max_tokens)
+        return out
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def peer_one_at_a_time(export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int) -> dict:
+    from marin.inference import GenerationConfig, generate, load_model, place_params
+
+    cfg, params, _ = load_model(export)
+    params = place_params(cfg, params)
+    gen = GenerationConfig(max_new_tokens=max_tokens, temperature=0)
+    serial = threading.Lock()
+
+    def ask(prompt, start):
+        with serial:
+            generate(cfg, params, [prompt], gen)
+        return None
+
+    for width in range(16, 129, 16):  # warm-up: one program per prompt bucket
+        generate(cfg, params, [[1] * width], gen)
+    out = {}
+    for c in concurrency:
+        records, wall = run_closed_loop(workload(c, per_client, vocab), ask)
+        out[c] = summarize(records, wall, max_tokens)
+    return out
+
+
+def peer_transformers(export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int) -> dict:
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = LlamaForCausalLM.from_pretrained(export, dtype=torch.float32).eval()
+
+    def run_batch(prompts):
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        with torch.inference_mode():
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_tokens,
+                min_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
+
+    run_batch(workload(4, 1, vocab, seed=99)[0] * 4)  # warm-up
+    out = {}
+    for c in concurrency:
+        clients = workload(c, per_client, vocab)
+        records = []
+        t0 = time.perf_counter()
+        for i in range(per_client):  # closed loop, static batching: the c clients' i-th requests together
+            start = time.perf_counter()
+            run_batch([prompts[i] for prompts in clients])
+            records += [{"latency": time.perf_counter() - start, "ttft": None}] * c
+        out[c] = summarize(records, time.perf_counter() - t0, max_tokens)
+    return out
+
+
+PEERS = {"server": peer_server, "one_at_a_time": peer_one_at_a_time, "transformers": peer_transformers}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--requests_per_client", type=int, default=4)
+    parser.add_argument("--max_tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--peers", nargs="+", default=list(PEERS))
+    parser.add_argument("--worker", choices=list(PEERS), help=argparse.SUPPRESS)
+    parser.add_argument("--export", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=str(RESULTS / "serving_bench.json"))
+    args = parser.parse_args()
+
+    if args.worker:  # one peer, in this process; its numbers as JSON on stdout's last line
+        from marin.inference.hf import config_from_hf
+
+        vocab = 300  # the export's tokenizer: prompts are ids any peer can read back
+        assert config_from_hf(json.loads(Path(args.export, "config.json").read_text())).vocab_size >= vocab
+        result = PEERS[args.worker](args.export, args.concurrency, args.requests_per_client, args.max_tokens, vocab)
+        print(json.dumps(result))
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        export = f"{tmp}/export"
+        make_export(args.preset, export)
+        rounds: dict[str, list[dict]] = {peer: [] for peer in args.peers}
+        for _ in range(args.rounds):
+            for peer in args.peers:
+                command = [sys.executable, __file__, "--worker", peer, "--export", export, "--concurrency"]
+                command += [str(c) for c in args.concurrency]
+                command += ["--requests_per_client", str(args.requests_per_client), "--max_tokens", str(args.max_tokens)]
+                done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+                if done.returncode:
+                    raise SystemExit(f"{peer} failed:\n{done.stderr[-3000:]}")
+                rounds[peer].append({int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()})
+
+    def median(peer, c, key):
+        values = [r[c][key] for r in rounds[peer] if r[c][key] is not None]
+        return statistics.median(values) if values else None
+
+    host = {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
+    table = {peer: {c: {k: median(peer, c, k) for k in rounds[peer][0][c]} for c in args.concurrency} for peer in rounds}
+    lines = [
+        f"Serving, `{args.preset}` preset, {args.max_tokens} output tokens per request, prompts 16-128 tokens, "
+        f"{args.requests_per_client} requests per client, median of {args.rounds} round(s); {host['cpu']}, "
+        f"{host['cores']} cores, {time.strftime('%Y-%m-%d')}",
+        "",
+        "| clients | peer | output tok/s | TTFT p50 (s) | latency p50 (s) | latency p99 (s) | server / peer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in args.concurrency:
+        ours = table.get("server", {}).get(c, {}).get("output_tokens_per_s")
+        for peer in rounds:
+            row = table[peer][c]
+            ratio = f"{ours / row['output_tokens_per_s']:.2f}x" if ours and peer != "server" else "-"
+            ttft = f"{row['ttft_p50_s']:.3f}" if row["ttft_p50_s"] is not None else "n/a"
+            lines.append(
+                f"| {c} | {peer} | {row['output_tokens_per_s']:.0f} | {ttft} | {row['latency_p50_s']:.2f} | "
+                f"{row['latency_p99_s']:.2f} | {ratio} |"
+            )
+    print("\n".join(lines))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(
+        json.dumps({"args": vars(args), "host": host, "median": table, "rounds": rounds, "table": lines}, indent=2)
+    )
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+if __name__ == "__main__":
+    main()
