@@ -38,6 +38,7 @@ from marin.inference.slots import (
     decode_slots,
     init_slot_cache,
     prefill_chunk,
+    split_layers,
 )
 from marin.trainer.model.config import LlamaConfig
 
@@ -208,7 +209,8 @@ class Engine:
         config: EngineConfig = EngineConfig(),
         end_tokens: Sequence[int] = (),
     ):
-        self.cfg, self.params, self.config = cfg, params, config
+        self.cfg, self.config = cfg, config
+        self.params = split_layers(params)  # one weight dict per layer: read in place by the steps
         self.end_tokens = tuple(end_tokens)
         self.cache = init_slot_cache(cfg, config.slots, config.prefill_chunk, params["embed"].dtype)
         self.scratch = self.cache[0]["k"].shape[1] - 1
@@ -279,6 +281,30 @@ class Engine:
         decoding = [r for r in self.slots if r is not None and r.fed == len(r.prompt) and r.tokens]
         if decoding:
             self._decode(decoding)
+
+    def warmup(self) -> int:
+        """Compile every program a request can need (each prefill chunk size at each attention span, the
+        decoding step at each span) on the free cache, so that no request waits for a compilation; returns
+        how many there are. Call before serving (``marin.inference.serve`` does)."""
+        if self.busy:
+            raise RuntimeError("warm up an idle engine")
+        cache_len, chunk = self.scratch + 1, self.config.prefill_chunk
+        greedy = self._rows([None])
+        # a prompt is fed in chunks of `chunk` tokens from position 0, its last chunk rounded up to a bucket
+        sizes = sorted({_bucket(n, chunk) for n in range(1, chunk + 1)})
+        for start in range(0, self.cfg.seq_len, chunk):
+            for size in sizes:
+                tokens = np.zeros(size, np.int32)
+                span = attention_span(start + size, cache_len)
+                _, self.cache = prefill_chunk(
+                    self.cfg, self.params, self.cache, 0, tokens, tokens, start, 1, greedy, span
+                )
+        zeros = np.zeros(self.config.slots, np.int32)
+        rows = self._rows([None] * self.config.slots)
+        for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)}):
+            _, self.cache = decode_slots(self.cfg, self.params, self.cache, zeros, zeros, rows, span)
+        jax.block_until_ready(self.cache)
+        return compilations()
 
     def run_until_idle(self) -> None:
         while self.busy:

@@ -8,7 +8,8 @@ directory (then ``--tokenizer`` names the tokenizer, or the SFT run's recorded c
 The server listens on loopback unless ``--host`` says otherwise; ``--api_key`` (or ``MARIN_API_KEY``)
 makes ``/v1/*`` require ``Authorization: Bearer KEY``. The model is called by ``--model_name`` (default:
 the checkpoint directory's name) or by PATH itself, which lets lm-eval's ``local-completions`` load the
-tokenizer from PATH with ``model=PATH``. On Ctrl-C or SIGTERM the server stops taking requests, lets the
+tokenizer from PATH with ``model=PATH``. Before it listens, the server compiles every program a request can
+need (prefill chunk sizes and attention spans; ``--no_warmup`` skips it). On Ctrl-C or SIGTERM the server stops taking requests, lets the
 running ones finish for ``--graceful_seconds``, then cancels the rest.
 """
 
@@ -17,12 +18,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 
 from marin.logs import configure_logging
 
+logger = logging.getLogger(__name__)
 
-def load_served_model(checkpoint: str, tokenizer: str | None = None, name: str | None = None, engine_config=None):
-    """Load, place and wrap a checkpoint for serving (the engine is started)."""
+
+def load_served_model(
+    checkpoint: str, tokenizer: str | None = None, name: str | None = None, engine_config=None, warmup: bool = False
+):
+    """Load, place and wrap a checkpoint for serving (the engine is started; ``warmup`` compiles every
+    program first, so no request waits for a compilation)."""
     from marin.chat.template import ChatTokenizer
     from marin.inference import load_model, place_params
     from marin.inference.chat import find_chat_tokenizer
@@ -41,6 +48,10 @@ def load_served_model(checkpoint: str, tokenizer: str | None = None, name: str |
     with_prefix = encoder.encode("a", add_special_tokens=True).ids
     prefix = tuple(with_prefix[: len(with_prefix) - len(encoder.encode("a", add_special_tokens=False).ids)])
     engine = Engine(cfg, place_params(cfg, params), engine_config or EngineConfig(), end_tokens=end_tokens)
+    if warmup:
+        started = time.perf_counter()
+        programs = engine.warmup()
+        logger.info("compiled %d programs in %.1f s", programs, time.perf_counter() - started)
     engine.start()
     return ServedModel(
         name=name or os.path.basename(checkpoint.rstrip("/")),
@@ -66,6 +77,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max_waiting", type=int, default=256, help="queued requests beyond the slots (then 429)")
     parser.add_argument("--api_key", default=os.environ.get("MARIN_API_KEY"))
     parser.add_argument("--graceful_seconds", type=int, default=30)
+    parser.add_argument(
+        "--no_warmup", action="store_true", help="skip compiling every program at start (first requests wait)"
+    )
     args = parser.parse_args(argv)
     configure_logging(logging.INFO)
 
@@ -75,9 +89,9 @@ def main(argv=None) -> None:
     from marin.inference.server import create_app
 
     config = EngineConfig(slots=args.slots, prefill_chunk=args.prefill_chunk, max_waiting=args.max_waiting)
-    model = load_served_model(args.checkpoint, args.tokenizer, args.model_name, config)
+    model = load_served_model(args.checkpoint, args.tokenizer, args.model_name, config, warmup=not args.no_warmup)
     app = create_app(model, api_key=args.api_key)
-    logging.getLogger(__name__).info("serving %s on http://%s:%d/v1", model.name, args.host, args.port)
+    logger.info("serving %s on http://%s:%d/v1", model.name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_seconds)
 
 

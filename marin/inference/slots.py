@@ -70,7 +70,19 @@ def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32)
 
 
 def _layer(params, index: int):
-    return jax.tree.map(lambda x: x[index], params["layers"])
+    layers = params["layers"]
+    if isinstance(layers, (list, tuple)):  # already split per layer (``split_layers``)
+        return layers[index]
+    return jax.tree.map(lambda x: x[index], layers)
+
+
+def split_layers(params):
+    """The trainer's stacked layer weights ([layers, ...] arrays) as one dict per layer: inside the step,
+    slicing a layer out of the stack copied its weights on every call (a decoding step is memory-bound:
+    reading each weight once is its whole cost)."""
+    layers = params["layers"]
+    count = jax.tree.leaves(layers)[0].shape[0]
+    return {**params, "layers": [jax.tree.map(lambda x, i=i: x[i], layers) for i in range(count)]}
 
 
 def sample_rows(logits: jax.Array, rows: SamplingRows) -> Sampled:

@@ -161,17 +161,16 @@ def test_bad_requests_name_their_field(tiny):
 
 
 def test_steady_state_never_recompiles(tiny):
-    """After one wave has compiled the programs (decode, and the prefill chunk sizes its prompts needed),
-    further waves of any prompt lengths within those buckets compile nothing."""
+    """After ``warmup()`` (every prefill chunk size at every attention span, the decoding step at every
+    span), requests of any prompt length, output length and sampling settings compile nothing."""
     cfg, params, _ = tiny
     engine = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=32))
-    for p in _prompts(6, seed=1, longest=100):
-        engine.submit(p + [1] * 40, SamplingParams(max_tokens=4, temperature=0.5))  # every chunk bucket
-    for n in (1, 17):
-        engine.submit([1] * n, SamplingParams(max_tokens=2, temperature=0))
-    engine.run_until_idle()
-    warm = compilations()
-    for p in _prompts(12, seed=2, longest=80):
-        engine.submit(p, SamplingParams(max_tokens=int(len(p) % 7) + 1, temperature=0.7, top_p=0.9, logprobs=2))
+    warm = engine.warmup()
+    rng = np.random.default_rng(2)
+    for n in [1, 15, 16, 17, 33, 64, 65, 100, 127]:
+        prompt = rng.integers(1, 300, size=n).tolist()
+        max_tokens = int(rng.integers(1, cfg.seq_len - n + 1))
+        engine.submit(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.7, top_p=0.9, logprobs=2))
+    engine.submit([1] * 20, SamplingParams(max_tokens=100, temperature=0, prompt_logprobs=1, ignore_eos=True))
     engine.run_until_idle()
     assert compilations() == warm
