@@ -52,10 +52,19 @@ def make_export(preset: str, path: str) -> None:
     from marin.trainer.model.config import model_preset
     from marin.trainer.model.llama import init_params
 
+    import random
+
+    from marin.corpus.domains import arithmetic, story
+
     cfg = model_preset(preset)
-    texts = [f"the {a} said {b} to the {c}." for a in "cow dog crow cat".split() for b in "moo woof caw".split() for c in "farm sun".split()]
+    rng = random.Random(0)
+    texts = [rng.choice([story, arithmetic])(rng) for _ in range(5000)]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(30000)]
+    texts += [" ".join(rng.choices(words, k=200)) for _ in range(1000)]
+    # a vocabulary as large as the model's, so generated ids decode to text (and stream as it arrives)
     tokenizer = build_bpe_tokenizer(
-        iter(texts * 50), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300, min_frequency=1)
+        iter(texts), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=cfg.vocab_size)
     )
     tok_path = f"{path}-tokenizer.json"
     Path(tok_path).write_text(tokenizer.to_str())
@@ -246,8 +255,7 @@ def main() -> None:
     if args.worker:  # one peer, in this process; its numbers as JSON on stdout's last line
         from marin.inference.hf import config_from_hf
 
-        vocab = 300  # the export's tokenizer: prompts are ids any peer can read back
-        assert config_from_hf(json.loads(Path(args.export, "config.json").read_text())).vocab_size >= vocab
+        vocab = config_from_hf(json.loads(Path(args.export, "config.json").read_text())).vocab_size
         result = PEERS[args.worker](args.export, args.concurrency, args.requests_per_client, args.max_tokens, vocab)
         print(json.dumps(result))
         return

@@ -35,6 +35,7 @@ from marin.inference.slots import (
     TOP_LOGPROBS,
     SamplingRows,
     attention_span,
+    decode_rows,
     decode_slots,
     init_slot_cache,
     prefill_chunk,
@@ -299,10 +300,11 @@ class Engine:
                 _, self.cache = prefill_chunk(
                     self.cfg, self.params, self.cache, 0, tokens, tokens, start, 1, greedy, span
                 )
-        zeros = np.zeros(self.config.slots, np.int32)
-        rows = self._rows([None] * self.config.slots)
-        for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)}):
-            _, self.cache = decode_slots(self.cfg, self.params, self.cache, zeros, zeros, rows, span)
+        widths = sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)})
+        for width in widths:
+            zeros, rows = np.zeros(width, np.int32), self._rows([None] * width)
+            for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)}):
+                _, self.cache = decode_slots(self.cfg, self.params, self.cache, zeros, zeros, rows, span)
         jax.block_until_ready(self.cache)
         return compilations()
 
@@ -396,12 +398,13 @@ class Engine:
                 self._accept(r, jax.device_get(out.next), 0)
 
     def _decode(self, decoding: list[Request]) -> None:
-        tokens = np.zeros(self.config.slots, np.int32)
-        positions = np.full(self.config.slots, self.scratch, np.int32)
+        width = decode_rows(max(r.slot for r in decoding) + 1, self.config.slots)
+        tokens = np.zeros(width, np.int32)
+        positions = np.full(width, self.scratch, np.int32)
         for r in decoding:
             tokens[r.slot] = r.tokens[-1]
             positions[r.slot] = len(r.prompt) + len(r.tokens) - 1
-        rows = self._rows([r if r in decoding else None for r in self.slots])
+        rows = self._rows([r if r in decoding else None for r in self.slots[:width]])
         span = attention_span(max(positions[r.slot] for r in decoding) + 1, self.scratch + 1)
         out, self.cache = decode_slots(self.cfg, self.params, self.cache, tokens, positions, rows, span)
         out = jax.device_get(out)

@@ -162,6 +162,15 @@ def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
     return x + mlp_block(layer, y[None])[0], cache
 
 
+def decode_rows(needed: int, slots: int) -> int:
+    """Slots a decoding step computes: a power of four covering the highest busy slot (requests take the
+    lowest free slot), at most all of them: one client does not pay for sixteen rows."""
+    size = 1
+    while size < needed:
+        size *= 4
+    return min(size, slots)
+
+
 def attention_span(needed: int, cache_len: int) -> int:
     """Cache positions a step attends over: a power of two >= 128 covering ``needed``, at most the cache.
     Reading every slot's whole cache made attention most of a step's time on short requests."""
@@ -217,9 +226,9 @@ def prefill_chunk(cfg: LlamaConfig, params, cache, slot, tokens, targets, start,
 
 @functools.partial(jax.jit, static_argnums=(0, 6), donate_argnums=2)
 def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: SamplingRows, span: int):
-    """One token for every slot: ``tokens[i]`` sits at ``positions[i]`` of slot i (slots not decoding pass
-    the scratch position, the cache's last); decoding slots' positions are below ``span``. Returns what each
-    row samples next and the updated cache."""
+    """One token for each of the first ``len(tokens)`` slots: ``tokens[i]`` sits at ``positions[i]`` of slot i
+    (slots not decoding pass the scratch position, the cache's last); decoding slots' positions are below
+    ``span``. Returns what each row samples next and the updated cache."""
     slots = tokens.shape[0]
     cos, sin = _rope_at(cfg, positions)
     visible = jnp.arange(span)[None, :] <= positions[:, None]  # [slots, span]
@@ -233,7 +242,7 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
                 name: layer_cache[name].at[rows_index, positions].set(value.astype(layer_cache[name].dtype))
                 for name, value in (("k", k), ("v", v))
             }
-            keys, values = (layer_cache[name][:, :span] for name in ("k", "v"))
+            keys, values = (layer_cache[name][:slots, :span] for name in ("k", "v"))
             return _attention(cfg, q, keys, values, visible, "n"), layer_cache
 
         x, layer_cache = _block(cfg, _layer(params, index), x, cos, sin, update)
