@@ -44,17 +44,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def make_export(preset: str, path: str) -> None:
     """Random weights of ``preset`` (numpy draws: fast) and a small BPE, exported in HF format."""
+    import random
+
     import jax
     import numpy as np
 
+    from marin.corpus.domains import arithmetic, story
     from marin.inference import export_hf
     from marin.tokenize.tokenizer import TrainTokenizerConfig, build_bpe_tokenizer
     from marin.trainer.model.config import model_preset
     from marin.trainer.model.llama import init_params
-
-    import random
-
-    from marin.corpus.domains import arithmetic, story
 
     cfg = model_preset(preset)
     rng = random.Random(0)
@@ -138,7 +137,17 @@ def peer_server(export: str, concurrency: list[int], per_client: int, max_tokens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "marin.inference.serve", "--checkpoint", export, "--port", str(port), "--slots", str(max(concurrency))],
+        [
+            sys.executable,
+            "-m",
+            "marin.inference.serve",
+            "--checkpoint",
+            export,
+            "--port",
+            str(port),
+            "--slots",
+            str(max(concurrency)),
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -268,7 +277,12 @@ def main() -> None:
             for peer in args.peers:
                 command = [sys.executable, __file__, "--worker", peer, "--export", export, "--concurrency"]
                 command += [str(c) for c in args.concurrency]
-                command += ["--requests_per_client", str(args.requests_per_client), "--max_tokens", str(args.max_tokens)]
+                command += [
+                    "--requests_per_client",
+                    str(args.requests_per_client),
+                    "--max_tokens",
+                    str(args.max_tokens),
+                ]
                 done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
                 if done.returncode:
                     raise SystemExit(f"{peer} failed:\n{done.stderr[-3000:]}")
@@ -279,7 +293,9 @@ def main() -> None:
         return statistics.median(values) if values else None
 
     host = {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
-    table = {peer: {c: {k: median(peer, c, k) for k in rounds[peer][0][c]} for c in args.concurrency} for peer in rounds}
+    table = {
+        peer: {c: {k: median(peer, c, k) for k in rounds[peer][0][c]} for c in args.concurrency} for peer in rounds
+    }
     lines = [
         f"Serving, `{args.preset}` preset, {args.max_tokens} output tokens per request, prompts 16-128 tokens, "
         f"{args.requests_per_client} requests per client, median of {args.rounds} round(s); {host['cpu']}, "

@@ -94,5 +94,7 @@ def _plain(results: dict[str, Any]) -> dict[str, Any]:
     """lm-eval's metric values as JSON numbers (it returns numpy scalars, and "N/A" strings for stderr)."""
     out = {}
     for task, metrics in results.items():
-        out[task] = {k: (float(v) if hasattr(v, "__float__") and not isinstance(v, str) else v) for k, v in metrics.items()}
+        out[task] = {
+            k: (float(v) if hasattr(v, "__float__") and not isinstance(v, str) else v) for k, v in metrics.items()
+        }
     return out

@@ -9,8 +9,9 @@ The server listens on loopback unless ``--host`` says otherwise; ``--api_key`` (
 makes ``/v1/*`` require ``Authorization: Bearer KEY``. The model is called by ``--model_name`` (default:
 the checkpoint directory's name) or by PATH itself, which lets lm-eval's ``local-completions`` load the
 tokenizer from PATH with ``model=PATH``. Before it listens, the server compiles every program a request can
-need (prefill chunk sizes and attention spans; ``--no_warmup`` skips it). On Ctrl-C or SIGTERM the server stops taking requests, lets the
-running ones finish for ``--graceful_seconds``, then cancels the rest.
+need (prefill chunk sizes and attention spans; ``--no_warmup`` skips it). On Ctrl-C or SIGTERM the server
+stops taking requests, lets the running ones finish for ``--graceful_seconds``, then cancels the rest.
+See docs/serving.md.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ the text with special-token strings as ordinary text) or token ids (used as give
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -253,7 +254,7 @@ def _chat_logprobs(model: ServedModel, entries: list[TokenLogprob]) -> dict:
     }
 
 
-def _usage(results: list[Result], echo_prompt: bool = False) -> dict:
+def _usage(results: list[Result]) -> dict:
     prompt = sum(r.prompt_tokens for r in results)
     completion = sum(len(r.tokens) for r in results)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
@@ -264,7 +265,12 @@ def _finish_reason(result: Result) -> str:
 
 
 def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
-    app = FastAPI(title="marin inference server")
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        yield
+        model.engine.stop(cancel=True)  # after uvicorn's graceful wait: what is still running is cancelled
+
+    app = FastAPI(title="marin inference server", lifespan=lifespan)
     app.state.model = model
 
     @app.exception_handler(ApiError)
@@ -290,6 +296,10 @@ def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
             raise ApiError(400, f"unknown model {name!r}; this server serves {model.name!r}", "model")
         return body
 
+    @app.get("/")
+    async def index():
+        return {"server": "marin.inference.server", "model": model.name, "api": "/v1", "health": "/health"}
+
     @app.get("/health")
     async def health():
         engine = model.engine
@@ -311,7 +321,7 @@ def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
         stream = _field(body, "stream", bool, False, expected="a boolean")
         if stream and echo:
             raise ApiError(400, "'echo' is not supported with 'stream'", "echo")
-        params = _sampling(body, 16, logprobs, logprobs if echo and logprobs is not None else (0 if echo else None))
+        params = _sampling(body, 16, logprobs, logprobs if echo else None)
         submitted = _submit_all(model, prompts, SamplingParams(**params), n, asyncio.get_running_loop())
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": rid, "object": "text_completion", "created": created, "model": model.name}
@@ -359,10 +369,6 @@ def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
         ]
         head = {"id": rid, "object": "chat.completion", "created": created, "model": model.name}
         return {**head, "choices": choices, "usage": _usage(results)}
-
-    @app.on_event("shutdown")
-    def stop_engine():
-        model.engine.stop(cancel=True)
 
     return app
 

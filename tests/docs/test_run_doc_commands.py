@@ -59,7 +59,7 @@ COPIED_DIRS = {"benchmarks"}
 
 # First the steps whose outputs other commands read.
 FIRST = ("make quickstart", "python experiments/hello_world.py")
-SERVERS = ("make browse", "python -m data_browser")
+SERVERS = ("make browse", "python -m data_browser", "python -m marin.inference.serve")
 
 
 def rewrite(command: str, scratch: Path, gcs_prefix: str, port: int) -> str:
@@ -83,6 +83,7 @@ REWRITES: list[tuple[str, str]] = [
     ("gs://bucket/prefix", "{gcs}/browse"),  # the GCS server instead of a real bucket
     ("gs://my-bucket/lab", "{gcs}/lab"),
     ("--port 5000", "--port {port}"),  # a free port: test runs share the machine
+    ("--port 8000", "--port {port}"),
     ("make browse", "make browse BROWSE_FLAGS='--port {port}'"),
     # Installing would rewrite this test run's own environment; a dry run resolves the extra against the index.
     ("pip install -e", "pip install --dry-run -e"),

@@ -3,8 +3,8 @@ streaming, stops, logprobs, every error shape, a full queue, disconnects, 16 con
 
 from __future__ import annotations
 
-import contextlib
 import concurrent.futures
+import contextlib
 import json
 import socket
 import threading
