@@ -26,12 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from host import cpu_model  # noqa: E402  benchmarks/ is the script's own directory
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -99,7 +100,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.worker, args.configs[0], args.steps)), flush=True)
         return
-    report = {"host": _cpu_model(), "time": time.strftime("%F %T"), "steps": args.steps, "configs": {}}
+    report = {"host": cpu_model(), "time": time.strftime("%F %T"), "steps": args.steps, "configs": {}}
     for config in args.configs:
         rows: dict[str, list[dict]] = {start: [] for start in args.starts}
         for r in range(args.rounds):
@@ -121,16 +122,6 @@ def main() -> None:
         report["configs"][config] = rows
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

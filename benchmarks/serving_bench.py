@@ -38,6 +38,8 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from host import cpu_model  # noqa: E402  benchmarks/ is the script's own directory
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -292,7 +294,7 @@ def main() -> None:
         values = [r[c][key] for r in rounds[peer] if r[c][key] is not None]
         return statistics.median(values) if values else None
 
-    host = {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
+    host = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
     table = {
         peer: {c: {k: median(peer, c, k) for k in rounds[peer][0][c]} for c in args.concurrency} for peer in rounds
     }
@@ -319,16 +321,6 @@ def main() -> None:
     Path(args.out).write_text(
         json.dumps({"args": vars(args), "host": host, "median": table, "rounds": rounds, "table": lines}, indent=2)
     )
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

@@ -9,9 +9,6 @@ windows (and N + 2 must fit the served context).
 """
 
 import os
-import socket
-import threading
-import time
 
 import pytest
 
@@ -96,30 +93,16 @@ def test_marin_model_in_process_gives_lm_evals_hf_numbers(setup, batch_size):
 
 
 def test_local_completions_against_the_server_gives_lm_evals_hf_numbers(setup):
-    import uvicorn
-
+    from marin.evaluation.harness import serve_on_loopback
     from marin.inference.engine import EngineConfig
     from marin.inference.serve import load_served_model
-    from marin.inference.server import create_app
 
     root, manager, reference = setup
     model = load_served_model(str(root / "hf"), engine_config=EngineConfig(slots=8, prefill_chunk=64))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(model), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive()
-        time.sleep(0.02)
-    try:
+    with serve_on_loopback(model) as url:
         for batch_size in (1, 8):
             args = (
-                f"model={root / 'hf'},base_url=http://127.0.0.1:{port}/v1/completions,tokenizer_backend=huggingface,"
+                f"model={root / 'hf'},base_url={url}/v1/completions,tokenizer_backend=huggingface,"
                 f"max_length={WINDOW + 2},add_bos_token=True,num_concurrent=8,max_retries=1"
             )
             _assert_same(reference, _run(manager, "local-completions", args, batch_size))
-    finally:
-        server.should_exit = True
-        thread.join(30)
