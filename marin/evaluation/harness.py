@@ -67,7 +67,10 @@ def run_harness(
 
     if via not in HARNESS_VIAS:
         raise ValueError(f"EvalConfig.lm_eval_via must be one of {HARNESS_VIAS}, got {via!r}")
-    manager = TaskManager(include_path=include_path) if include_path else TaskManager()
+    # lm-eval's own library takes seconds to index: only when a task is not among the local ones
+    manager = TaskManager(include_path=include_path, include_defaults=False) if include_path else None
+    if manager is None or not set(tasks) <= set(manager.all_tasks):
+        manager = TaskManager(include_path=include_path)
     common = dict(tasks=list(tasks), task_manager=manager, limit=limit, num_fewshot=num_fewshot, log_samples=False)
     if via == "engine":
         lm = adapter.MarinLM(checkpoint=checkpoint, tokenizer=tokenizer, batch_size=batch_size)

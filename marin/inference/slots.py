@@ -81,6 +81,8 @@ def split_layers(params):
     slicing a layer out of the stack copied its weights on every call (a decoding step is memory-bound:
     reading each weight once is its whole cost)."""
     layers = params["layers"]
+    if isinstance(layers, (list, tuple)):  # split already (another engine's params)
+        return params
     count = jax.tree.leaves(layers)[0].shape[0]
     return {**params, "layers": [jax.tree.map(lambda x, i=i: x[i], layers) for i in range(count)]}
 

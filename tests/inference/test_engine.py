@@ -32,10 +32,10 @@ def test_greedy_under_load_equals_one_at_a_time(tiny):
     cfg, params, _ = tiny
     prompts = _prompts(11)
     lengths = [3, 20, 7, 1, 15, 9, 30, 2, 12, 5, 25]
-    alone = [
-        generate(cfg, params, [p], GenerationConfig(max_new_tokens=n, temperature=0))[0]
-        for p, n in zip(prompts, lengths)
-    ]
+    # alone: greedy continuations of the longest length, cut to each request's (one compiled program per
+    # prompt-length bucket instead of one per output length: greedy tokens do not depend on the limit)
+    longest = GenerationConfig(max_new_tokens=max(lengths), temperature=0)
+    alone = [generate(cfg, params, [p], longest)[0][:n] for p, n in zip(prompts, lengths)]
     engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32))
     first = [engine.submit(p, SamplingParams(max_tokens=n, temperature=0)) for p, n in zip(prompts[:6], lengths)]
     for _ in range(5):  # the first wave is mid-flight (some prefilling, some decoding) when the rest arrive
