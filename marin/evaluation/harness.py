@@ -13,39 +13,11 @@ are two tokens shorter (``local-completions`` sends each window plus one token a
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import tempfile
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 HARNESS_VIAS = ("engine", "server")
-
-
-@contextlib.contextmanager
-def serve_on_loopback(model) -> Iterator[str]:
-    """Run ``marin.inference.server`` for ``model`` (a ``ServedModel``) in this process; yields its base URL."""
-    import uvicorn
-
-    from marin.inference.server import create_app
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(model), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="marin-server", daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the inference server did not start (see the log above)")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 def run_harness(
@@ -80,9 +52,10 @@ def run_harness(
     from marin.inference.engine import EngineConfig
     from marin.inference.hf import write_hf_tokenizer
     from marin.inference.serve import load_served_model
+    from marin.inference.server import serve_on_loopback
 
     served = load_served_model(checkpoint, tokenizer, engine_config=EngineConfig(slots=min(batch_size, 64)))
-    with tempfile.TemporaryDirectory() as hf_tokenizer, serve_on_loopback(served) as url:
+    with tempfile.TemporaryDirectory() as hf_tokenizer, serve_on_loopback(served) as (url, _):
         write_hf_tokenizer(tokenizer or checkpoint, hf_tokenizer, served.seq_len)
         args = (
             f"model={served.name},base_url={url}/v1/completions,tokenizer={hf_tokenizer},"

@@ -6,12 +6,11 @@ Evaluation and export build on this package; it builds on the trainer's model an
 
 from marin.inference.checkpoint import is_hf_directory, load_model, model_of_checkpoint, place_params
 from marin.inference.hf import config_from_hf, export_hf, hf_config, import_hf
-from marin.inference.sampling import GenerationConfig, decode_until, generate
+from marin.inference.sampling import GenerationConfig, generate
 
 __all__ = [
     "GenerationConfig",
     "config_from_hf",
-    "decode_until",
     "export_hf",
     "generate",
     "hf_config",

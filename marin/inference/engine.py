@@ -250,7 +250,7 @@ class Engine:
         with self._lock:
             if self._stopping:
                 raise EngineStopped("the engine is shutting down")
-            if len(self.waiting) >= self.config.max_waiting + self.free_slots():
+            if self._queue_full():
                 raise QueueFull(f"{len(self.waiting)} requests are already waiting (max_waiting)")
             self.waiting.append(request)
             self._wake.notify()
@@ -262,6 +262,10 @@ class Engine:
 
     def free_slots(self) -> int:
         return sum(r is None for r in self.slots)
+
+    def _queue_full(self) -> bool:
+        """``max_waiting`` requests wait beyond the slots still free."""
+        return len(self.waiting) >= self.config.max_waiting + self.free_slots()
 
     # ---- stepping (one thread) ---------------------------------------------------------------------
 
@@ -319,7 +323,7 @@ class Engine:
         each = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         requests = []
         for prompt, p in zip(prompts, each):
-            while len(self.waiting) >= self.config.max_waiting + self.free_slots():
+            while self._queue_full():
                 self.step()  # make room rather than refuse: the caller waits for all of them anyway
             requests.append(self.submit(prompt, p, detokenize=detokenize))
         self.run_until_idle()

@@ -110,18 +110,6 @@ def sample(logits: jax.Array, key: jax.Array, gen: GenerationConfig) -> jax.Arra
     return jax.random.categorical(key, logits, axis=-1)
 
 
-def decode_until(
-    decode, tokens: Sequence[int], stop_tokens: Sequence[int] = (), stop_strings: Sequence[str] = ()
-) -> str:
-    """The text of ``tokens`` up to, and not including, the first stop token, then cut before the earliest
-    occurrence of any stop string (found in the decoded text, so a string split across tokens still stops
-    it). ``decode`` maps token ids to text."""
-    end = next((i for i, t in enumerate(tokens) if t in stop_tokens), len(tokens))
-    text = decode(list(tokens[:end]))
-    cut = min((text.index(s) for s in stop_strings if s and s in text), default=len(text))
-    return text[:cut]
-
-
 PROMPT_BUCKET = 16
 
 

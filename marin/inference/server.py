@@ -22,9 +22,11 @@ import dataclasses
 import json
 import logging
 import secrets
+import socket
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -460,3 +462,27 @@ async def _stream_chat(model, submitted, head, stops, with_logprobs) -> AsyncIte
             "finish_reason": None if final is None else _finish_reason(final),
         }
         yield {**head, "choices": [choice]}
+
+
+@contextlib.contextmanager
+def serve_on_loopback(model: ServedModel, api_key: str | None = None) -> Iterator[tuple[str, Any]]:
+    """Run the server for ``model`` in this process on a free loopback port; yields (base URL, the
+    ``uvicorn.Server``). On exit the server shuts down as on SIGTERM (running requests finish first)."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(create_app(model, api_key=api_key), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="marin-server", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the inference server did not start (see the log above)")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.should_exit = True
+        thread.join(60)

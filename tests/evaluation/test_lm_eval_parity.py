@@ -93,13 +93,13 @@ def test_marin_model_in_process_gives_lm_evals_hf_numbers(setup, batch_size):
 
 
 def test_local_completions_against_the_server_gives_lm_evals_hf_numbers(setup):
-    from marin.evaluation.harness import serve_on_loopback
     from marin.inference.engine import EngineConfig
     from marin.inference.serve import load_served_model
+    from marin.inference.server import serve_on_loopback
 
     root, manager, reference = setup
     model = load_served_model(str(root / "hf"), engine_config=EngineConfig(slots=8, prefill_chunk=64))
-    with serve_on_loopback(model) as url:
+    with serve_on_loopback(model) as (url, _):
         for batch_size in (1, 8):
             args = (
                 f"model={root / 'hf'},base_url={url}/v1/completions,tokenizer_backend=huggingface,"

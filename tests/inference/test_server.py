@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
-import socket
 import threading
 import time
 
@@ -32,27 +31,12 @@ def exports(tmp_path_factory):
 @contextlib.contextmanager
 def serving(checkpoint: str, api_key: str | None = None, **engine):
     from marin.inference.serve import load_served_model
-    from marin.inference.server import create_app
+    from marin.inference.server import serve_on_loopback
 
     model = load_served_model(checkpoint, engine_config=EngineConfig(**{"slots": 4, "prefill_chunk": 32, **engine}))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(model, api_key=api_key), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 60
-    while not server.started:
-        assert thread.is_alive() and time.time() < deadline, "server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", model, server
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        assert not model.engine._thread.is_alive()  # shutdown stopped the engine's thread
+    with serve_on_loopback(model, api_key=api_key) as (url, server):
+        yield url, model, server
+    assert not model.engine._thread.is_alive()  # shutdown stopped the engine's thread
 
 
 @pytest.fixture(scope="module")
