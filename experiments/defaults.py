@@ -29,7 +29,7 @@ from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHas
 from marin.download import DownloadConfig, download_dataset
 from marin.evaluation.instruct import InstructEvalConfig, evaluate_instruct
 from marin.evaluation.step import EvalConfig, evaluate_model
-from marin.execution import ExecutorStep, InputName, ResourceConfig, this_output_path, versioned
+from marin.execution import ExecutorStep, InputName, ResourceConfig, output_path_of, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
 from marin.extract import ExtractConfig, ExtractorConfig, extract_pages
 from marin.quality import (
@@ -42,6 +42,8 @@ from marin.quality import (
     filter_documents,
     train_classifier,
 )
+from marin.scaling.ladder import LadderPoint, LadderRules, isoflop_grid, target_point
+from marin.scaling.step import FitLadderConfig, LadderRunRef, fit_ladder_step
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
 from marin.tokenize.special import SpecialStringPolicy
 from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
@@ -525,4 +527,102 @@ def default_instruct_eval(
             max_new_tokens=versioned(max_new_tokens),
         ),
         resources=resources,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Scaling ladders: an isoFLOP grid of runs, their evals, and a fit that predicts a larger target run
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingLadder:
+    """The steps of ``default_scaling_ladder``: ``executor_main(steps=ladder.steps)`` runs all of them."""
+
+    runs: tuple[ExecutorStep, ...]
+    evals: tuple[ExecutorStep, ...]
+    fit: ExecutorStep
+    target: ExecutorStep
+    target_eval: ExecutorStep
+
+    @property
+    def steps(self) -> list[ExecutorStep]:
+        return [*self.evals, self.fit, self.target_eval]
+
+
+def default_scaling_ladder(
+    name: str,
+    tokenized: ExecutorStep,
+    *,
+    tokenizer: Input,
+    family: Sequence[LlamaConfig],
+    budgets: Sequence[float],
+    target_budget: float,
+    target_model: LlamaConfig,
+    rules: LadderRules = LadderRules(),
+    train: SimpleTrainConfig,
+    heldout: str = "heldout",
+    bootstrap_samples: int = 1000,
+) -> ScalingLadder:
+    """An isoFLOP ladder over ``family`` at ``budgets`` (``marin.scaling.ladder``), trained on ``tokenized``'s
+    ``train/`` cache and evaluated on its ``validation/`` cache (named ``heldout`` in the results), an
+    analysis step ``analysis/<name>-fit`` (``fit.json``), and the target run it predicts: ``target_model``
+    trained on ``target_budget``'s tokens under the same rules.
+
+    Each run is ``checkpoints/<name>-<budget>-<size>``, an ordinary training step configured from ``train``
+    (precision, seed, cadences) with the rules' steps, batch, learning rate and schedule; its config depends
+    on its own budget and size only, so adding a budget adds steps and reruns none. The fit depends on the
+    target only ``nonblocking()``: it predicts without waiting for the target and names where its actual
+    loss will be."""
+
+    def run(point: LadderPoint, run_name: str) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
+        config = dataclasses.replace(
+            train,
+            num_train_steps=point.steps,
+            batch_size=point.batch_size,
+            learning_rate=point.learning_rate,
+            schedule="wsd",
+            warmup=rules.warmup,
+            decay=rules.decay,
+            min_lr_ratio=rules.min_lr_ratio,
+        )
+        checkpoint = default_train(run_name, {heldout: tokenized}, point.model, config, validation={})
+        evaluation = default_eval(
+            run_name, checkpoint, tokenizer=tokenizer, validation={heldout: tokenized / "validation"}, model=point.model
+        )
+        ref = LadderRunRef(
+            run=checkpoint.name,
+            run_path=output_path_of(checkpoint),
+            eval_path=output_path_of(evaluation),
+            budget=point.budget,
+            params=point.params,
+            tokens=point.tokens,
+        )
+        return checkpoint, evaluation, ref
+
+    def budget_label(budget: float) -> str:
+        return f"{budget:.3g}".replace("+", "")
+
+    grid = [run(p, f"{name}-{budget_label(p.budget)}-{p.label}") for p in isoflop_grid(budgets, family, rules)]
+    point = target_point(target_budget, target_model, rules)
+    target, target_eval, target_ref = run(point, f"{name}-target-{budget_label(target_budget)}-{point.label}")
+    fit = ExecutorStep(
+        name=f"analysis/{name}-fit",
+        fn=fit_ladder_step,
+        config=FitLadderConfig(
+            runs=tuple(ref for _, _, ref in grid),
+            heldout=versioned(heldout),
+            output_path=this_output_path(),
+            target=dataclasses.replace(
+                target_ref, run_path=target_ref.run_path.nonblocking(), eval_path=target_ref.eval_path.nonblocking()
+            ),
+            bootstrap_samples=versioned(bootstrap_samples),
+        ),
+        description=f"isoFLOP fit of {len(grid)} runs at {len(budgets)} budgets; predicts {target.name}",
+    )
+    return ScalingLadder(
+        runs=tuple(c for c, _, _ in grid),
+        evals=tuple(e for _, e, _ in grid),
+        fit=fit,
+        target=target,
+        target_eval=target_eval,
     )

@@ -112,6 +112,7 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
         "checkpoint": config.checkpoint_path,
         "checkpoint_step": step,
         "model": dataclasses.asdict(cfg),
+        "params": cfg.param_count,
         "tokenizer": config.tokenizer,
         "config": config_record(config, scorer.max_len),
         "validation": {},

@@ -17,23 +17,28 @@ import logging
 import os
 
 from marin.report.collect import ExperimentReport, ReportError, StepReport, collect, find_record
+from marin.report.leaderboard import Board, LeaderboardEntry, collect_boards
 from marin.report.plot import plot_curves
 from marin.report.publish import PostOutcome, github_repo, post_issue
-from marin.report.render import Links, issue_number, render
+from marin.report.render import Links, issue_number, leaderboard_markdown, render
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "Board",
     "ExperimentReport",
+    "LeaderboardEntry",
     "Links",
     "PostOutcome",
     "ReportError",
     "ReportFiles",
     "StepReport",
     "collect",
+    "collect_boards",
     "find_record",
     "post_report",
     "render",
+    "write_leaderboard",
     "write_report",
 ]
 
@@ -62,6 +67,20 @@ def write_report(experiment_file: str, prefix: str, out: str | None = None, link
         f.write(body)
     logger.info("wrote %s from %s (%d steps)", out, record_url, len(report.steps))
     return ReportFiles(out, image, report, issue_number(record.get("caller_file"), report.docstring))
+
+
+def write_leaderboard(
+    prefix: str, experiments: list[str] | None = None, out: str | None = None, links: Links = Links()
+) -> str:
+    """Write ``out`` (default ``reports/leaderboard.md``): the boards of ``experiments`` (default: all under
+    ``prefix``, see ``marin.report.leaderboard``); returns the path."""
+    boards = collect_boards(prefix, experiments or None)
+    out = out or os.path.join("reports", "leaderboard.md")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(leaderboard_markdown(boards, links))
+    logger.info("wrote %s: %d board(s)", out, len(boards))
+    return out
 
 
 def post_report(files: ReportFiles, links: Links, issue: int | None = None) -> PostOutcome:

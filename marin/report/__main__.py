@@ -1,5 +1,6 @@
 """python -m marin.report experiments/<file>.py --prefix URL [--out report.md] [--browser_url URL] [--repo_url URL]
                         [--issue N] [--post]
+python -m marin.report --leaderboard [experiments/<file>.py ...] --prefix URL [--out leaderboard.md]
 
 argparse rather than draccus: the experiment file is positional and ``--post`` is a bare flag, which is how
 people type it; there is no nested config to parse.
@@ -13,18 +14,31 @@ import os
 import sys
 
 from marin.logs import configure_logging
-from marin.report import Links, ReportError, post_report, write_report
+from marin.report import Links, ReportError, post_report, write_leaderboard, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m marin.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", help="the experiment file, e.g. experiments/quickstart.py (never executed)")
+    parser.add_argument(
+        "experiments",
+        nargs="*",
+        metavar="experiment",
+        help="the experiment file, e.g. experiments/quickstart.py (never executed); with --leaderboard, any number",
+    )
+    parser.add_argument(
+        "--leaderboard",
+        action="store_true",
+        help="rank the training runs of the experiments given (default: every experiment under the prefix) by "
+        "eval bits per byte, with FLOPs and wall time; writes reports/leaderboard.md",
+    )
     parser.add_argument(
         "--prefix",
         default=os.environ.get("MARIN_PREFIX", "./local_store"),
         help="where the experiment ran (default $MARIN_PREFIX, else ./local_store)",
     )
-    parser.add_argument("--out", default=None, help="Markdown file to write (default reports/<script>.md)")
+    parser.add_argument(
+        "--out", default=None, help="Markdown file to write (default reports/<script>.md, reports/leaderboard.md)"
+    )
     parser.add_argument(
         "--browser_url",
         default="http://127.0.0.1:5000",
@@ -46,8 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(logging.WARNING)
 
     links = Links(repo_url=args.repo_url, browser_url=args.browser_url or None)
+    if args.leaderboard:
+        if args.post:
+            parser.error("--post is for an experiment's issue; a leaderboard is written to --out")
+        try:
+            print(write_leaderboard(args.prefix, args.experiments, args.out, links))
+        except ReportError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if len(args.experiments) != 1:
+        parser.error("give one experiment file (or --leaderboard with any number)")
     try:
-        files = write_report(args.experiment, args.prefix, args.out, links)
+        files = write_report(args.experiments[0], args.prefix, args.out, links)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

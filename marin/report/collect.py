@@ -12,6 +12,7 @@ record is found by the ``caller_file`` the executor stored in it, and everything
 - ``<step>/.executor_status``: state history (durations, failure messages);
 - ``<step>/metrics.jsonl``: training curves (``train/loss``, ``eval/<set>/bpb``);
 - ``<step>/results.json``: eval results (``validation`` and ``tasks``, see ``marin.evaluation.step``);
+- ``<step>/fit.json``: a scaling ladder's fit and prediction (``marin.scaling.step``);
 - ``<step>/tracker.json``: ``{"wandb_url": ...}`` when the run was tracked.
 
 A step whose files are missing or damaged is still reported (with what could be read), never dropped:
@@ -64,6 +65,8 @@ class StepReport:
     """``metrics.jsonl`` columns by metric name (``train/loss``, ``eval/<set>/bpb``, ...)."""
     results: dict[str, Any] | None = None
     """``results.json`` of an eval step."""
+    fit: dict[str, Any] | None = None
+    """``fit.json`` of a scaling ladder's analysis step (``marin.scaling.step``)."""
     wandb_url: str | None = None
 
     @property
@@ -216,6 +219,7 @@ def step_report(entry: dict[str, Any]) -> StepReport:
         finished=finished,
         curves=read_curves(path),
         results=_read_json(join(path, "results.json")),
+        fit=_read_json(join(path, "fit.json")),
         wandb_url=tracker.get("wandb_url"),
     )
 

@@ -17,6 +17,7 @@ import re
 from urllib.parse import quote
 
 from marin.report.collect import ExperimentReport
+from marin.report.leaderboard import Board
 
 STATE_ICONS = {
     "SUCCESS": "✅",
@@ -227,6 +228,101 @@ def evals_section(report: ExperimentReport, links: Links) -> list[str]:
     return lines
 
 
+def _span(interval: list[float] | None, fmt: str = ".3g") -> str:
+    return f"[{interval[0]:{fmt}}, {interval[1]:{fmt}}]" if interval else "–"
+
+
+def fit_section(report: ExperimentReport, links: Links) -> list[str]:
+    """Each scaling ladder's fit: the laws with their intervals and the prediction against the target's
+    measured loss, once the target has been evaluated."""
+    from marin.scaling.step import actual_loss
+
+    fits = [s for s in report.steps if s.fit]
+    if not fits:
+        return []
+    lines = ["## Scaling fit"]
+    for s in fits:
+        fit = s.fit
+        level = fit.get("bootstrap", {}).get("level", 0.9)
+        laws = fit["laws"]
+        lines += [
+            "",
+            f"### {_link(f'`{s.name}`', links.browser('fit', s.output_path))}",
+            "",
+            f"{len(fit['runs'])} runs at {len(fit['budgets'])} budgets; loss: {fit['heldout']} bits/byte; "
+            f"N = model FLOPs per token / 6. Intervals: {level:.0%} bootstrap ({fit['bootstrap']['samples']} samples).",
+            "",
+            "| law | fit | interval of the exponent |",
+            "|---|---|---|",
+        ]
+        for key, label in (("params_opt", "N*(C)"), ("tokens_opt", "D*(C)")):
+            law = laws[key]
+            formula = f"{law['coefficient']:.3g} · C^{law['exponent']:.3f}"
+            lines.append(f"| {label} | {formula} | {_span(law['interval']['exponent'])} |")
+        loss = laws["loss"]
+        formula = f"{loss['E']:.3f} + {loss['A']:.3g} · C^-{loss['alpha']:.3f}"
+        lines.append(f"| L*(C) | {formula} | {_span(loss['interval']['alpha'])} |")
+        lines += [
+            "",
+            "| budget (FLOPs) | N* | D* | L* | N* interval | bracketed by the runs |",
+            "|---|---|---|---|---|---|",
+        ]
+        for b in fit["budgets"]:
+            lines.append(
+                f"| {b['budget']:.3g} | {b['params_opt']:.3g} | {b['tokens_opt']:.3g} | {b['loss_opt']:.4f} | "
+                f"{_span(b['params_opt_interval'])} | {'yes' if b['bracketed'] else 'no: extrapolated'} |"
+            )
+        prediction = fit.get("prediction")
+        if prediction:
+            actual = actual_loss(fit)
+            lo, hi = prediction["interval"] or (None, None)
+            lines += [
+                "",
+                "| target | budget | N | D | predicted | interval | actual | relative error |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            measured = f"{actual:.4f}" if actual is not None else "not run yet"
+            error = f"{(actual - prediction['loss']) / actual:+.2%}" if actual is not None else "–"
+            inside = "" if actual is None or lo is None else (" (inside)" if lo <= actual <= hi else " (outside)")
+            lines.append(
+                f"| `{prediction['run']}` | {prediction['budget']:.3g} | {prediction['params']:.3g} | "
+                f"{prediction['tokens']:.3g} | {prediction['loss']:.4f} | {_span(prediction['interval'], '.4f')} | "
+                f"{measured}{inside} | {error} |"
+            )
+    return lines
+
+
+def leaderboard_markdown(boards: list[Board], links: Links) -> str:
+    """The leaderboard as Markdown: one table per held-out set, lowest bits per byte first."""
+    lines = ["# Leaderboard", ""]
+    if not boards:
+        lines.append("_(no training run with an eval of its own: run an experiment with an eval step first)_")
+    for board in boards:
+        lines += [
+            f"## {board.heldout} ({board.documents:,} documents, {board.bytes:,} bytes)",
+            "",
+            "| rank | run | experiment | params | tokens | FLOPs | wall time | bits/byte | frontier |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for rank, e in enumerate(board.entries, 1):
+            run = _link(f"`{e.run}`", links.browser("training", e.run_path))
+            cells = [
+                f"{e.params:,}" if e.params is not None else "–",
+                f"{e.tokens:.3g}" if e.tokens is not None else "–",
+                f"{e.flops:.3g}" if e.flops is not None else "–",
+                format_duration(e.wall_seconds),
+                f"{e.bpb:.4f}",
+                "★" if e.frontier else "",
+            ]
+            lines.append(f"| {rank} | {run} | `{e.experiment}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(
+        "Frontier (★): no other run on the board reached lower bits per byte with at most its FLOPs. "
+        "FLOPs are model FLOPs (6N + attention per token) as the trainer logs them."
+    )
+    return "\n".join(lines) + "\n"
+
+
 def failures_section(report: ExperimentReport) -> list[str]:
     if not report.failures:
         return []
@@ -254,6 +350,7 @@ def render(report: ExperimentReport, links: Links, image: str | None = None) -> 
         steps_table(report, links),
         training_section(report, links, image),
         evals_section(report, links),
+        fit_section(report, links),
         failures_section(report),
     ]
     return "\n\n".join("\n".join(p) for p in parts if p) + "\n"

@@ -168,6 +168,9 @@ class _MetricsBuffer:
                     f"training loss is {loss} at step {step} (the update consuming batch {step}); stopping"
                 )
             record = {f"train/{k}": float(v) for k, v in values.items() if k != "tokens"}
+            # cumulative, so runs of different batch, length or size compare by tokens and compute
+            record["throughput/total_tokens"] = (step + 1) * self.tokens_per_step
+            record["throughput/total_flops"] = (step + 1) * self.tokens_per_step * self.flops_per_token
             self.tracker.log(step + 1, record)
             self.last_loss = loss
         throughput = {"throughput/tokens_per_s": tokens_per_s}

@@ -1,0 +1,181 @@
+"""The leaderboard: training runs ranked by eval bits-per-byte on one held-out set, beside their compute.
+
+    boards = collect_boards("./local_store")                                    # every experiment there
+    boards = collect_boards("gs://bucket/lab", ["experiments/quickstart.py"])   # runs of these files only
+
+A run enters by its experiment file: the executor's record of that file (``<root>/experiments/*.json``)
+lists its steps, and every ``train_lm`` step that an ``evaluate_model`` step of the same record depends on
+is an entry, once per validation set in that eval's ``results.json``. Only evals of the same documents are
+ranked together: a board is keyed by the held-out set's name *and* its fingerprint (documents and UTF-8
+bytes scored, both independent of the tokenizer, as bits-per-byte is), so two experiments that call
+different data ``stories`` land on different boards instead of being compared.
+
+Per entry: parameters (``results.json``), tokens and training FLOPs (the trainer's cumulative
+``throughput/total_tokens`` / ``throughput/total_flops`` in ``metrics.jsonl``: model FLOPs, PaLM's
+``6N + 12·L·H·Q·T`` per token), wall time (the training step's last RUNNING → SUCCESS), and whether it is
+on the compute frontier (no other entry on its board reached a lower bpb with at most its FLOPs).
+Everything is read from what the executor and the steps wrote, never by importing the trainer, so the
+data browser shows the same boards (``data_browser``'s ``/leaderboard``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from marin.execution.status import state_summary
+from marin.storage import exists, glob, join, read_text
+
+logger = logging.getLogger(__name__)
+
+TRAIN_FN = "train_lm"
+EVAL_FN = "evaluate_model"
+
+
+@dataclasses.dataclass
+class LeaderboardEntry:
+    experiment: str
+    """The experiment file (the record's ``caller_file``), e.g. ``experiments/quickstart.py``."""
+    record_url: str
+    run: str
+    """The training step's name, e.g. ``checkpoints/quickstart-nano``."""
+    run_path: str
+    eval_path: str
+    """The eval step whose ``results.json`` gave ``bpb``."""
+    params: int | None
+    tokens: float | None
+    flops: float | None
+    """Training FLOPs in total (model FLOPs, as logged by the trainer)."""
+    wall_seconds: float | None
+    bpb: float
+    frontier: bool = False
+
+
+@dataclasses.dataclass
+class Board:
+    heldout: str
+    documents: int
+    bytes: int
+    entries: list[LeaderboardEntry]
+    """Lowest bpb first."""
+
+
+def fn_is(entry: dict[str, Any], fn: str) -> bool:
+    """Whether a record's step entry runs ``fn`` (matched by its qualified name's last part)."""
+    return str(entry.get("fn", "")).rsplit(".", 1)[-1] == fn
+
+
+def read_json(url: str) -> dict[str, Any] | None:
+    """A JSON object file, or None when it is absent or damaged (logged: a board never fails on one run)."""
+    if not exists(url):
+        return None
+    try:
+        value = json.loads(read_text(url))
+    except (OSError, ValueError) as e:
+        logger.warning("skipping unreadable %s: %s", url, e)
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_records(root: str, experiments: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``(url, record)`` of every experiment record under ``root``, or the newest of each file named."""
+    if experiments:
+        from marin.report.collect import find_record
+
+        return [find_record(root, path) for path in experiments]
+    records = []
+    for url in sorted(glob(join(root, "experiments", "*.json"))):
+        record = read_json(url)
+        if record is not None and isinstance(record.get("steps"), list):
+            records.append((url, record))
+    return records
+
+
+def training_totals(run_path: str) -> tuple[float | None, float | None]:
+    """``(tokens, flops)`` of the last ``metrics.jsonl`` record that has them (None for older runs)."""
+    url = join(run_path, "metrics.jsonl")
+    if not exists(url):
+        return None, None
+    tokens = flops = None
+    for line in read_text(url).splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # a torn last line of a killed run
+            continue
+        if isinstance(row, dict) and "throughput/total_tokens" in row:
+            tokens, flops = row["throughput/total_tokens"], row.get("throughput/total_flops")
+    return tokens, flops
+
+
+def wall_seconds(run_path: str) -> float | None:
+    state, _, started, finished = state_summary(run_path)
+    if state != "SUCCESS" or started is None or finished is None:
+        return None
+    return finished - started
+
+
+def record_entries(url: str, record: dict[str, Any]) -> list[tuple[tuple[str, int, int], LeaderboardEntry]]:
+    """Each (board key, entry) of one experiment record."""
+    steps = {s.get("identity"): s for s in record["steps"] if isinstance(s, dict)}
+    out = []
+    for ev in steps.values():
+        if not fn_is(ev, EVAL_FN):
+            continue
+        runs = [steps[d] for d in ev.get("dependencies", []) if d in steps and fn_is(steps[d], TRAIN_FN)]
+        results = read_json(join(ev["output_path"], "results.json")) if runs else None
+        if not results or not isinstance(results.get("validation"), dict):
+            continue
+        run = runs[0]  # an eval scores one checkpoint
+        tokens, flops = training_totals(run["output_path"])
+        for name, scores in results["validation"].items():
+            if not isinstance(scores, dict) or not isinstance(scores.get("bits_per_byte"), (int, float)):
+                continue
+            entry = LeaderboardEntry(
+                experiment=record.get("caller_file") or record.get("script") or url,
+                record_url=url,
+                run=run["name"],
+                run_path=run["output_path"],
+                eval_path=ev["output_path"],
+                params=results.get("params"),
+                tokens=tokens,
+                flops=flops,
+                wall_seconds=wall_seconds(run["output_path"]),
+                bpb=float(scores["bits_per_byte"]),
+            )
+            out.append(((name, int(scores.get("documents", 0)), int(scores.get("bytes", 0))), entry))
+    return out
+
+
+def mark_frontier(entries: list[LeaderboardEntry]) -> None:
+    """An entry is on the frontier when no other reached a lower bpb with at most its FLOPs."""
+    for e in entries:
+        e.frontier = e.flops is not None and not any(
+            o is not e and o.flops is not None and o.flops <= e.flops and o.bpb < e.bpb for o in entries
+        )
+
+
+def collect_boards(root: str, experiments: Sequence[str] | None = None) -> list[Board]:
+    """The boards of ``root`` (largest first), from every experiment record or those of ``experiments``.
+
+    A run that several records list (an experiment rerun, or two files sharing a step) enters once, from
+    the newest record."""
+    chosen: dict[tuple, tuple[float, tuple[str, int, int], LeaderboardEntry]] = {}
+    for url, record in read_records(root, experiments):
+        created = float(record.get("created") or 0)
+        for key, entry in record_entries(url, record):
+            ident = (entry.run_path, entry.eval_path, key)
+            if ident not in chosen or created > chosen[ident][0]:
+                chosen[ident] = (created, key, entry)
+    grouped: dict[tuple[str, int, int], list[LeaderboardEntry]] = {}
+    for _, key, entry in chosen.values():
+        grouped.setdefault(key, []).append(entry)
+    boards = []
+    for (name, documents, size), entries in grouped.items():
+        entries.sort(key=lambda e: (e.bpb, e.run))
+        mark_frontier(entries)
+        boards.append(Board(heldout=name, documents=documents, bytes=size, entries=entries))
+    boards.sort(key=lambda b: (-len(b.entries), b.heldout, b.documents))
+    return boards

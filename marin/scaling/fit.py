@@ -1,0 +1,338 @@
+"""Scaling-law fits over an isoFLOP ladder: compute-optimal size and tokens, a loss law, a checked prediction.
+
+    fit = fit_ladder(runs, target=Target(name="checkpoints/ladder-target", params=2.1e6, tokens=8e6))
+    fit["laws"]["params_opt"]   # N*(C) = k * C^a, with bootstrap intervals
+    fit["prediction"]           # the target's loss, with a prediction interval
+
+Every quantity uses one definition of size: ``params`` is N = (model FLOPs per token) / 6, so that a run's
+compute is exactly C = 6·N·D (D its training tokens) and N is the count of parameters that multiply
+activations plus the attention term (PaLM's accounting, ``LlamaConfig.flops_per_token``). The loss is what
+the ladder measured on its held-out set (bits per byte).
+
+Two fits, as in Hoffmann et al. (2022), both from the same runs:
+
+1. **IsoFLOP parabolas** (their approach 2, what Marin's ladder tooling does): per budget, loss against
+   x = log10 N is fitted with a parabola; its vertex gives N*(C), D*(C) = C / (6 N*) and L*(C). Power laws
+   N* = k·C^a and D* = k'·C^b are then fitted across budgets (straight lines in log-log).
+2. **A loss surface** (their approach 3): L(N, D) = E + A/N^alpha + B/D^beta over every run. For fixed
+   (alpha, beta) the surface is linear in (E, A, B), so a grid over the exponents with non-negative least
+   squares finds the basin, and a bounded least-squares refinement finishes. Its compute-optimal frontier
+   is exactly L*(C) = E + A'·C^-gamma with gamma = alpha·beta / (alpha + beta) (``laws.loss``), and it
+   predicts the target run at the target's own N and D, which need not be compute-optimal.
+
+Intervals come from a residual bootstrap: each sample adds resampled residuals of the fit to its fitted
+values and refits (the parabolas per budget, the surface over all runs). The prediction interval also adds
+one resampled residual to each sample's predicted loss, so it covers a single run's scatter (seed, data
+order), not only the uncertainty of the curve: the actual target run is one such draw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+FLOPS_PER_PARAM_TOKEN = 6.0
+"""C = 6·N·D: forward (2) plus backward (4) FLOPs per parameter per token."""
+
+
+class FitError(ValueError):
+    """The runs cannot support the fit (too few sizes per budget, a parabola with no minimum, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One finished ladder run: its budget (FLOPs), size N (FLOPs per token / 6), tokens D and loss."""
+
+    budget: float
+    params: float
+    tokens: float
+    loss: float
+    name: str = ""
+
+    @property
+    def flops(self) -> float:
+        return FLOPS_PER_PARAM_TOKEN * self.params * self.tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """The run to predict: its name, N and D (it has its own budget, 6·N·D)."""
+
+    name: str
+    params: float
+    tokens: float
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Approach 2: isoFLOP parabolas and power laws
+
+
+def parabola(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``[a, b, c]`` of y = a·x² + b·x + c by least squares."""
+    return np.polyfit(x, y, 2)
+
+
+def vertex(coefficients: Sequence[float]) -> tuple[float, float] | None:
+    """``(x*, y*)`` of a parabola's minimum; None when it opens downward (no minimum)."""
+    a, b, c = coefficients
+    if a <= 0:
+        return None
+    x = -b / (2 * a)
+    return x, c - b * b / (4 * a)
+
+
+def power_law(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """``(k, a)`` of y = k·x^a, fitted as a straight line in log10-log10."""
+    slope, intercept = np.polyfit(np.log10(x), np.log10(y), 1)
+    return float(10**intercept), float(slope)
+
+
+def by_budget(runs: Sequence[Run]) -> dict[float, list[Run]]:
+    groups: dict[float, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.budget, []).append(run)
+    return dict(sorted(groups.items()))
+
+
+def isoflop_optima(budgets: dict[float, list[Run]], losses: dict[float, np.ndarray] | None = None):
+    """Per budget: parabola coefficients and the vertex ``(N*, L*)`` (None where there is no minimum).
+
+    ``losses`` replaces the measured losses (a bootstrap sample), budget by budget, in run order."""
+    out = {}
+    for budget, runs in budgets.items():
+        x = np.log10([r.params for r in runs])
+        y = losses[budget] if losses is not None else np.array([r.loss for r in runs])
+        coefficients = parabola(x, y)
+        v = vertex(coefficients)
+        out[budget] = (coefficients, None if v is None else (10 ** v[0], v[1]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Approach 3: the loss surface L(N, D) = E + A/N^alpha + B/D^beta
+
+EXPONENT_GRID = np.linspace(0.05, 1.5, 30)
+EXPONENT_BOUNDS = (0.01, 3.0)
+
+
+def surface(theta: Sequence[float], n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    e, a, alpha, b, beta = theta
+    return e + a / n**alpha + b / d**beta
+
+
+def _linear_part(alpha: float, beta: float, n: np.ndarray, d: np.ndarray, y: np.ndarray):
+    """Non-negative ``(E, A, B)`` for fixed exponents, and the residual norm. The columns are scaled to unit
+    norm first: A multiplies N^-alpha, which is 1e-6 at N = 1e6, while E multiplies 1."""
+    from scipy.optimize import nnls
+
+    columns = np.stack([np.ones_like(n), n**-alpha, d**-beta], axis=1)
+    scale = np.linalg.norm(columns, axis=0)
+    coefficients, residual = nnls(columns / scale, y)
+    return coefficients / scale, residual
+
+
+def _refine(theta0: np.ndarray, n: np.ndarray, d: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares from ``theta0`` over (E, log A, alpha, log B, beta); A, B > 0 by construction."""
+    from scipy.optimize import least_squares
+
+    e, a, alpha, b, beta = theta0
+    start = np.array([e, math.log(max(a, 1e-12)), alpha, math.log(max(b, 1e-12)), beta])
+    lo, hi = EXPONENT_BOUNDS
+
+    def residuals(p):
+        return surface((p[0], math.exp(p[1]), p[2], math.exp(p[3]), p[4]), n, d) - y
+
+    bounds = ([-np.inf, -60, lo, -60, lo], [np.inf, 60, hi, 60, hi])
+    start = np.clip(start, np.array(bounds[0]) + 1e-9, np.array(bounds[1]) - 1e-9)
+    p = least_squares(residuals, start, bounds=bounds, x_scale="jac", max_nfev=2000).x
+    return np.array([p[0], math.exp(p[1]), p[2], math.exp(p[3]), p[4]])
+
+
+def fit_surface(n: np.ndarray, d: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """``[E, A, alpha, B, beta]``: a grid over (alpha, beta) with NNLS for the rest, then refined (or only the
+    refinement from ``start``: bootstrap samples start from the full fit)."""
+    if start is None:
+        best = None
+        for alpha in EXPONENT_GRID:
+            for beta in EXPONENT_GRID:
+                (e, a, b), residual = _linear_part(alpha, beta, n, d, y)
+                if best is None or residual < best[0]:
+                    best = (residual, np.array([e, a, alpha, b, beta]))
+        start = best[1]
+    return _refine(start, n, d, y)
+
+
+def compute_optimal(theta: Sequence[float], budget: float) -> tuple[float, float, float]:
+    """``(N*, D*, L*)`` of the surface at compute ``budget`` (closed form, C = 6·N·D)."""
+    e, a, alpha, b, beta = theta
+    g = (alpha * a / (beta * b)) ** (1 / (alpha + beta))
+    half = budget / FLOPS_PER_PARAM_TOKEN
+    n = g * half ** (beta / (alpha + beta))
+    d = half / n
+    return n, d, e + a / n**alpha + b / d**beta
+
+
+def frontier_law(theta: Sequence[float]) -> tuple[float, float, float]:
+    """``(E, A', gamma)`` with L*(C) = E + A'·C^-gamma, the surface's compute-optimal loss (exact)."""
+    e, a, alpha, b, beta = theta
+    gamma = alpha * beta / (alpha + beta)
+    _, _, loss_at_1 = compute_optimal(theta, 1.0)
+    return e, loss_at_1 - e, gamma
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The whole fit, with bootstrap intervals
+
+
+def _interval(samples: Sequence[float], level: float) -> list[float] | None:
+    values = np.asarray([s for s in samples if s is not None and np.isfinite(s)], dtype=float)
+    if len(values) < 10:
+        return None
+    tail = (1 - level) / 2 * 100
+    return [float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))]
+
+
+def fit_ladder(
+    runs: Sequence[Run],
+    target: Target | None = None,
+    *,
+    samples: int = 1000,
+    seed: int = 0,
+    level: float = 0.9,
+) -> dict[str, Any]:
+    """The ladder's fit as ``fit.json`` holds it (without run paths, which the step adds)."""
+    budgets = by_budget(runs)
+    for budget, group in budgets.items():
+        if len({r.params for r in group}) < 3:
+            raise FitError(f"budget {budget:.3g} has {len(group)} run sizes; a parabola needs at least 3")
+    if len(budgets) < 2:
+        raise FitError(f"{len(budgets)} budget(s): the power laws need at least 2 (3 or more to check them)")
+    optima = isoflop_optima(budgets)
+    for budget, (coefficients, v) in optima.items():
+        if v is None:
+            raise FitError(
+                f"budget {budget:.3g}: loss against log10(params) curves downward (parabola {coefficients.tolist()}):"
+                " the sizes do not bracket an optimum; add smaller and larger sizes to this budget"
+            )
+    c = np.array(list(budgets))
+    n_opt = np.array([optima[b][1][0] for b in budgets])
+    d_opt = c / (FLOPS_PER_PARAM_TOKEN * n_opt)
+    k_n, a_n = power_law(c, n_opt)
+    k_d, a_d = power_law(c, d_opt)
+
+    n = np.array([r.params for r in runs])
+    d = np.array([r.tokens for r in runs])
+    y = np.array([r.loss for r in runs])
+    theta = fit_surface(n, d, y)
+    residuals = y - surface(theta, n, d)
+    e_law, a_law, gamma = frontier_law(theta)
+
+    rng = np.random.default_rng(seed)
+    boot: dict[str, list] = {key: [] for key in ("k_n", "a_n", "k_d", "a_d", "theta", "prediction")}
+    boot_n_opt: dict[float, list] = {b: [] for b in budgets}
+    budget_residuals = {
+        b: np.array([r.loss for r in group]) - np.polyval(optima[b][0], np.log10([r.params for r in group]))
+        for b, group in budgets.items()
+    }
+    failed = 0
+    for _ in range(samples):
+        sample = {
+            b: np.polyval(optima[b][0], np.log10([r.params for r in group]))
+            + rng.choice(budget_residuals[b], size=len(group))
+            for b, group in budgets.items()
+        }
+        sampled_optima = isoflop_optima(budgets, sample)
+        if all(v is not None for _, v in sampled_optima.values()):
+            ns = np.array([sampled_optima[b][1][0] for b in budgets])
+            for b, value in zip(budgets, ns, strict=True):
+                boot_n_opt[b].append(value)
+            kn, an = power_law(c, ns)
+            kd, ad = power_law(c, c / (FLOPS_PER_PARAM_TOKEN * ns))
+            for key, value in (("k_n", kn), ("a_n", an), ("k_d", kd), ("a_d", ad)):
+                boot[key].append(value)
+        else:
+            failed += 1
+        y_b = surface(theta, n, d) + rng.choice(residuals, size=len(y))
+        theta_b = fit_surface(n, d, y_b, start=theta)
+        boot["theta"].append(theta_b)
+        if target is not None:
+            boot["prediction"].append(float(surface(theta_b, target.params, target.tokens)) + rng.choice(residuals))
+
+    thetas = np.array(boot["theta"])
+    laws_b = np.array([frontier_law(t) for t in thetas])
+    surface_names = ("E", "A", "alpha", "B", "beta")
+    out: dict[str, Any] = {
+        "kind": "isoflop_fit",
+        "params_definition": "model FLOPs per token / 6, so that a run's compute is 6 * params * tokens",
+        "runs": [
+            {
+                "budget": r.budget,
+                "run": r.name,
+                "params": r.params,
+                "tokens": r.tokens,
+                "flops": r.flops,
+                "loss": r.loss,
+            }
+            for r in runs
+        ],
+        "budgets": [
+            {
+                "budget": b,
+                "quadratic": [float(v) for v in optima[b][0]],
+                "params_opt": float(optima[b][1][0]),
+                "tokens_opt": float(b / (FLOPS_PER_PARAM_TOKEN * optima[b][1][0])),
+                "loss_opt": float(optima[b][1][1]),
+                "params_opt_interval": _interval(boot_n_opt[b], level),
+                # the optimum found outside the sizes run is an extrapolation: the grid should bracket it
+                "bracketed": min(r.params for r in group) <= optima[b][1][0] <= max(r.params for r in group),
+            }
+            for b, group in budgets.items()
+        ],
+        "laws": {
+            "params_opt": {
+                "form": "k * C^a",
+                "coefficient": k_n,
+                "exponent": a_n,
+                "interval": {"coefficient": _interval(boot["k_n"], level), "exponent": _interval(boot["a_n"], level)},
+            },
+            "tokens_opt": {
+                "form": "k * C^a",
+                "coefficient": k_d,
+                "exponent": a_d,
+                "interval": {"coefficient": _interval(boot["k_d"], level), "exponent": _interval(boot["a_d"], level)},
+            },
+            "loss": {
+                "form": "E + A * C^-alpha",
+                "E": e_law,
+                "A": a_law,
+                "alpha": gamma,
+                "interval": {name: _interval(laws_b[:, i], level) for i, name in enumerate(("E", "A", "alpha"))},
+            },
+            "surface": {
+                "form": "E + A / N^alpha + B / D^beta",
+                **{name: float(v) for name, v in zip(surface_names, theta, strict=True)},
+                "interval": {name: _interval(thetas[:, i], level) for i, name in enumerate(surface_names)},
+                "residual_rms": float(np.sqrt(np.mean(residuals**2))),
+            },
+        },
+        "bootstrap": {"samples": samples, "seed": seed, "level": level, "parabola_samples_without_minimum": failed},
+    }
+    if target is not None:
+        out["prediction"] = {
+            "run": target.name,
+            "budget": FLOPS_PER_PARAM_TOKEN * target.params * target.tokens,
+            "params": target.params,
+            "tokens": target.tokens,
+            "loss": float(surface(theta, target.params, target.tokens)),
+            "interval": _interval(boot["prediction"], level),
+            "level": level,
+            "method": "loss surface at the target's N and D; interval: residual bootstrap plus one run's scatter",
+        }
+    return out

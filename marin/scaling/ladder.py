@@ -1,0 +1,148 @@
+"""The isoFLOP grid of a scaling ladder: which model sizes train on how many tokens at each compute budget.
+
+    grid = isoflop_grid([1e12, 2e12, 4e12], nano_family(vocab_size=2048), LadderRules())
+    [(p.budget, p.model.hidden_dim, p.steps, p.batch_size, p.learning_rate) for p in grid]
+
+A size family is a list of model configs ordered by size. For each budget C every size whose run would
+be neither too short nor too far from compute-optimal is trained for D = C / (model FLOPs per token)
+tokens, so each budget's runs trace one isoFLOP curve through (ideally around) its optimum. The rules that
+turn a (size, tokens) pair into a training run are written down in ``LadderRules``, one place:
+
+- **batch**: the largest power of two of sequences that still leaves ``min_steps`` optimizer steps, within
+  [``min_batch``, ``max_batch``] (a fixed step count would make small budgets' batches tiny; a fixed batch
+  leaves the large models of a small budget with a handful of steps);
+- **learning rate**: ``base_lr * (base_hidden / hidden) ** lr_width_exponent``, capped at ``max_lr``
+  (width-scaled, muP's rule for hidden matrices with Adam; the base is the quickstart's tuned nano rate);
+- **schedule**: warmup-stable-decay with the quickstart's fractions, the same for every run, so runs differ
+  only in size, tokens and the two rules above.
+
+The grid is a pure function of (budget, family, rules): a run's config, hence its step hash, does not
+depend on which other budgets are in the ladder, so adding a budget adds runs and reruns none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from marin.trainer.model.config import LlamaConfig, model_preset
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderRules:
+    seq_len: int = 128
+    min_steps: int = 40
+    """Fewest optimizer steps of any run (a budget's largest sizes are dropped below this)."""
+    min_batch: int = 4
+    max_batch: int = 64
+    base_lr: float = 3e-3
+    base_hidden: int = 256
+    lr_width_exponent: float = 1.0
+    max_lr: float = 1e-2
+    min_tokens_per_param: float = 2.0
+    max_tokens_per_param: float = 400.0
+    """Sizes whose D/N falls outside this range at a budget are not run there (far from any optimum)."""
+    warmup: float = 0.05
+    decay: float = 0.3
+    min_lr_ratio: float = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderPoint:
+    budget: float
+    """The nominal budget (FLOPs) this run belongs to; its own compute, ``flops``, differs by rounding."""
+    model: LlamaConfig
+    steps: int
+    batch_size: int
+    learning_rate: float
+
+    @property
+    def params(self) -> float:
+        """N = model FLOPs per token / 6 (``marin.scaling.fit``'s definition of size)."""
+        return self.model.flops_per_token() / 6
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_size * self.model.seq_len
+
+    @property
+    def flops(self) -> float:
+        return self.model.flops_per_token() * self.tokens
+
+    @property
+    def label(self) -> str:
+        """``h64``: the size's name inside a ladder (with the budget, a run's step name)."""
+        return f"h{self.model.hidden_dim}"
+
+
+NANO_WIDTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def nano_family(vocab_size: int = 8192, seq_len: int = 128, widths: Sequence[int] = NANO_WIDTHS) -> list[LlamaConfig]:
+    """The ``nano`` preset's shape (2 layers, SwiGLU width 8/3 of hidden) at ``widths`` up to its own 256:
+    sizes about 1.5-2x apart in N at a fixed depth, so an isoFLOP curve is sampled evenly in log N. Heads
+    are 32 wide (one head below 64)."""
+    nano = model_preset("nano")
+    return [
+        dataclasses.replace(
+            nano,
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            hidden_dim=hidden,
+            mlp_dim=8 * round(hidden * 8 / 3 / 8),
+            num_heads=max(1, hidden // 32),
+            num_kv_heads=max(1, hidden // 32),
+        )
+        for hidden in widths
+    ]
+
+
+def batch_size(tokens: float, rules: LadderRules) -> int:
+    sequences = tokens / (rules.seq_len * rules.min_steps)
+    batch = rules.min_batch
+    while batch * 2 <= min(sequences, rules.max_batch):
+        batch *= 2
+    return batch
+
+
+def learning_rate(model: LlamaConfig, rules: LadderRules) -> float:
+    return min(rules.max_lr, rules.base_lr * (rules.base_hidden / model.hidden_dim) ** rules.lr_width_exponent)
+
+
+def budget_points(budget: float, family: Sequence[LlamaConfig], rules: LadderRules) -> list[LadderPoint]:
+    """The runs of one budget: every size of ``family`` that the rules admit there."""
+    points = []
+    for model in family:
+        if model.seq_len != rules.seq_len:
+            raise ValueError(f"family model has seq_len {model.seq_len}, the rules {rules.seq_len}")
+        tokens = budget / model.flops_per_token()
+        ratio = tokens / (model.flops_per_token() / 6)
+        if not rules.min_tokens_per_param <= ratio <= rules.max_tokens_per_param:
+            continue
+        batch = batch_size(tokens, rules)
+        steps = round(tokens / (batch * rules.seq_len))
+        if steps < rules.min_steps:
+            continue
+        points.append(LadderPoint(budget, model, steps, batch, learning_rate(model, rules)))
+    return points
+
+
+def isoflop_grid(budgets: Sequence[float], family: Sequence[LlamaConfig], rules: LadderRules) -> list[LadderPoint]:
+    """Every budget's runs; a budget with fewer than three admitted sizes is an error (no parabola)."""
+    grid = []
+    for budget in budgets:
+        points = budget_points(budget, family, rules)
+        if len(points) < 3:
+            raise ValueError(
+                f"budget {budget:.3g} admits {len(points)} size(s) of the family under {rules}; an isoFLOP "
+                "parabola needs 3: widen the family or the tokens-per-param range, or lower min_steps"
+            )
+        grid.extend(points)
+    return grid
+
+
+def target_point(budget: float, model: LlamaConfig, rules: LadderRules) -> LadderPoint:
+    """The run a ladder predicts: ``model`` trained on ``budget``'s tokens under the same rules."""
+    tokens = budget / model.flops_per_token()
+    batch = batch_size(tokens, rules)
+    return LadderPoint(budget, model, round(tokens / (batch * rules.seq_len)), batch, learning_rate(model, rules))

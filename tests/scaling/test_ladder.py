@@ -1,0 +1,62 @@
+"""The isoFLOP grid's rules, and the ladder builder's step identities (adding a budget reruns nothing)."""
+
+import pytest
+
+from experiments import exp27_nano_ladder
+from marin.execution.plan import plan_steps
+from marin.scaling.ladder import LadderRules, budget_points, isoflop_grid, nano_family, target_point
+
+
+def test_each_budget_runs_the_admitted_sizes_at_its_compute_under_the_written_rules():
+    rules = LadderRules(seq_len=128, min_steps=40, max_tokens_per_param=160.0)
+    family = nano_family(vocab_size=2048, seq_len=128)
+    grid = isoflop_grid([1e12, 4e12], family, rules)
+    for p in grid:
+        assert p.flops == pytest.approx(p.budget, rel=0.02)  # rounding to whole steps only
+        assert rules.min_tokens_per_param <= p.tokens / p.params <= rules.max_tokens_per_param
+        assert p.steps >= rules.min_steps and p.batch_size & (p.batch_size - 1) == 0
+        assert p.learning_rate == min(rules.max_lr, rules.base_lr * rules.base_hidden / p.model.hidden_dim)
+        assert p.params == p.model.flops_per_token() / 6
+    # the same size at a larger budget trains longer, not with another batch or rate
+    small = {p.label: p for p in grid if p.budget == 1e12}
+    large = {p.label: p for p in grid if p.budget == 4e12}
+    for label in small.keys() & large.keys():
+        assert large[label].tokens == pytest.approx(4 * small[label].tokens, rel=0.02)
+    assert len(large) >= 3 and min(p.params for p in large.values()) > min(p.params for p in small.values())
+    # sizes are ~1.5-2x apart
+    sizes = [m.flops_per_token() for m in family]
+    assert all(1.3 < b / a < 2.2 for a, b in zip(sizes, sizes[1:], strict=False))
+
+
+def test_a_budget_admitting_fewer_than_three_sizes_is_an_error():
+    family = nano_family(vocab_size=2048, seq_len=128, widths=(16, 24, 32))
+    with pytest.raises(ValueError, match=r"budget 1e\+14 admits 0 size"):
+        isoflop_grid([1e12, 1e14], family, LadderRules(max_tokens_per_param=160.0))
+    assert len(budget_points(1e12, family, LadderRules(max_tokens_per_param=160.0))) == 3
+    target = target_point(4e12, family[-1], LadderRules())
+    assert target.flops == pytest.approx(4e12, rel=0.02)
+
+
+def identities(ladder) -> dict[str, str]:
+    return {p.name: p.identity for p in plan_steps(ladder.steps, "/nonexistent/prefix").steps}
+
+
+def test_adding_a_budget_adds_runs_and_changes_no_existing_step():
+    two = identities(exp27_nano_ladder.build(budgets=(1e12, 2e12)))
+    three = identities(exp27_nano_ladder.build(budgets=(1e12, 2e12, 4e12)))
+    kept = {name for name in two if not name.startswith("analysis/")}
+    assert kept < set(three)
+    assert all(two[name] == three[name] for name in kept)  # every run, eval, the target and the data steps
+    added = {name for name in set(three) - set(two)}
+    assert added and all(name.split("/")[1].startswith("nano-ladder-4e12-") for name in added)
+    # the fit is the one step that changes: it now reads the new budget's runs
+    fit = "analysis/nano-ladder-fit"
+    assert two[fit] != three[fit]
+    # and it waits for the ladder's evals but not for the target it predicts
+    plan = plan_steps(exp27_nano_ladder.LADDER.steps, "/nonexistent/prefix")
+    [fit_step] = [p for p in plan.steps if p.name == fit]
+    assert {d.name for d in fit_step.nonblocking_deps} == {
+        exp27_nano_ladder.LADDER.target.name,
+        exp27_nano_ladder.LADDER.target_eval.name,
+    }
+    assert {d.name for d in fit_step.deps} >= {e.name for e in exp27_nano_ladder.LADDER.evals}
