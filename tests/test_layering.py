@@ -30,9 +30,11 @@ ALLOWED = {
     "marin.inference": GROUND | {"marin.trainer"} | DATA_STEPS,
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
-    "marin.report": GROUND | {"marin.execution"},  # reads the executor's records
-    # reads what the executor writes (and SFT caches in the token-cache format); never the trainer
-    "data_browser": GROUND | {"marin.execution"} | TOKEN_CACHE_FORMAT,
+    "marin.scaling": GROUND | {"marin.trainer"},  # model sizes from the trainer's configs; fits on stored evals
+    "marin.report": GROUND | {"marin.execution"},  # reads the executor's records (and fit.json, as files)
+    # reads what the executor writes (and SFT caches in the token-cache format, and the leaderboard, which is
+    # read from the same files); never the trainer
+    "data_browser": GROUND | {"marin.execution", "marin.report.leaderboard"} | TOKEN_CACHE_FORMAT,
 }
 
 

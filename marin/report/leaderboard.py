@@ -94,6 +94,15 @@ def read_records(root: str, experiments: Sequence[str] | None = None) -> list[tu
     return records
 
 
+def heldout_bpb(eval_path: str, heldout: str) -> float | None:
+    """Bits per byte on ``heldout`` in an eval step's ``results.json``; None until the eval has run (or when
+    its results are damaged or lack the set)."""
+    results = read_json(join(eval_path, "results.json"))
+    scores = ((results or {}).get("validation") or {}).get(heldout)
+    value = scores.get("bits_per_byte") if isinstance(scores, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def training_totals(run_path: str) -> tuple[float | None, float | None]:
     """``(tokens, flops)`` of the last ``metrics.jsonl`` record that has them (None for older runs)."""
     url = join(run_path, "metrics.jsonl")

@@ -17,7 +17,7 @@ import re
 from urllib.parse import quote
 
 from marin.report.collect import ExperimentReport
-from marin.report.leaderboard import Board
+from marin.report.leaderboard import Board, heldout_bpb
 
 STATE_ICONS = {
     "SUCCESS": "✅",
@@ -235,8 +235,6 @@ def _span(interval: list[float] | None, fmt: str = ".3g") -> str:
 def fit_section(report: ExperimentReport, links: Links) -> list[str]:
     """Each scaling ladder's fit: the laws with their intervals and the prediction against the target's
     measured loss, once the target has been evaluated."""
-    from marin.scaling.step import actual_loss
-
     fits = [s for s in report.steps if s.fit]
     if not fits:
         return []
@@ -274,7 +272,7 @@ def fit_section(report: ExperimentReport, links: Links) -> list[str]:
             )
         prediction = fit.get("prediction")
         if prediction:
-            actual = actual_loss(fit)
+            actual = heldout_bpb(prediction["eval_path"], fit["heldout"]) if prediction.get("eval_path") else None
             lo, hi = prediction["interval"] or (None, None)
             lines += [
                 "",

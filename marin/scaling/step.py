@@ -3,7 +3,7 @@
 The step depends on every ladder run's eval (so it runs when they are done) and on the target run's
 steps only ``nonblocking()``: the prediction is made from the ladder alone, before or without the target,
 and names the target's output paths so that the report and the data browser can put the target's actual
-loss beside it once it exists (``actual_loss``).
+loss beside it once it exists (``marin.report.leaderboard.heldout_bpb``).
 
 ``fit.json`` is ``marin.scaling.fit.fit_ladder``'s dictionary, plus ``metric``/``heldout``, each run's
 ``run_path``/``eval_path`` and the prediction's, and ``plots``: ``isoflop.png`` (loss against size per
@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from marin.scaling.fit import Run, Target, fit_ladder
-from marin.storage import exists, join, read_text, write_atomic
+from marin.storage import join, read_text, write_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +57,6 @@ def eval_loss(eval_path: str, heldout: str) -> float:
     except (KeyError, TypeError):
         sets = sorted((results.get("validation") or {}).keys()) if isinstance(results, dict) else []
         raise ValueError(f"{url}: no validation[{heldout!r}].bits_per_byte (sets there: {sets})") from None
-
-
-def actual_loss(fit: dict[str, Any]) -> float | None:
-    """The target's measured loss when its eval has run, else None (read where ``fit.json`` says it is)."""
-    prediction = fit.get("prediction") or {}
-    path = prediction.get("eval_path")
-    if not path or not exists(join(path, "results.json")):
-        return None
-    return eval_loss(path, fit["heldout"])
 
 
 def fit_ladder_step(config: FitLadderConfig) -> None:
