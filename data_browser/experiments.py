@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from data_browser.readers import ReadFailure, read_bounded
+from data_browser.step_files import StepFiles, step_files
 from marin.execution.status import INFO_FILE, STATUS_FILE, state_summary
 from marin.storage import exists, glob, join
 
@@ -47,6 +48,8 @@ class StepView:
     fn: str | None
     browsable: bool = True
     """False when the output lies outside the browser's roots (no link is shown)."""
+    files: StepFiles = StepFiles()
+    """Which views its output directory has (none when it does not exist or is not browsable)."""
     duration: float | None = dataclasses.field(init=False)
     """Seconds from start to finish, None until both are known (a field, so the API sends it)."""
 
@@ -135,6 +138,7 @@ def step_views(record: dict[str, Any], allowed: Callable[[str], bool], max_bytes
                 config,
                 s.get("fn"),
                 browsable,
+                step_files(out) if browsable else StepFiles(),
             )
         )
     return views
@@ -172,7 +176,10 @@ def wandb_url(output_path: str, allowed: Callable[[str], bool], max_bytes: int) 
 
 
 def dag_svg(steps: list[StepView], link_prefix: str = "#step-") -> str:
-    """The DAG as an SVG: columns by longest path from the sources, one box per step colored by state."""
+    """The DAG as an SVG: columns by longest path from the sources, one box per step colored by state.
+
+    The SVG has a ``viewBox``, so the page can scale it to its width (``static/dag.js``); a name too long
+    for its box is cut with an ellipsis, whole in the box's tooltip."""
     by_id = {s.identity: s for s in steps}
     layer: dict[str, int] = {}
     for s in steps:  # records list dependencies before dependents
@@ -185,9 +192,12 @@ def dag_svg(steps: list[StepView], link_prefix: str = "#step-") -> str:
     for col, members in columns.items():
         for row, s in enumerate(members):
             pos[s.identity] = (20 + col * (box_w + gap_x), 20 + row * (box_h + gap_y))
-    width = 40 + (max(columns, default=0) + 1) * (box_w + gap_x)
-    height = 40 + max((len(m) for m in columns.values()), default=1) * (box_h + gap_y)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="dag" width="{width}" height="{height}">']
+    width = 40 + (max(columns, default=0) + 1) * (box_w + gap_x) - gap_x
+    height = 40 + max((len(m) for m in columns.values()), default=1) * (box_h + gap_y) - gap_y
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="dag" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" style="max-width: {width}px">'
+    ]
     for s in steps:
         for d in s.dependencies:
             if d in pos:
@@ -199,11 +209,12 @@ def dag_svg(steps: list[StepView], link_prefix: str = "#step-") -> str:
     for s in steps:
         x, y = pos[s.identity]
         color = STATE_COLORS.get(s.state, "#6a1b9a")
-        name = html.escape(s.name)
+        name = s.name if len(s.name) <= 30 else s.name[:29] + "…"
         parts.append(
             f'<a href="{link_prefix}{html.escape(s.identity)}"><g class="node" data-state="{s.state}">'
+            f"<title>{html.escape(s.identity)}</title>"
             f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="6" fill="{color}"/>'
-            f'<text x="{x + 8}" y="{y + 18}">{name}</text>'
+            f'<text x="{x + 8}" y="{y + 18}">{html.escape(name)}</text>'
             f'<text x="{x + 8}" y="{y + 35}" class="state">{s.state or "NOT STARTED"}</text></g></a>'
         )
     parts.append("</svg>")

@@ -36,10 +36,11 @@ from typing import Any
 
 from data_browser.experiments import read_json
 from data_browser.readers import ReadFailure, sample_lines
+from data_browser.step_files import METRICS_FILE
 from marin.storage import exists
 
-METRICS_FILE = "metrics.jsonl"
-RESULTS_FILE = "results.json"
+TRAIN_LOSS = ("train/loss", "loss")
+"""The training loss's key (``loss`` in logs older than the trainer's ``train/`` prefix)."""
 
 
 @dataclasses.dataclass
@@ -96,6 +97,30 @@ def load_metrics(url: str, max_bytes: int, max_points: int) -> Metrics:
     for key in keys:
         columns[key] = [r.get(key) for r in rows]
     return Metrics(columns, notes)
+
+
+def _importance(key: str) -> int:
+    """0 for the training loss, then eval loss and bits-per-byte, learning rate, grad norm, throughput, the rest.
+
+    Cumulative totals (``throughput/total_tokens``) are straight lines: the x-axes of ``/compare/runs``, not
+    curves worth a look, so they go with the rest."""
+    last = key.rsplit("/", 1)[-1]
+    if key in TRAIN_LOSS:
+        return 0
+    if key.startswith("eval/") and last in ("loss", "bpb", "bits_per_byte"):
+        return 1
+    if last in ("learning_rate", "lr"):
+        return 2
+    if last == "grad_norm":
+        return 3
+    if (key.startswith("throughput/") and not last.startswith("total_")) or last in ("tokens_per_s", "mfu"):
+        return 4
+    return 5
+
+
+def chart_order(keys: list[str]) -> list[str]:
+    """The metrics of a step in the order the training page draws them (``step`` left out)."""
+    return sorted((k for k in keys if k != "step"), key=lambda k: (_importance(k), k))
 
 
 def _thin(rows: list[dict], max_points: int) -> tuple[list[dict], list[str]]:
@@ -196,3 +221,29 @@ def format_number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e4 else f"{value:.4g}"
+
+
+def format_si(value: Any) -> str:
+    """Compact like the charts' tick labels: 12k, 1.2M, 3.4G, 3.4e15 (``""`` for None)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "" if value is None else str(value)
+    a = abs(value)
+    if a >= 1e15 or 0 < a < 1e-3:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= factor:
+            return f"{value / factor:.4g}{prefix}"
+    return f"{value:.4g}"
+
+
+def format_duration(seconds: float | None) -> str:
+    """``42.0 s``, ``12 min 5 s``, ``3 h 20 min`` (``""`` for None)."""
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    return f"{minutes // 60} h {minutes % 60} min"

@@ -48,6 +48,9 @@ class BrowserState:
         templates.filters["q"] = lambda s: quote(str(s), safe="")
         templates.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
         templates.filters["num"] = training.format_number
+        templates.policies["json.dumps_function"] = lambda v, **kw: json.dumps(to_json(v), **kw)  # for |tojson
+        templates.filters["si"] = training.format_si
+        templates.filters["duration"] = training.format_duration
         return cls(config=config, roots=config.normalized_roots(), templates=templates)
 
     def resolve(self, path: str) -> str:

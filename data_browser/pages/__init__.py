@@ -1,6 +1,16 @@
 """The browser's page families, one ``APIRouter`` each; ``data_browser.app`` includes them (see its docstring)."""
 
-from data_browser.pages import experiment_page, listing, records, sft_page, training_page, web_steps_page
+from data_browser.pages import (
+    compare_runs_page,
+    experiment_page,
+    fit_page,
+    leaderboard_page,
+    listing,
+    records,
+    sft_page,
+    training_page,
+    web_steps_page,
+)
 
 ROUTERS = (
     listing.router,
@@ -9,6 +19,9 @@ ROUTERS = (
     training_page.router,
     web_steps_page.router,
     sft_page.router,
+    compare_runs_page.router,
+    leaderboard_page.router,
+    fit_page.router,
 )
 """Included in this order by ``create_app``."""
 

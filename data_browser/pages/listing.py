@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from data_browser import experiments as exp
 from data_browser import sft
 from data_browser.readers import is_record_file, preview_text
+from data_browser.step_files import StepFiles, files_from_names, step_files
 from data_browser.web import BrowserState, State, page, safe
 from data_browser.web_steps import step_kind
 from marin.execution.status import STATUS_FILE
@@ -31,7 +32,10 @@ def dir_state(state: BrowserState, path: str) -> str | None:
 
 
 def directory_entries(state: BrowserState, path: str) -> list[dict]:
-    """The entries of a resolved directory, sorted by name; FileNotFoundError if it is not a directory."""
+    """The entries of a resolved directory, sorted by name; FileNotFoundError if it is not a directory.
+
+    A step directory among them (one with a state) also says which views it has (``files``): a directory of
+    training steps offers the ones with curves for comparison."""
     fs, p = filesystem(path)
     if not fs.isdir(p):
         raise FileNotFoundError(path)
@@ -40,13 +44,15 @@ def directory_entries(state: BrowserState, path: str) -> list[dict]:
         name = info["name"].rstrip("/").rsplit("/", 1)[-1]
         full = join(path, name)
         is_dir = info.get("type") == "directory"
+        step = dir_state(state, full) if is_dir else None
         entries.append(
             {
                 "name": name,
                 "path": full,
                 "dir": is_dir,
                 "size": info.get("size"),
-                "state": dir_state(state, full) if is_dir else None,
+                "state": step,
+                "files": step_files(full) if step else StepFiles(),
             }
         )
     return entries
@@ -65,10 +71,13 @@ def browse(state: State, path: str):
     path = state.resolve(path)
     fs, p = filesystem(path)
     if fs.isdir(p):
+        entries = directory_entries(state, path)
         return state.render(
             "listing.html",
-            **list_data(state, path),
+            path=path,
+            entries=entries,
             state=dir_state(state, path),
+            files=files_from_names({e["name"] for e in entries}),
             parent=state.parent(path),
             web_step=step_kind(path, state.config.max_json_bytes),  # extract/filter step pages (issue 16)
             sft_cache=safe(lambda: sft.is_sft_cache(path), False),

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 
 from data_browser import experiments as exp
 from data_browser import training
+from data_browser.step_files import METRICS_FILE, RESULTS_FILE
 from data_browser.web import BrowserState, State, page
 from marin.storage import join
 
@@ -15,6 +16,7 @@ router = APIRouter()
 
 def _training_page(state: BrowserState, data: dict) -> dict:
     return {
+        "order": training.chart_order(list(data["metrics"])),
         "table": training.results_table(data["results"]),
         "wandb": exp.wandb_url(data["path"], state.allowed, state.config.max_json_bytes),
     }
@@ -24,9 +26,9 @@ def _training_page(state: BrowserState, data: dict) -> dict:
 def training_data(state: State, path: str) -> dict:
     path, config = state.resolve(path), state.config
     metrics = training.load_metrics(
-        state.resolve(join(path, training.METRICS_FILE)), config.max_metrics_bytes, config.max_metric_points
+        state.resolve(join(path, METRICS_FILE)), config.max_metrics_bytes, config.max_metric_points
     )
-    results, error = training.load_results(state.resolve(join(path, training.RESULTS_FILE)), config.max_json_bytes)
+    results, error = training.load_results(state.resolve(join(path, RESULTS_FILE)), config.max_json_bytes)
     table = training.results_table(results)
     return {
         "path": path,

@@ -255,6 +255,9 @@ def fit_section(report: ExperimentReport, links: Links) -> list[str]:
         ]
         for key, label in (("params_opt", "N*(C)"), ("tokens_opt", "D*(C)")):
             law = laws[key]
+            if law is None:
+                lines.append(f"| {label} | not fitted: {laws.get('note', '')} | – |")
+                continue
             formula = f"{law['coefficient']:.3g} · C^{law['exponent']:.3f}"
             lines.append(f"| {label} | {formula} | {_span(law['interval']['exponent'])} |")
         loss = laws["loss"]
@@ -266,6 +269,9 @@ def fit_section(report: ExperimentReport, links: Links) -> list[str]:
             "|---|---|---|---|---|---|",
         ]
         for b in fit["budgets"]:
+            if b["params_opt"] is None:
+                lines.append(f"| {b['budget']:.3g} | – | – | – | – | {b.get('note', 'no minimum')} |")
+                continue
             lines.append(
                 f"| {b['budget']:.3g} | {b['params_opt']:.3g} | {b['tokens_opt']:.3g} | {b['loss_opt']:.4f} | "
                 f"{_span(b['params_opt_interval'])} | {'yes' if b['bracketed'] else 'no: extrapolated'} |"

@@ -199,6 +199,22 @@ def _interval(samples: Sequence[float], level: float) -> list[float] | None:
     return [float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))]
 
 
+def _power_laws(budgets: np.ndarray, n_opt: np.ndarray) -> tuple[float, float, float, float]:
+    """``(k_N, a_N, k_D, a_D)`` of N* = k_N·C^a_N and D* = C / (6 N*) = k_D·C^a_D."""
+    k_n, a_n = power_law(budgets, n_opt)
+    k_d, a_d = power_law(budgets, budgets / (FLOPS_PER_PARAM_TOKEN * n_opt))
+    return k_n, a_n, k_d, a_d
+
+
+def _law(coefficient: float, exponent: float, coefficients: list, exponents: list, level: float) -> dict:
+    return {
+        "form": "k * C^a",
+        "coefficient": coefficient,
+        "exponent": exponent,
+        "interval": {"coefficient": _interval(coefficients, level), "exponent": _interval(exponents, level)},
+    }
+
+
 def fit_ladder(
     runs: Sequence[Run],
     target: Target | None = None,
@@ -207,113 +223,96 @@ def fit_ladder(
     seed: int = 0,
     level: float = 0.9,
 ) -> dict[str, Any]:
-    """The ladder's fit as ``fit.json`` holds it (without run paths, which the step adds)."""
+    """The ladder's fit as ``fit.json`` holds it (without run paths, which the step adds).
+
+    A budget whose parabola has no minimum (its sizes do not bracket an optimum) is reported as such, with
+    ``params_opt`` None, and left out of the power laws, which need two budgets with a minimum (else they
+    are None, with the reason). The loss surface and the prediction use every run either way."""
     budgets = by_budget(runs)
     for budget, group in budgets.items():
         if len({r.params for r in group}) < 3:
             raise FitError(f"budget {budget:.3g} has {len(group)} run sizes; a parabola needs at least 3")
     if len(budgets) < 2:
         raise FitError(f"{len(budgets)} budget(s): the power laws need at least 2 (3 or more to check them)")
+    n, d, y = (np.array([getattr(r, key) for r in runs]) for key in ("params", "tokens", "loss"))
+    if len(runs) < 6:
+        raise FitError(f"{len(runs)} runs: the loss surface has 5 parameters and needs at least 6")
     optima = isoflop_optima(budgets)
-    for budget, (coefficients, v) in optima.items():
-        if v is None:
-            raise FitError(
-                f"budget {budget:.3g}: loss against log10(params) curves downward (parabola {coefficients.tolist()}):"
-                " the sizes do not bracket an optimum; add smaller and larger sizes to this budget"
-            )
-    c = np.array(list(budgets))
-    n_opt = np.array([optima[b][1][0] for b in budgets])
-    d_opt = c / (FLOPS_PER_PARAM_TOKEN * n_opt)
-    k_n, a_n = power_law(c, n_opt)
-    k_d, a_d = power_law(c, d_opt)
+    usable = [b for b, (_, v) in optima.items() if v is not None]
+    c = np.array(usable)
+    laws = _power_laws(c, np.array([optima[b][1][0] for b in usable])) if len(usable) >= 2 else None
 
-    n = np.array([r.params for r in runs])
-    d = np.array([r.tokens for r in runs])
-    y = np.array([r.loss for r in runs])
     theta = fit_surface(n, d, y)
     residuals = y - surface(theta, n, d)
-    e_law, a_law, gamma = frontier_law(theta)
 
     rng = np.random.default_rng(seed)
     boot: dict[str, list] = {key: [] for key in ("k_n", "a_n", "k_d", "a_d", "theta", "prediction")}
-    boot_n_opt: dict[float, list] = {b: [] for b in budgets}
-    budget_residuals = {
-        b: np.array([r.loss for r in group]) - np.polyval(optima[b][0], np.log10([r.params for r in group]))
-        for b, group in budgets.items()
-    }
+    boot_n_opt: dict[float, list] = {b: [] for b in usable}
+    log_n = {b: np.log10([r.params for r in group]) for b, group in budgets.items()}
+    fitted = {b: np.polyval(optima[b][0], log_n[b]) for b in usable}
+    budget_residuals = {b: np.array([r.loss for r in budgets[b]]) - fitted[b] for b in usable}
     failed = 0
     for _ in range(samples):
-        sample = {
-            b: np.polyval(optima[b][0], np.log10([r.params for r in group]))
-            + rng.choice(budget_residuals[b], size=len(group))
-            for b, group in budgets.items()
-        }
-        sampled_optima = isoflop_optima(budgets, sample)
-        if all(v is not None for _, v in sampled_optima.values()):
-            ns = np.array([sampled_optima[b][1][0] for b in budgets])
-            for b, value in zip(budgets, ns, strict=True):
+        sample = {b: fitted[b] + rng.choice(budget_residuals[b], size=len(fitted[b])) for b in usable}
+        sampled = isoflop_optima({b: budgets[b] for b in usable}, sample)
+        if laws is not None and all(v is not None for _, v in sampled.values()):
+            ns = np.array([sampled[b][1][0] for b in usable])
+            for b, value in zip(usable, ns, strict=True):
                 boot_n_opt[b].append(value)
-            kn, an = power_law(c, ns)
-            kd, ad = power_law(c, c / (FLOPS_PER_PARAM_TOKEN * ns))
-            for key, value in (("k_n", kn), ("a_n", an), ("k_d", kd), ("a_d", ad)):
+            for key, value in zip(("k_n", "a_n", "k_d", "a_d"), _power_laws(c, ns), strict=True):
                 boot[key].append(value)
         else:
             failed += 1
-        y_b = surface(theta, n, d) + rng.choice(residuals, size=len(y))
-        theta_b = fit_surface(n, d, y_b, start=theta)
+        theta_b = fit_surface(n, d, surface(theta, n, d) + rng.choice(residuals, size=len(y)), start=theta)
         boot["theta"].append(theta_b)
         if target is not None:
             boot["prediction"].append(float(surface(theta_b, target.params, target.tokens)) + rng.choice(residuals))
 
     thetas = np.array(boot["theta"])
-    laws_b = np.array([frontier_law(t) for t in thetas])
+    frontier_b = np.array([frontier_law(t) for t in thetas])
+    e_law, a_law, gamma = frontier_law(theta)
     surface_names = ("E", "A", "alpha", "B", "beta")
+
+    def budget_record(b: float, group: list[Run]) -> dict[str, Any]:
+        coefficients, vertex_ = optima[b]
+        record: dict[str, Any] = {"budget": b, "quadratic": [float(v) for v in coefficients]}
+        if vertex_ is None:
+            return record | {
+                "params_opt": None,
+                "tokens_opt": None,
+                "loss_opt": None,
+                "params_opt_interval": None,
+                "bracketed": False,
+                "note": "the loss curves downward over these sizes: no minimum (add smaller and larger sizes)",
+            }
+        n_star, loss_star = vertex_
+        return record | {
+            "params_opt": float(n_star),
+            "tokens_opt": float(b / (FLOPS_PER_PARAM_TOKEN * n_star)),
+            "loss_opt": float(loss_star),
+            "params_opt_interval": _interval(boot_n_opt[b], level),
+            # an optimum outside the sizes run is an extrapolation: the grid should bracket it
+            "bracketed": bool(min(r.params for r in group) <= n_star <= max(r.params for r in group)),
+        }
+
     out: dict[str, Any] = {
         "kind": "isoflop_fit",
         "params_definition": "model FLOPs per token / 6, so that a run's compute is 6 * params * tokens",
         "runs": [
-            {
-                "budget": r.budget,
-                "run": r.name,
-                "params": r.params,
-                "tokens": r.tokens,
-                "flops": r.flops,
-                "loss": r.loss,
-            }
+            {"budget": r.budget, "run": r.name, "params": r.params, "tokens": r.tokens, "flops": r.flops}
+            | {"loss": r.loss}
             for r in runs
         ],
-        "budgets": [
-            {
-                "budget": b,
-                "quadratic": [float(v) for v in optima[b][0]],
-                "params_opt": float(optima[b][1][0]),
-                "tokens_opt": float(b / (FLOPS_PER_PARAM_TOKEN * optima[b][1][0])),
-                "loss_opt": float(optima[b][1][1]),
-                "params_opt_interval": _interval(boot_n_opt[b], level),
-                # the optimum found outside the sizes run is an extrapolation: the grid should bracket it
-                "bracketed": min(r.params for r in group) <= optima[b][1][0] <= max(r.params for r in group),
-            }
-            for b, group in budgets.items()
-        ],
+        "budgets": [budget_record(b, group) for b, group in budgets.items()],
         "laws": {
-            "params_opt": {
-                "form": "k * C^a",
-                "coefficient": k_n,
-                "exponent": a_n,
-                "interval": {"coefficient": _interval(boot["k_n"], level), "exponent": _interval(boot["a_n"], level)},
-            },
-            "tokens_opt": {
-                "form": "k * C^a",
-                "coefficient": k_d,
-                "exponent": a_d,
-                "interval": {"coefficient": _interval(boot["k_d"], level), "exponent": _interval(boot["a_d"], level)},
-            },
+            "params_opt": None if laws is None else _law(laws[0], laws[1], boot["k_n"], boot["a_n"], level),
+            "tokens_opt": None if laws is None else _law(laws[2], laws[3], boot["k_d"], boot["a_d"], level),
             "loss": {
                 "form": "E + A * C^-alpha",
                 "E": e_law,
                 "A": a_law,
                 "alpha": gamma,
-                "interval": {name: _interval(laws_b[:, i], level) for i, name in enumerate(("E", "A", "alpha"))},
+                "interval": {name: _interval(frontier_b[:, i], level) for i, name in enumerate(("E", "A", "alpha"))},
             },
             "surface": {
                 "form": "E + A / N^alpha + B / D^beta",
@@ -324,6 +323,10 @@ def fit_ladder(
         },
         "bootstrap": {"samples": samples, "seed": seed, "level": level, "parabola_samples_without_minimum": failed},
     }
+    if laws is None:
+        out["laws"]["note"] = (
+            f"{len(usable)} budget(s) with a minimum: N*(C) and D*(C) need 2; the loss surface uses every run"
+        )
     if target is not None:
         out["prediction"] = {
             "run": target.name,

@@ -76,9 +76,7 @@ def fit_ladder_step(config: FitLadderConfig) -> None:
         fit["prediction"].update(run_path=target.run_path, eval_path=target.eval_path)
     fit["plots"] = plot_fit(fit, config.output_path)
     write_atomic(join(config.output_path, "fit.json"), json.dumps(fit, indent=2))
-    logger.info(
-        "ladder fit: N*(C) exponent %.3f; prediction %s", fit["laws"]["params_opt"]["exponent"], fit.get("prediction")
-    )
+    logger.info("ladder fit: N*(C) %s; prediction %s", fit["laws"]["params_opt"], fit.get("prediction"))
 
 
 def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
@@ -110,19 +108,25 @@ def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
         ax.scatter(10**x, [r["loss"] for r in runs], color=color, label=f"C = {b['budget']:.2g}")
         grid = np.linspace(x.min() - 0.1, x.max() + 0.1, 100)
         ax.plot(10**grid, np.polyval(b["quadratic"], grid), color=color, lw=1)
-        ax.scatter([b["params_opt"]], [b["loss_opt"]], color=color, marker="*", s=120, edgecolor="black")
+        if b["params_opt"] is not None:
+            ax.scatter([b["params_opt"]], [b["loss_opt"]], color=color, marker="*", s=120, edgecolor="black")
     ax.set(xscale="log", xlabel="params N (FLOPs per token / 6)", ylabel=f"{fit['heldout']} bits/byte")
     ax.set_title("isoFLOP curves")
     ax.legend(fontsize=8)
     names = [save(figure, "isoflop.png")]
 
     figure, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    budgets = np.array([b["budget"] for b in fit["budgets"]])
+    optima = [b for b in fit["budgets"] if b["params_opt"] is not None]
+    budgets = np.array([b["budget"] for b in optima] or [b["budget"] for b in fit["budgets"]])
     prediction = fit.get("prediction")
     span = np.geomspace(budgets.min() / 2, max(budgets.max(), prediction["budget"] if prediction else 0) * 2, 50)
     for ax, key, label in ((axes[0], "params_opt", "N*"), (axes[1], "tokens_opt", "D*")):
         law = fit["laws"][key]
-        ax.scatter(budgets, [b[key] for b in fit["budgets"]], color="black")
+        ax.set(xscale="log", yscale="log", xlabel="compute C (FLOPs)", ylabel=label)
+        if law is None:  # fewer than two budgets with a minimum
+            ax.set_title(f"{label}(C): not fitted", fontsize=9)
+            continue
+        ax.scatter(budgets, [b[key] for b in optima], color="black")
         ax.plot(
             span,
             law["coefficient"] * span ** law["exponent"],
@@ -132,7 +136,8 @@ def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
         ax.legend(fontsize=8)
     law = fit["laws"]["loss"]
     axes[2].plot(span, law["E"] + law["A"] * span ** -law["alpha"], label="L*(C) of the loss surface")
-    axes[2].scatter(budgets, [b["loss_opt"] for b in fit["budgets"]], color="black", label="parabola minima")
+    if optima:
+        axes[2].scatter(budgets, [b["loss_opt"] for b in optima], color="black", label="parabola minima")
     if prediction:
         lo, hi = prediction["interval"] or (prediction["loss"], prediction["loss"])
         axes[2].errorbar(

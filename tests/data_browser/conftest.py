@@ -7,6 +7,7 @@ import pytest
 
 from marin.execution import Executor, ExecutorStep, this_output_path
 from marin.storage.records import write_records
+from tests.data_browser.research_lab import write_research
 from tests.execution.steps_lib import TraceConfig, trace_step
 
 
@@ -103,7 +104,9 @@ def lab(tmp_path_factory, ray_address):
     secret.write_text("outside the root")
     os.symlink(secret, prefix / "link_outside")
     [record] = (prefix / "experiments").glob("exp_browser-*.json")
+    research = write_research(str(prefix))  # training runs, evals, a ladder fit and a 200-step DAG
     return {
+        **research,
         "prefix": str(prefix),
         "raw": raw_dir,
         "train": train_dir,

@@ -80,7 +80,7 @@ def shot(page, name):
 
 def test_experiment_page_shows_dag_with_all_steps_successful(page, server):
     page.goto(server + "/")
-    page.click("a.experiment")
+    page.click("a.experiment:text-matches('^exp_browser-')")
     nodes = page.locator("svg.dag g.node")
     assert nodes.count() == 2
     assert {nodes.nth(i).get_attribute("data-state") for i in range(2)} == {"SUCCESS"}
@@ -140,6 +140,117 @@ def test_training_page_draws_charts(page, server, lab):
     acc.scroll_into_view_if_needed()
     shot(page, "results")
     shot(page, "training")
+
+
+def fits_the_viewport(page):
+    """Nothing widens the page past the window (no horizontal scrolling of the page itself)."""
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_training_charts_put_loss_first_with_readable_axes(page, server, lab):
+    from urllib.parse import quote
+
+    page.goto(f"{server}/training?path={quote(lab['runs']['checkpoints/r-small'], safe='')}")
+    page.wait_for_selector("div.chart canvas")
+    order = page.eval_on_selector_all("div.chart", "els => els.map(e => e.dataset.metric)")
+    assert order[:4] == ["train/loss", "eval/stories/bpb", "eval/stories/loss", "train/learning_rate"]
+    axis = page.evaluate(
+        """() => {
+        const u = document.querySelector("div.chart[data-metric='throughput/tokens_per_s']").uplot, a = u.axes[1];
+        u.ctx.font = a.font[0];
+        const widths = a._values.map((v) => u.ctx.measureText(v).width / devicePixelRatio);
+        return {labels: a._values, size: a._size, widest: Math.max(...widths)};
+    }"""
+    )
+    assert axis["labels"] and all(v.endswith("k") for v in axis["labels"])  # 41k, not "41,000" cut to "1,000"
+    assert axis["size"] > axis["widest"]
+    assert page.evaluate("[12000, 1.2e6, 3.4e15, 3e-4, 2.5].map(Charts.si)") == ["12k", "1.2M", "3.4e15", "3e-4", "2.5"]
+    assert fits_the_viewport(page)
+
+
+def test_compare_runs_from_the_experiment_page(page, server, lab):
+    from urllib.parse import quote
+
+    page.goto(f"{server}/experiment?path={quote(lab['research_record'], safe='')}")
+    for name in ("checkpoints/r-small", "checkpoints/r-wide", "checkpoints/r-bigbatch"):
+        page.check(f"#compare-runs input[value='{lab['runs'][name]}']")
+    page.select_option("#compare-runs select[name=x]", "tokens")
+    page.click("#compare-runs button")
+    page.wait_for_selector("#charts[data-drawn] canvas")
+    assert "x=tokens" in page.url and page.url.count("step=") == 3  # the URL is the page: shareable
+    legend = page.locator("#legend li.run")
+    assert [legend.nth(i).inner_text().split("\n")[0].strip() for i in range(3)] == [
+        "checkpoints/r-small model.hidden_dim=64, trainer.batch_size=8",
+        "checkpoints/r-wide model.hidden_dim=128, trainer.batch_size=8",
+        "checkpoints/r-bigbatch model.hidden_dim=64, trainer.batch_size=32",
+    ]
+    charts = page.eval_on_selector_all("div.chart", "els => els.map(e => [e.dataset.metric, e.uplot.series.length])")
+    assert charts == [["train/loss", 4], ["eval/stories/bpb", 4]]  # x and one series per run
+    assert fits_the_viewport(page)
+    shot(page, "compare_runs")
+    page.click("a.x-axis:text('flops')")
+    page.wait_for_selector("#charts[data-drawn] canvas")
+    assert "no throughput/total_flops" in page.locator("li.run:has-text('r-bigbatch') .note").inner_text()
+    assert page.eval_on_selector("div.chart", "e => e.uplot.series.length") == 3  # r-bigbatch left out, said why
+
+
+def test_leaderboard_sorts_by_column_and_compares_the_checked_runs(page, server, lab):
+    page.goto(server + "/")
+    page.click("header a:text('leaderboard')")
+    board = page.locator("form.board").first
+    runs = lambda: board.locator("tr.entry").evaluate_all("rows => rows.map(r => r.dataset.run)")  # noqa: E731
+    assert runs() == ["checkpoints/r-target", "checkpoints/r-small", "checkpoints/r-wide"]
+    assert board.locator("tr.entry").first.locator(".frontier").count() == 1
+    board.locator("th:text-is('FLOPs')").click()
+    assert runs() == ["checkpoints/r-small", "checkpoints/r-wide", "checkpoints/r-target"]
+    assert fits_the_viewport(page)
+    shot(page, "leaderboard")
+    board.locator("tr[data-run='checkpoints/r-small'] input").check()
+    board.locator("tr[data-run='checkpoints/r-target'] input").check()
+    board.locator("button").click()
+    page.wait_for_selector("#charts[data-drawn] canvas")
+    assert "x=flops" in page.url and page.locator("#legend li.run").count() == 2
+
+
+def test_fit_page_shows_the_ladder_and_the_prediction_against_the_actual(page, server, lab):
+    from urllib.parse import quote
+
+    from tests.data_browser.research_lab import ACTUAL, PREDICTED
+
+    page.goto(f"{server}/browse?path={quote(lab['fit'], safe='')}")
+    page.click("#fit-link")
+    page.wait_for_selector("div.chart canvas")
+    assert page.eval_on_selector_all("div.chart", "els => els.map(e => e.dataset.chart)") == [
+        "isoflop", "params", "tokens", "loss"]  # fmt: skip
+    isoflop = page.eval_on_selector("div.chart[data-chart='isoflop']", "e => e.uplot.series.map(s => s.label)")
+    assert isoflop[1:3] == ["C=1e+12", "C=1e+12 fit"] and len(isoflop) == 7  # points and parabola per budget
+    assert page.locator("#predicted").inner_text() == f"{PREDICTED:.4f}"
+    assert page.locator("#actual").inner_text() == f"{ACTUAL:.4f}"
+    assert page.locator("#relative-error").inner_text() == "+1.65%"
+    assert page.locator("img.plot").evaluate("img => img.complete && img.naturalWidth") == 40
+    assert fits_the_viewport(page)
+    shot(page, "fit")
+
+
+def test_a_200_step_dag_fits_the_page_and_zooms_within_its_box(page, server, lab):
+    from urllib.parse import quote
+
+    page.goto(f"{server}/experiment?path={quote(lab['wide_record'], safe='')}")
+    nodes = page.locator("svg.dag g.node")
+    assert nodes.count() == 200
+    right = "Math.max(...[...document.querySelectorAll('svg.dag rect')].map(r => r.getBoundingClientRect().right))"
+    assert fits_the_viewport(page) and page.evaluate(f"{right} <= document.documentElement.clientWidth")
+    shot(page, "experiment_200")
+    page.click("#dag-tools button[data-zoom='1']")
+    assert page.locator("#dag-scale").inner_text() == "100%"
+    assert fits_the_viewport(page)  # the DAG scrolls inside its box, the page does not
+    assert page.evaluate("(d => d.scrollWidth > d.clientWidth)(document.getElementById('dag'))")
+    last = nodes.nth(199)
+    last.scroll_into_view_if_needed()
+    box, width = last.bounding_box(), page.evaluate("window.innerWidth")
+    assert 0 <= box["x"] and box["x"] + box["width"] <= width and last.is_visible()
+    page.click("#dag-tools button[data-zoom='fit']")
+    assert page.evaluate(f"{right} <= document.documentElement.clientWidth")
 
 
 @pytest.mark.slow

@@ -74,14 +74,21 @@ def test_prediction_intervals_cover_fresh_runs_at_about_their_level():
     assert 0.5 <= inside / trials <= 1.0, inside
 
 
-def test_a_budget_without_three_sizes_or_without_a_minimum_is_an_error_naming_it():
+def test_a_budget_without_three_sizes_is_an_error_and_one_without_a_minimum_is_reported():
     runs = synthetic_runs(seed=0)
     few = [r for r in runs if r.budget != 1e15] + [r for r in runs if r.budget == 1e15][:2]
     with pytest.raises(FitError, match="budget 1e\\+15 has 2 run sizes"):
         fit_ladder(few, samples=10)
-    # only the sizes on one side of the optimum, with the loss bending the wrong way
-    downhill = [Run(1e15, n, 1e15 / (6 * n), 5.0 - 0.1 * np.log10(n) ** 2) for n in (1e6, 2e6, 4e6)]
-    with pytest.raises(FitError, match="curves downward"):
-        fit_ladder(downhill + [r for r in runs if r.budget != 1e15], samples=10)
     with pytest.raises(FitError, match="1 budget"):
         fit_ladder([r for r in runs if r.budget == 1e15], samples=10)
+    # only sizes on one side of the optimum, with the loss bending the wrong way: that budget has no N*
+    # and the power laws use the others; with one budget left they are not fitted, and say why
+    downhill = [Run(1e15, n, 1e15 / (6 * n), 5.0 - 0.1 * np.log10(n) ** 2) for n in (1e6, 2e6, 4e6)]
+    fit = fit_ladder(downhill + [r for r in runs if r.budget != 1e15], samples=20)
+    [first, *rest] = fit["budgets"]
+    assert first["params_opt"] is None and "no minimum" in first["note"] and not first["bracketed"]
+    assert all(b["params_opt"] for b in rest) and fit["laws"]["params_opt"]["exponent"] > 0
+    only = downhill + [r for r in runs if r.budget == 3e15]
+    fit = fit_ladder(only, Target("t", 1e7, 1e9), samples=20)
+    assert fit["laws"]["params_opt"] is None and "need 2" in fit["laws"]["note"]
+    assert fit["prediction"]["loss"] > 0  # the surface still predicts
