@@ -26,6 +26,7 @@ from data_browser.config_diff import differing_fields
 from data_browser.readers import ReadFailure
 from data_browser.step_files import METRICS_FILE
 from marin.execution.status import INFO_FILE
+from marin.report.leaderboard import tokens_per_step
 from marin.storage import exists, join
 
 X_AXES = ("step", "tokens", "flops")
@@ -57,16 +58,6 @@ class Run:
     """What could not be drawn, and how x was derived when it was not logged."""
     metrics: bool = False
     """Whether it has a ``metrics.jsonl`` (then its training page is linked)."""
-
-
-def tokens_per_step(config: Any) -> int | None:
-    """``trainer.batch_size × model.seq_len`` of a train config (None when either is missing)."""
-    try:
-        batch, seq_len = config["trainer"]["batch_size"], config["model"]["seq_len"]
-    except (KeyError, TypeError):
-        return None
-    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, seq_len))
-    return batch * seq_len if ok else None
 
 
 def fill_by_step(steps: list, values: list) -> list:

@@ -103,19 +103,39 @@ def heldout_bpb(eval_path: str, heldout: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def tokens_per_step(config: Any) -> int | None:
+    """``trainer.batch_size × model.seq_len`` of a training step's resolved config (None when either is
+    missing): the tokens of a run whose log predates the trainer's ``throughput/total_tokens``."""
+    try:
+        batch, seq_len = config["trainer"]["batch_size"], config["model"]["seq_len"]
+    except (KeyError, TypeError):
+        return None
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, seq_len))
+    return batch * seq_len if ok else None
+
+
 def training_totals(run_path: str) -> tuple[float | None, float | None]:
-    """``(tokens, flops)`` of the last ``metrics.jsonl`` record that has them (None for older runs)."""
+    """``(tokens, flops)`` of the last ``metrics.jsonl`` record that has them. An older log has no totals:
+    its tokens are the last step times the config's tokens per step, its FLOPs unknown (None)."""
     url = join(run_path, "metrics.jsonl")
     if not exists(url):
         return None, None
     tokens = flops = None
+    last_step = 0
     for line in read_text(url).splitlines():
         try:
             row = json.loads(line)
         except ValueError:  # a torn last line of a killed run
             continue
-        if isinstance(row, dict) and "throughput/total_tokens" in row:
+        if not isinstance(row, dict):
+            continue
+        if "throughput/total_tokens" in row:
             tokens, flops = row["throughput/total_tokens"], row.get("throughput/total_flops")
+        if isinstance(row.get("step"), int) and "train/loss" in row:
+            last_step = max(last_step, row["step"])
+    if tokens is None and last_step:
+        per_step = tokens_per_step((read_json(join(run_path, ".executor_info")) or {}).get("config"))
+        tokens = last_step * per_step if per_step else None
     return tokens, flops
 
 

@@ -111,3 +111,17 @@ def test_the_board_of_named_experiment_files_only_and_the_markdown(prefix, tmp_p
     assert "`checkpoints/small-long`" in rows[1] and "6m 20s" in rows[1]
     assert "## stories (500 documents, 250,000 bytes)" in text and "## stories (500 documents, 999 bytes)" in text
     assert report_main(["--leaderboard", "experiments/nope.py", "--prefix", prefix, "--out", str(out)]) == 2
+
+
+def test_a_run_logged_before_the_totals_has_tokens_from_its_config_and_no_flops(tmp_path):
+    p = str(tmp_path / "store")
+    old = run(p, "old", steps=20, tokens_per_step=1, flops_per_token=1, seconds=5)
+    with open(f"{old['output_path']}/metrics.jsonl", "w") as f:  # what the trainer logged before the totals
+        f.writelines(json.dumps({"step": s, "train/loss": 1.0 / s}) + "\n" for s in range(1, 21))
+    write_json(
+        f"{old['output_path']}/.executor_info", {"config": {"trainer": {"batch_size": 8}, "model": {"seq_len": 64}}}
+    )
+    record(p, "exp_old", [old, evaluation(p, "old", old, bpb=1.0)], T0)
+    [board] = collect_boards(p)
+    [entry] = board.entries
+    assert entry.tokens == 20 * 8 * 64 and entry.flops is None and not entry.frontier
