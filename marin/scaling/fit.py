@@ -138,8 +138,11 @@ def _linear_part(alpha: float, beta: float, n: np.ndarray, d: np.ndarray, y: np.
     return coefficients / scale, residual
 
 
-def _refine(theta0: np.ndarray, n: np.ndarray, d: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares from ``theta0`` over (E, log A, alpha, log B, beta); A, B > 0 by construction."""
+def _refine(theta0: np.ndarray, n: np.ndarray, d: np.ndarray, y: np.ndarray, max_evaluations: int) -> np.ndarray:
+    """Least squares from ``theta0`` over (E, log A, alpha, log B, beta); A, B > 0 by construction and the
+    irreducible loss E within [0, min loss] (a loss is never negative, and both other terms are positive):
+    without that bound, runs that barely constrain the surface send E far below zero and the exponents to
+    their bounds, which also makes every bootstrap refinement slow."""
     from scipy.optimize import least_squares
 
     e, a, alpha, b, beta = theta0
@@ -149,24 +152,24 @@ def _refine(theta0: np.ndarray, n: np.ndarray, d: np.ndarray, y: np.ndarray) -> 
     def residuals(p):
         return surface((p[0], math.exp(p[1]), p[2], math.exp(p[3]), p[4]), n, d) - y
 
-    bounds = ([-np.inf, -60, lo, -60, lo], [np.inf, 60, hi, 60, hi])
+    bounds = ([0.0, -60, lo, -60, lo], [max(float(y.min()), 1e-6), 60, hi, 60, hi])
     start = np.clip(start, np.array(bounds[0]) + 1e-9, np.array(bounds[1]) - 1e-9)
-    p = least_squares(residuals, start, bounds=bounds, x_scale="jac", max_nfev=2000).x
+    p = least_squares(residuals, start, bounds=bounds, x_scale="jac", max_nfev=max_evaluations).x
     return np.array([p[0], math.exp(p[1]), p[2], math.exp(p[3]), p[4]])
 
 
 def fit_surface(n: np.ndarray, d: np.ndarray, y: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """``[E, A, alpha, B, beta]``: a grid over (alpha, beta) with NNLS for the rest, then refined (or only the
-    refinement from ``start``: bootstrap samples start from the full fit)."""
-    if start is None:
-        best = None
-        for alpha in EXPONENT_GRID:
-            for beta in EXPONENT_GRID:
-                (e, a, b), residual = _linear_part(alpha, beta, n, d, y)
-                if best is None or residual < best[0]:
-                    best = (residual, np.array([e, a, alpha, b, beta]))
-        start = best[1]
-    return _refine(start, n, d, y)
+    refinement from ``start``, with a tighter evaluation budget: bootstrap samples start from the full fit)."""
+    if start is not None:
+        return _refine(start, n, d, y, max_evaluations=200)
+    best = None
+    for alpha in EXPONENT_GRID:
+        for beta in EXPONENT_GRID:
+            (e, a, b), residual = _linear_part(alpha, beta, n, d, y)
+            if best is None or residual < best[0]:
+                best = (residual, np.array([e, a, alpha, b, beta]))
+    return _refine(best[1], n, d, y, max_evaluations=2000)
 
 
 def compute_optimal(theta: Sequence[float], budget: float) -> tuple[float, float, float]:
