@@ -56,7 +56,8 @@ def s3_prefix(object_stores):
 
 @pytest.fixture(params=["local", "gcs", "s3"])
 def store_prefix(request, tmp_path):
-    """The same test on local disk, on the GCS server and on the S3 server."""
+    """The same test on local disk, on the GCS server and on the S3 server (``tests.stores.on_stores``
+    narrows a test to some of them)."""
     if request.param == "local":
         return str(tmp_path / "store")
     return request.getfixturevalue(f"{request.param}_prefix")

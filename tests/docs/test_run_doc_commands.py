@@ -32,6 +32,15 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_RUN: dict[str, str] = {
     **{command: f"needs a cloud account: {why}" for command, why in NEEDS_CLOUD.items()},
     "make test": "it is this test run",
+    "python experiments/exp11_mixture_shift.py": (
+        "trains a second 200-step nano run and evaluates it (2.5 minutes, the suite's largest single cost) through "
+        "the code path of make quickstart, which runs here; its --dry_run runs here (the plan: the quickstart's "
+        "steps and the control arm)"
+    ),
+    "python -m marin.report experiments/exp11_mixture_shift.py --prefix ./local_store --out reports/exp11.md": (
+        "needs the exp11 run above; the same report command runs here on the quickstart, and tests/report runs it "
+        "on a hand-made prefix with every step state"
+    ),
     ".venv/bin/python benchmarks/sft_bench.py": (
         "minutes of training at its default sizes; tests/chat/test_sft_bench.py runs the same script at small sizes"
     ),

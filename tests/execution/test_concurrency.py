@@ -15,6 +15,7 @@ from marin.execution.status import read_events
 from marin.storage import exists, join, read_text
 from tests.execution.race_script import build
 from tests.execution.steps_lib import call_counts
+from tests.stores import on_stores
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "execution" / "race_script.py"
@@ -40,6 +41,7 @@ def final_states(prefix, calls):
     return {p.name: read_events(p.output_path)[-1]["state"] for p in plan.steps}, plan
 
 
+@on_stores("local", "s3")  # GCS: eight executors at once in tests/chaos/test_executor_chaos.py
 def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address, store_prefix):
     prefix, calls = store_prefix, tmp_path / "calls"
     procs = [launch(ray_address, prefix, calls, RACE_SLEEP=0.3) for _ in range(6)]
@@ -55,6 +57,7 @@ def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address,
     assert sum("reused" in out for out in outputs) >= 5  # the others waited for the winners' results
 
 
+@on_stores("local", "s3")  # GCS: rounds of SIGKILLed executors in tests/chaos/test_executor_chaos.py
 def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray_address, store_prefix):
     prefix, calls = store_prefix, tmp_path / "calls"
     lease_flags = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "3")  # robust on a loaded machine

@@ -12,7 +12,10 @@ A zombie is an executor whose lease was taken over while its step's task still r
 - files that appear or change in a committed output afterwards (a write that was in flight across such a
   pause) are removed, or refuse the dependent step, by the output manifest.
 
-Every final output is compared with an undisturbed run's. Lease timings: heartbeat 0.25 s, stale after 3 s,
+The three scenarios with live processes run on local disk and on one object store each (the paused executor
+on S3, the deleted lease and the frozen VM on GCS: the stores' conditional writes are what differ, and
+each is exercised by the others' cheap tests); the rest on all three. Every final output is compared with
+an undisturbed run's. Lease timings: heartbeat 0.25 s, stale after 3 s,
 so the task re-reads its lease every 0.25 s and stops itself at a heartbeat age of 2.5 s.
 """
 
@@ -55,6 +58,7 @@ from marin.storage import (
 )
 from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
 from tests.execution.zombie_dag import PART_S, PARTS, writer_step
+from tests.stores import on_stores
 
 pytestmark = pytest.mark.usefixtures("ray_address")
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +126,7 @@ def is_gone(pid):
     return state in ("Z", "X")
 
 
+@on_stores("local", "s3")
 def test_a_paused_executors_task_stops_before_takeover_and_the_executor_writes_nothing_after(
     tmp_path, ray_address, store_prefix
 ):
@@ -160,6 +165,7 @@ def result_owner(events):
     return [e for e in events if e["state"] == "SUCCESS"][-1]["owner"]
 
 
+@on_stores("local", "gcs")
 def test_deleting_the_lease_cancels_the_running_task_within_a_heartbeat(tmp_path, store_prefix):
     expected = undisturbed(store_prefix, tmp_path)
     calls = tmp_path / "calls"
@@ -189,6 +195,7 @@ def test_deleting_the_lease_cancels_the_running_task_within_a_heartbeat(tmp_path
 
 
 @pytest.mark.slow
+@on_stores("local", "gcs")
 def test_a_frozen_executor_and_task_resume_after_the_commit_and_write_nothing(tmp_path, ray_address, store_prefix):
     """The hard case: the task itself is paused (with its executor) across the take-over and the new
     holder's commit. Resumed, its next write re-reads the lease first (the last read is older than a check)
