@@ -34,7 +34,6 @@ TRAIN = SimpleTrainConfig(
     batch_size=1,
     learning_rate=0.0,
     compute_dtype="float32",  # a CPU has no fast bf16 matmuls
-    eval_every=1_000_000,  # no mid-run evals: each run's eval step measures it once, at the end
     log_every=10,
     save_interval_minutes=60.0,
     wandb=False,
