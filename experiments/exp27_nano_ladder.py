@@ -15,7 +15,7 @@ Hypothesis: the loss surface fitted on the three budgets predicts the target run
 within its 90% prediction interval.
 
     python experiments/exp27_nano_ladder.py --dry_run true   # the plan: 15 runs + evals, the fit, the target
-    python experiments/exp27_nano_ladder.py                  # ~20 minutes on 2 cores
+    python experiments/exp27_nano_ladder.py                  # ~15 minutes on 2 cores, after make quickstart
     python -m marin.report experiments/exp27_nano_ladder.py --prefix ./local_store
 """
 

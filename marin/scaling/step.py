@@ -86,6 +86,7 @@ def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError:
         logger.warning("matplotlib is not installed (the report extra): the fit has no plots")
         return []
@@ -111,6 +112,7 @@ def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
         if b["params_opt"] is not None:
             ax.scatter([b["params_opt"]], [b["loss_opt"]], color=color, marker="*", s=120, edgecolor="black")
     ax.set(xscale="log", xlabel="params N (FLOPs per token / 6)", ylabel=f"{fit['heldout']} bits/byte")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # 3x10^5 and 4x10^5 overlap otherwise
     ax.set_title("isoFLOP curves")
     ax.legend(fontsize=8)
     names = [save(figure, "isoflop.png")]
@@ -123,6 +125,7 @@ def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
     for ax, key, label in ((axes[0], "params_opt", "N*"), (axes[1], "tokens_opt", "D*")):
         law = fit["laws"][key]
         ax.set(xscale="log", yscale="log", xlabel="compute C (FLOPs)", ylabel=label)
+        ax.yaxis.set_minor_formatter(NullFormatter())
         if law is None:  # fewer than two budgets with a minimum
             ax.set_title(f"{label}(C): not fitted", fontsize=9)
             continue
@@ -133,6 +136,7 @@ def plot_fit(fit: dict[str, Any], output_path: str) -> list[str]:
             label=f"{label} = {law['coefficient']:.3g} C^{law['exponent']:.3f}",
         )
         ax.set(xscale="log", yscale="log", xlabel="compute C (FLOPs)", ylabel=label)
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=8)
     law = fit["laws"]["loss"]
     axes[2].plot(span, law["E"] + law["A"] * span ** -law["alpha"], label="L*(C) of the loss surface")
