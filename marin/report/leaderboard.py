@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin.execution.status import state_summary
+from marin.report.collect import find_record, read_curves
 from marin.storage import exists, glob, join, read_text
 
 logger = logging.getLogger(__name__)
@@ -83,8 +84,6 @@ def read_json(url: str) -> dict[str, Any] | None:
 def read_records(root: str, experiments: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """``(url, record)`` of every experiment record under ``root``, or the newest of each file named."""
     if experiments:
-        from marin.report.collect import find_record
-
         return [find_record(root, path) for path in experiments]
     records = []
     for url in sorted(glob(join(root, "experiments", "*.json"))):
@@ -115,28 +114,17 @@ def tokens_per_step(config: Any) -> int | None:
 
 
 def training_totals(run_path: str) -> tuple[float | None, float | None]:
-    """``(tokens, flops)`` of the last ``metrics.jsonl`` record that has them. An older log has no totals:
-    its tokens are the last step times the config's tokens per step, its FLOPs unknown (None)."""
-    url = join(run_path, "metrics.jsonl")
-    if not exists(url):
+    """``(tokens, flops)`` last logged in ``metrics.jsonl``. An older log has no totals: its tokens are the
+    last step times the config's tokens per step, its FLOPs unknown (None)."""
+    curves = read_curves(run_path)
+    tokens, flops = (curves.get(f"throughput/total_{kind}") for kind in ("tokens", "flops"))
+    if tokens is not None:
+        return tokens.final, flops.final if flops is not None else None
+    losses = curves.get("train/loss")
+    if losses is None:
         return None, None
-    tokens = flops = None
-    last_step = 0
-    for line in read_text(url).splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:  # a torn last line of a killed run
-            continue
-        if not isinstance(row, dict):
-            continue
-        if "throughput/total_tokens" in row:
-            tokens, flops = row["throughput/total_tokens"], row.get("throughput/total_flops")
-        if isinstance(row.get("step"), int) and "train/loss" in row:
-            last_step = max(last_step, row["step"])
-    if tokens is None and last_step:
-        per_step = tokens_per_step((read_json(join(run_path, ".executor_info")) or {}).get("config"))
-        tokens = last_step * per_step if per_step else None
-    return tokens, flops
+    per_step = tokens_per_step((read_json(join(run_path, ".executor_info")) or {}).get("config"))
+    return (int(max(losses.steps)) * per_step if per_step else None), None
 
 
 def wall_seconds(run_path: str) -> float | None:
@@ -159,6 +147,7 @@ def record_entries(url: str, record: dict[str, Any]) -> list[tuple[tuple[str, in
             continue
         run = runs[0]  # an eval scores one checkpoint
         tokens, flops = training_totals(run["output_path"])
+        wall = wall_seconds(run["output_path"])
         for name, scores in results["validation"].items():
             if not isinstance(scores, dict) or not isinstance(scores.get("bits_per_byte"), (int, float)):
                 continue
@@ -171,7 +160,7 @@ def record_entries(url: str, record: dict[str, Any]) -> list[tuple[tuple[str, in
                 params=results.get("params"),
                 tokens=tokens,
                 flops=flops,
-                wall_seconds=wall_seconds(run["output_path"]),
+                wall_seconds=wall,
                 bpb=float(scores["bits_per_byte"]),
             )
             out.append(((name, int(scores.get("documents", 0)), int(scores.get("bytes", 0))), entry))

@@ -29,14 +29,11 @@ order), not only the uncertainty of the curve: the actual target run is one such
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
-logger = logging.getLogger(__name__)
 
 FLOPS_PER_PARAM_TOKEN = 6.0
 """C = 6·N·D: forward (2) plus backward (4) FLOPs per parameter per token."""
