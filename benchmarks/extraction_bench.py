@@ -1,8 +1,12 @@
-"""Main-content extraction on real, human-annotated pages: the extract step's extractors scored with the
-benchmark's own metric, per page type, with pages/s beside them (issue 25).
+"""Main-content extraction on real, human-annotated pages: the extract step's extractors and the other
+maintained libraries installable here, scored with each benchmark's own metric, per page type, with pages/s
+beside them (issue 25).
 
     git clone https://github.com/Murrough-Foley/web-content-extraction-benchmark benchmarks/data/wcxb
+    git clone https://github.com/AndyTheFactory/article-extraction-dataset benchmarks/data/news424
+    .venv/bin/pip install readability-lxml boilerpy3          # the peers that are not extract-step options
     .venv/bin/python benchmarks/extraction_bench.py                          # WCXB dev split, every extractor
+    .venv/bin/python benchmarks/extraction_bench.py --benchmark news424      # the 424 news pages
     .venv/bin/python benchmarks/extraction_bench.py --split test --limit 200
     .venv/bin/python benchmarks/extraction_bench.py --wcxb tests/data/wcxb_slice   # the bundled slice
 
@@ -12,10 +16,19 @@ metric (``evaluate.py`` there, reimplemented here and checked against it in the 
 precision, recall and F1 of lowercase ``\\w+`` tokens as bags, averaged over pages; plus the share of the
 page's ``with`` snippets found and of its ``without`` (boilerplate) snippets leaked.
 
-Every extractor runs through ``marin.extract.extract_text`` exactly as the extract step calls it, one page
+news424 (Andrei Paraschiv 2024, newspaper4k's evaluation set, Apache-2.0): 424 news and blog articles
+from 212 sites, published in 2023, main text cleaned by hand, in the layout of Zyte's (Scrapinghub's)
+article-extraction benchmark; its metric is that benchmark's ``evaluate.py`` (reimplemented here): 4-word
+shingles as bags, each page's TP/FP/FN normalized to sum 1, precision and recall averaged over pages, F1 of
+the two averages. One page type (``article``).
+
+Every step extractor runs through ``marin.extract.extract_text`` exactly as the extract step calls it, one page
 at a time in this process (so pages/s is per core), and its output is also checked for markup the page did
-not contain: Markdown escapes (``\\_``, ``\\[``, ``\\*``) and emphasis markers (``**``, ``__``).
-Results: ``benchmarks/results/extraction_bench.json``.
+not contain: Markdown escapes (``\\_``, ``\\[``, ``\\*``), emphasis markers (``**``, ``__``) and Markdown
+blocks (``# `` headings, ``- `` bullets, ``| ... |`` table rows, code fences). The peers
+(``readability``: readability-lxml's article HTML as text; ``boilerpy3``: boilerpipe's ArticleExtractor;
+``justext``: its non-boilerplate paragraphs with the English stoplist) run the same way when installed.
+Results: ``benchmarks/results/extraction_bench[_<benchmark>].json``.
 """
 
 from __future__ import annotations
@@ -27,29 +40,79 @@ import re
 import statistics
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from marin.extract.config import ExtractorConfig
 from marin.extract.extractors import extract_text
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_WCXB = HERE / "data" / "wcxb"
+DEFAULT_ROOTS = {"wcxb": HERE / "data" / "wcxb", "news424": HERE / "data" / "news424"}
 RESULTS = HERE / "results" / "extraction_bench.json"
 PAGE_TYPES = ("article", "forum", "product", "collection", "listing", "documentation", "service")
 
 EXTRACTORS = {
     "resiliparse": ExtractorConfig(name="resiliparse"),
-    "resiliparse_plain": ExtractorConfig(name="resiliparse", markdown=False),
+    "resiliparse_markdown": ExtractorConfig(name="resiliparse", markdown=True),
     "trafilatura": ExtractorConfig(name="trafilatura"),
-    "trafilatura_plain": ExtractorConfig(name="trafilatura", markdown=False),
-    "trafilatura_fast": ExtractorConfig(name="trafilatura", markdown=False, fast=True),
+    "trafilatura_markdown": ExtractorConfig(name="trafilatura", markdown=True),
+    "trafilatura_fast": ExtractorConfig(name="trafilatura", fast=True),
 }
-"""Names to the configs the extract step would be given (``resiliparse``: the step's default)."""
+"""Names to the configs the extract step would be given."""
 
 MARKUP = {
     "markdown_escapes": re.compile(r"\\[_\[\]*#`>!-]"),
     "emphasis_markers": re.compile(r"\*\*|(?<!\w)__|__(?!\w)"),
+    "markdown_blocks": re.compile(r"(?m)^(#{1,6} |[-*+] |\|.*\|[ \t]*$|```)"),
 }
+
+
+def _readability(html: str) -> str:
+    import lxml.html
+    from readability import Document
+
+    summary = Document(html).summary(html_partial=True)
+    return _block_text(lxml.html.fromstring(summary)) if summary.strip() else ""
+
+
+def _block_text(tree) -> str:
+    """An element's text with a line break after every block element (as a browser lays it out)."""
+    blocks = {"p", "div", "li", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "tr", "br", "td", "th"}
+    for el in tree.iter():
+        if isinstance(el.tag, str) and el.tag.lower() in blocks:
+            el.tail = "\n" + (el.tail or "")
+    return "\n".join(line.strip() for line in tree.text_content().splitlines() if line.strip())
+
+
+def _boilerpy3(html: str) -> str:
+    from boilerpy3 import extractors
+
+    return extractors.ArticleExtractor(raise_on_failure=False).get_content(html) or ""
+
+
+def _justext(html: str) -> str:
+    import justext
+
+    paragraphs = justext.justext(html.encode("utf-8", errors="replace"), justext.get_stoplist("English"))
+    return "\n".join(p.text for p in paragraphs if not p.is_boilerplate)
+
+
+PEERS: dict[str, Callable[[str], str]] = {"readability": _readability, "boilerpy3": _boilerpy3, "justext": _justext}
+"""Maintained libraries that are not extract-step options, measured beside them when installed."""
+
+
+def extractor_fn(name: str) -> Callable[[str], str]:
+    if name in EXTRACTORS:
+        config = EXTRACTORS[name]
+        return lambda html: extract_text(html, config)
+    return PEERS[name]
+
+
+def available_peers() -> list[str]:
+    import importlib.util
+
+    modules = {"readability": "readability", "boilerpy3": "boilerpy3", "justext": "justext"}
+    return [name for name, module in modules.items() if importlib.util.find_spec(module)]
 
 
 def words(text: str) -> list[str]:
@@ -67,6 +130,31 @@ def word_prf(predicted: str, reference: str) -> tuple[float, float, float]:
     overlap = sum((Counter(pred) & Counter(ref)).values())
     p, r = overlap / len(pred), overlap / len(ref)
     return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+def shingles(text: str, n: int = 4) -> Counter:
+    """The article-extraction benchmark's shingles: runs of ``n`` ``\\w+`` tokens (case kept)."""
+    tokens = re.findall(r"\w+", text or "")
+    return Counter(tuple(tokens[i : i + n]) for i in range(max(1, len(tokens) - n + 1)) if tokens[i : i + n])
+
+
+def shingle_tp_fp_fn(predicted: str, reference: str) -> tuple[float, float, float]:
+    """One page's shingle TP/FP/FN, normalized to sum 1 so that long pages weigh no more than short ones."""
+    pred, true = shingles(predicted), shingles(reference)
+    tp = sum((pred & true).values())
+    fp, fn = sum((pred - true).values()), sum((true - pred).values())
+    total = tp + fp + fn
+    return (tp / total, fp / total, fn / total) if total else (0.0, 0.0, 0.0)
+
+
+def shingle_prf(tp: float, fp: float, fn: float) -> tuple[float | None, float | None, float]:
+    """Per-page precision and recall by the benchmark's rules (None: left out of that mean), and F1."""
+    if fp == fn == 0:
+        return 1.0, 1.0, 1.0
+    p = 0.0 if tp == fp == 0 else tp / (tp + fp) if tp + fp > 0 else None
+    r = 0.0 if tp == fn == 0 else tp / (tp + fn) if tp + fn > 0 else None
+    f1 = 2 * p * r / (p + r) if p and r else 0.0
+    return p, r, f1
 
 
 def snippet_rate(text: str, snippets: list[str]) -> float:
@@ -103,32 +191,57 @@ def load_pages(root: Path, split: str, limit: int | None = None) -> list[dict]:
     return pages
 
 
-def score(pages: list[dict], config: ExtractorConfig) -> dict:
-    """Per-page scores of one extractor, their means overall and per page type, markup leaks, pages/s."""
+def load_news424(root: Path, limit: int | None = None) -> list[dict]:
+    """news424 pages: ``articles.json`` maps each ``html/<id>.html`` to its hand-cleaned ``articleBody``."""
+    truth_file = root / "articles.json"
+    if not truth_file.exists():
+        raise SystemExit(f"no {truth_file} (clone the benchmark there: see the docstring)")
+    pages = []
+    for page_id, record in sorted(json.loads(truth_file.read_text()).items()):
+        html_file = root / "html" / f"{page_id}.html"
+        if not html_file.exists():
+            continue
+        html = html_file.read_bytes().decode("utf-8", errors="replace")
+        pages.append({"id": page_id, "page_type": "article", "html": html, "main": record.get("articleBody") or ""})
+        if limit and len(pages) >= limit:
+            break
+    return pages
+
+
+def score(pages: list[dict], extract: Callable[[str], str] | ExtractorConfig, metric: str = "wcxb") -> dict:
+    """Per-page scores of one extractor, their means overall and per page type, markup leaks, pages/s.
+
+    ``metric``: ``wcxb`` (bag-of-words P/R/F1 averaged over pages) or ``shingles`` (the article-extraction
+    benchmark's: P and R averaged over pages, F1 of the averages)."""
+    if isinstance(extract, ExtractorConfig):
+        config = extract
+        extract = lambda html: extract_text(html, config)  # noqa: E731
     rows, seconds = [], 0.0
     leaks = Counter()
     for page in pages:
         t0 = time.process_time()
-        text = extract_text(page["html"], config)
+        text = extract(page["html"])
         seconds += time.process_time() - t0
-        p, r, f1 = word_prf(text, page["main"])
+        if metric == "shingles":
+            p, r, f1 = shingle_prf(*shingle_tp_fp_fn(text, page["main"]))
+        else:
+            p, r, f1 = word_prf(text, page["main"])
         for name, pattern in MARKUP.items():
             if pattern.search(text) and not pattern.search(page["main"]):
                 leaks[name] += 1
-        rows.append(
-            {
-                "id": page["id"],
-                "page_type": page["page_type"],
-                "precision": p,
-                "recall": r,
-                "f1": f1,
-                "with": snippet_rate(text, page["with"]),
-                "without": snippet_rate(text, page["without"]) if page["without"] else 0.0,
-            }
-        )
+        row = {"id": page["id"], "page_type": page["page_type"], "precision": p, "recall": r, "f1": f1}
+        if "with" in page:
+            row["with"] = snippet_rate(text, page["with"])
+            row["without"] = snippet_rate(text, page["without"]) if page["without"] else 0.0
+        rows.append(row)
 
     def means(subset: list[dict]) -> dict:
-        return {k: statistics.fmean(r[k] for r in subset) for k in ("precision", "recall", "f1", "with", "without")}
+        keys = [k for k in ("precision", "recall", "f1", "with", "without") if k in subset[0]]
+        out = {k: statistics.fmean(r[k] for r in subset if r[k] is not None) for k in keys}
+        if metric == "shingles":
+            p, r = out["precision"], out["recall"]
+            out["f1"] = 2 * p * r / (p + r) if p + r else 0.0
+        return out
 
     by_type = defaultdict(list)
     for row in rows:
@@ -145,35 +258,45 @@ def score(pages: list[dict], config: ExtractorConfig) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--wcxb", type=Path, default=DEFAULT_WCXB, help="a checkout of the WCXB repository")
-    parser.add_argument("--split", default="dev", choices=["dev", "test"])
+    parser.add_argument("--benchmark", default="wcxb", choices=list(DEFAULT_ROOTS))
+    parser.add_argument("--root", type=Path, default=None, help="a checkout of the benchmark's repository")
+    parser.add_argument("--wcxb", type=Path, default=None, help="same as --benchmark wcxb --root WCXB")
+    parser.add_argument("--split", default="dev", choices=["dev", "test"], help="WCXB's split")
     parser.add_argument("--limit", type=int, default=None, help="the first N pages only")
-    parser.add_argument("--extractors", nargs="+", default=list(EXTRACTORS), choices=list(EXTRACTORS))
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--extractors", nargs="+", default=None, choices=[*EXTRACTORS, *PEERS])
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rows", action="store_true", help="also write every page's scores")
     args = parser.parse_args()
-    pages = load_pages(args.wcxb, args.split, args.limit)
-    print(f"WCXB {args.split}: {len(pages)} pages, {Counter(p['page_type'] for p in pages)}")
-    report = {"benchmark": "WCXB", "split": args.split, "time": time.strftime("%F %T"), "extractors": {}}
-    for name in args.extractors:
-        report["extractors"][name] = result = score(pages, EXTRACTORS[name])
+    benchmark = "wcxb" if args.wcxb else args.benchmark
+    root = args.wcxb or args.root or DEFAULT_ROOTS[benchmark]
+    if benchmark == "wcxb":
+        pages, metric, label = load_pages(root, args.split, args.limit), "wcxb", f"WCXB {args.split}"
+    else:
+        pages, metric, label = load_news424(root, args.limit), "shingles", "news424"
+    out = args.out or (RESULTS if benchmark == "wcxb" else RESULTS.with_name(f"extraction_bench_{benchmark}.json"))
+    names = args.extractors or [*EXTRACTORS, *available_peers()]
+    print(f"{label}: {len(pages)} pages, {Counter(p['page_type'] for p in pages)}")
+    report = {"benchmark": label, "metric": metric, "time": time.strftime("%F %T"), "extractors": {}}
+    for name in names:
+        report["extractors"][name] = result = score(pages, extractor_fn(name), metric)
         print(f"[{name}] F1 {result['overall']['f1']:.4f}  {result['pages_per_cpu_s']:.1f} pages/cpu-s", flush=True)
-    header = "| extractor | pages/cpu-s | P | R | F1 | " + " | ".join(PAGE_TYPES) + " | markup leaks |"
+    types = [t for t in PAGE_TYPES if any(t in r["by_type"] for r in report["extractors"].values())]
+    header = "| extractor | pages/cpu-s | P | R | F1 | " + " | ".join(types) + " | markup leaks |"
     print("\n" + header + "\n|" + "---|" * (header.count("|") - 1))
     for name, r in report["extractors"].items():
-        o, types = r["overall"], r["by_type"]
-        cells = [f"{types[t]['f1']:.3f}" if t in types else "" for t in PAGE_TYPES]
+        o, by_type = r["overall"], r["by_type"]
+        cells = [f"{by_type[t]['f1']:.3f}" if t in by_type else "" for t in types]
         print(
             f"| {name} | {r['pages_per_cpu_s']:.1f} | {o['precision']:.3f} | {o['recall']:.3f} | **{o['f1']:.3f}** | "
             + " | ".join(cells)
             + f" | {sum(r['pages_with_markup'].values())} |"
         )
-    if not args.rows:  # per-page rows: 1.4 MB for the dev split, kept only on request
+    if not args.rows:  # per-page rows: 1.4 MB for the WCXB dev split, kept only on request
         for result in report["extractors"].values():
             result.pop("rows")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

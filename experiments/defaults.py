@@ -101,8 +101,8 @@ def default_extract(
     name: str,
     pages: Input,
     *,
-    extractor: str = "resiliparse",
-    markdown: bool = True,
+    extractor: str = "trafilatura",
+    markdown: bool = False,
     min_chars: int = 50,
     max_workers: int | None = None,
 ) -> ExecutorStep:

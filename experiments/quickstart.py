@@ -14,7 +14,7 @@
 1. Generate the bundled corpus (two domains, planted duplicates and contamination, eval tasks).
 2. Download it from its ``file://`` location through the real downloader (checksums, provenance.json).
 3. Dedupe (exact + MinHash) and decontaminate against the eval tasks.
-   Web pages take the longer road: HTML -> text (resiliparse), a fastText quality classifier (reference vs
+   Web pages take the longer road: HTML -> text (trafilatura), a fastText quality classifier (reference vs
    random web text) and a language classifier score every page, the English high-quality ones are kept,
    deduped and tokenized beside the plain documents (the DCLM recipe in miniature; docs/data_quality.md).
 4. Train a 2,048-token byte-level BPE; tokenize each domain (train and validation) into token caches.

@@ -10,6 +10,11 @@ Accepted shapes (the first key present decides):
   system);
 - ``instruction`` (+ optional ``input``) and ``output`` (or ``response``): Alpaca style, one user turn
   (instruction and input separated by a blank line) and one assistant turn;
+- ``prompt``: an OpenAssistant message tree (oasst1/oasst2 ``*.trees.jsonl`` exports): ``{"text", "role":
+  "prompter", "replies": [...]}``, each reply ``{"text", "role": "prompter"|"assistant", "rank", "replies"}``.
+  The conversation is the tree's best path, as OpenAssistant's own ``top1`` sets are made: from each
+  message the reply of lowest ``rank`` (unranked replies after ranked ones, in order; deleted or
+  review-rejected ones skipped), down to a leaf, cut after its last assistant turn;
 
 each optionally with a top-level ``system`` prompt. A valid conversation has at most one system message,
 first; then user and assistant alternate starting with user; it ends with an assistant turn, and every
@@ -34,7 +39,8 @@ SHAREGPT_ROLES = {
     "bing": "assistant",
     "system": "system",
 }
-SHAPES = ("messages", "conversations", "instruction")
+SHAPES = ("messages", "conversations", "instruction", "prompt")
+OASST_ROLES = {"prompter": "user", "assistant": "assistant"}
 
 
 class MalformedConversation(ValueError):
@@ -53,6 +59,8 @@ def normalize_record(record: dict[str, Any]) -> list[dict[str, str]]:
         messages, origins = _turns(record, "conversations", "from", "value", SHAREGPT_ROLES)
     elif "instruction" in record:
         messages, origins = _alpaca(record)
+    elif "prompt" in record:
+        messages, origins = _oasst_best_path(record)
     else:
         raise MalformedConversation(f"no conversation: expected one of the fields {list(SHAPES)}")
     system = record.get("system")
@@ -103,6 +111,41 @@ def _alpaca(record: dict) -> tuple[list[dict[str, str]], list[Origin]]:
     answer_field = "output" if fields["output"] else "response"
     messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
     return messages, [("instruction", "instruction"), (answer_field, answer_field)]
+
+
+def _oasst_best_path(record: dict) -> tuple[list[dict[str, str]], list[Origin]]:
+    node, where = record["prompt"], "prompt"
+    out, origins = [], []
+    while True:
+        if not isinstance(node, dict):
+            raise MalformedConversation(f"{where}: expected a message object, got {type(node).__name__}")
+        role, text = node.get("role"), node.get("text")
+        if role not in OASST_ROLES:
+            raise MalformedConversation(f"{where}.role: expected one of {sorted(OASST_ROLES)}, got {role!r}")
+        if not isinstance(text, str):
+            raise MalformedConversation(f"{where}.text: expected a string, got {type(text).__name__}")
+        out.append({"role": OASST_ROLES[role], "content": text})
+        origins.append((f"{where}.role", f"{where}.text"))
+        replies = node.get("replies") or []
+        if not isinstance(replies, list):
+            raise MalformedConversation(f"{where}.replies: expected a list, got {type(replies).__name__}")
+        usable = [
+            (i, r)
+            for i, r in enumerate(replies)
+            if not (isinstance(r, dict) and (r.get("deleted") or r.get("review_result") is False))
+        ]
+        if not usable:
+            break
+        i, node = min(usable, key=lambda item: _oasst_rank(item[1], item[0]))
+        where = f"{where}.replies[{i}]"
+    while out and out[-1]["role"] == "user" and len(out) > 1:  # a leaf question nobody answered
+        out.pop(), origins.pop()
+    return out, origins
+
+
+def _oasst_rank(reply, index: int) -> tuple[int, float, int]:
+    rank = reply.get("rank") if isinstance(reply, dict) else None
+    return (0, rank, index) if isinstance(rank, (int, float)) else (1, 0.0, index)
 
 
 def check_conversation(messages: list[dict[str, str]], origins: list[Origin] | None = None) -> None:

@@ -138,8 +138,6 @@ class Page:
     """The HTTP Content-Type header sent with the page (its charset may be wrong on purpose)."""
     truth: dict
     """id, url, domain, kind, quality, lang, expect, main_text, boilerplate_text."""
-    markdown: str = ""
-    """The main text as Markdown, the way the extract step writes it."""
 
 
 def page_id(seed: int, domain: str, index: int) -> str:
@@ -197,25 +195,6 @@ def blocks_text(blocks: list[tuple]) -> str:
             out.append("\n".join(body))
         elif tag == "table":
             out.append("\n".join(" = ".join(row) for row in body))
-        else:
-            out.append(body)
-    return "\n\n".join(out)
-
-
-def blocks_markdown(blocks: list[tuple]) -> str:
-    """The main text as Markdown (how the extract step writes articles): headings, list items, code fences."""
-    out = []
-    for tag, body in blocks:
-        if tag.startswith("h"):
-            out.append("#" * int(tag[1]) + " " + body)
-        elif tag == "ul":
-            out.append("\n".join(f"- {item}" for item in body))
-        elif tag == "ol":
-            out.append("\n".join(f"{n}. {item}" for n, item in enumerate(body, 1)))
-        elif tag == "table":
-            out.append("\n".join("| " + " | ".join(row) + " |" for row in body))
-        elif tag == "pre":
-            out.append(f"```\n{body}\n```")
         else:
             out.append(body)
     return "\n\n".join(out)
@@ -382,9 +361,7 @@ def make_page(rng: random.Random, *, seed: int, domain: str, kind: str, index: i
         "main_text": main_text,
         "boilerplate_text": boilerplate,
     }
-    return Page(
-        html_bytes=data, content_type=f"text/html; charset={declared}", truth=truth, markdown=blocks_markdown(blocks)
-    )
+    return Page(html_bytes=data, content_type=f"text/html; charset={declared}", truth=truth)
 
 
 def page_kinds(rng: random.Random, n: int) -> list[str]:

@@ -16,7 +16,7 @@ import datetime
 import random
 
 from marin.corpus.languages import LANGUAGES, document
-from marin.corpus.web import _SITES, SKIP_KINDS, _article_blocks, blocks_markdown, make_page, page_kinds
+from marin.corpus.web import _SITES, SKIP_KINDS, _article_blocks, blocks_text, make_page, page_kinds
 from marin.storage import join
 from marin.storage.records import write_records
 from marin.storage.warc import WarcResponse, write_warc
@@ -54,12 +54,12 @@ def write_web_pages(
 
 
 def write_reference(root: str, seed: int, domain: str, make_doc, num_docs: int) -> dict[str, int]:
-    """High-quality reference documents of ``domain``, in the Markdown the extract step writes (title first)."""
+    """High-quality reference documents of ``domain``, in the plain text the extract step writes (title first)."""
     rng = random.Random(f"{seed}-reference-{domain}")
     docs = [
         {
             "id": f"reference-{domain}-{i:06d}",
-            "text": blocks_markdown(_article_blocks(domain, make_doc(rng), rng)),
+            "text": blocks_text(_article_blocks(domain, make_doc(rng), rng)),
             "source": f"reference/{domain}",
         }
         for i in range(num_docs)
@@ -69,15 +69,15 @@ def write_reference(root: str, seed: int, domain: str, make_doc, num_docs: int) 
 
 
 def write_web_sample(root: str, seed: int, domain: str, make_doc, num_docs: int) -> dict[str, int]:
-    """Random web text: pages from another random stream, as an extractor would have left them (main text in
-    Markdown, sometimes with a site name above and a footer line below). The DCLM recipe's negatives; being
+    """Random web text: pages from another random stream, as an extractor would have left them (main text as
+    plain text, sometimes with a site name above and a footer line below). The DCLM recipe's negatives; being
     other pages than ``web/``, a classifier trained on them is not scored on its own training documents."""
     rng = random.Random(f"{seed}-web-sample-{domain}")
     kinds = [k for k in page_kinds(rng, num_docs * 2) if k not in SKIP_KINDS][:num_docs]
     docs = []
     for i, kind in enumerate(kinds):
         page = make_page(rng, seed=seed, domain=domain, kind=kind, index=10_000_000 + i, make_doc=make_doc)
-        text = page.markdown
+        text = page.truth["main_text"]
         if rng.random() < 0.3:
             text = f"{rng.choice(_SITES)}\n\n{text}"
         if rng.random() < 0.3:

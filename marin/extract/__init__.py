@@ -2,7 +2,7 @@
 
 ``extract_pages(ExtractConfig(...))`` reads WARC files, record files with an ``html`` field or plain
 ``.html`` files, decodes each page (the declared charset is checked against the bytes), extracts its main
-text with resiliparse or trafilatura (Markdown-ish: headings, lists, code kept) and writes documents in
+text with trafilatura or resiliparse (plain text, a block per line; Markdown on request) and writes documents in
 the format the dedupe step reads. Pages without text are written to ``skipped/`` with a reason.
 See ``marin.extract.step`` for the layout and docs/extract.md for the extractor comparison.
 """

@@ -1,12 +1,15 @@
 """The HTML-to-text extractors the extract step can use, behind one signature: ``(html, config) -> text``.
 
-- ``resiliparse`` (what Marin and DCLM use): ``extract_plain_text`` with main-content heuristics. With
-  ``markdown`` on, its ``minimal_html`` output (headings, paragraphs, lists, ``<pre>``) is turned into
-  Markdown here: ``# Heading``, ``- item`` / ``1. item``, fenced code blocks.
-- ``trafilatura``: ``extract(..., output_format="markdown")``; tables come out as Markdown rows.
+- ``trafilatura`` (the default): its main-content tree (``bare_extraction``) written out here as plain
+  text: every heading, paragraph, list item, quote and code block on its own line(s), a table row's cells
+  on one line separated by tabs, and nothing the page did not contain (trafilatura's own text output adds
+  ``-`` bullets and Markdown table rules). With ``markdown`` on: trafilatura's Markdown output.
+- ``resiliparse`` (what Marin and DCLM use; 8-12x faster, lower F1 on real pages): ``extract_plain_text``
+  with main-content heuristics. With ``markdown`` on, its ``minimal_html`` output (headings, paragraphs,
+  lists, ``<pre>``) is turned into Markdown here: ``# Heading``, ``- item`` / ``1. item``, fenced code.
 
-Both return "" when they find no text. Which is the default, and why, is measured in docs/extract.md
-(``benchmarks/web_data_bench.py``).
+Both return "" when they find no text. Which is the default, and why, is measured on real pages in
+docs/data_quality.md (``benchmarks/extraction_bench.py``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def resiliparse_extract(html: str, config: ExtractorConfig) -> str:
         comments=config.comments,
         links=False,
         alt_texts=False,
-        list_bullets=True,
+        list_bullets=config.markdown,
         noscript=False,
     )
     if config.markdown:
@@ -77,10 +80,7 @@ def resiliparse_extract(html: str, config: ExtractorConfig) -> str:
 def trafilatura_extract(html: str, config: ExtractorConfig) -> str:
     import trafilatura
 
-    text = trafilatura.extract(
-        html,
-        output_format="markdown" if config.markdown else "txt",
-        include_formatting=config.markdown,
+    options = dict(
         include_comments=config.comments,
         include_tables=True,
         include_links=False,
@@ -88,12 +88,71 @@ def trafilatura_extract(html: str, config: ExtractorConfig) -> str:
         deduplicate=False,
         fast=config.fast,
     )
-    return (text or "").strip()
+    if config.markdown:
+        text = trafilatura.extract(html, output_format="markdown", include_formatting=True, **options)
+        return (text or "").strip()
+    document = trafilatura.bare_extraction(html, include_formatting=False, with_metadata=False, **options)
+    if document is None:
+        return ""
+    lines: list[str] = []
+    for tree in (document.body, document.commentsbody if config.comments else None):
+        if tree is not None:
+            _plain_lines(tree, lines)
+    return "\n".join(lines)
+
+
+_TEXT_BLOCKS = frozenset({"head", "p", "list", "item", "table", "row", "cell", "quote", "code", "div"})
+
+
+def _inline_text(element) -> str:
+    """An element's text with its children's (a ``<lb/>`` or a block child is a line break)."""
+    parts = [element.text or ""]
+    for child in element:
+        if child.tag == "lb":
+            parts.append("\n")
+        elif child.tag in _TEXT_BLOCKS:
+            parts += ["\n", _inline_text(child), "\n"]
+        else:
+            parts.append(_inline_text(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def _add_lines(text: str, lines: list[str]) -> None:
+    for line in text.split("\n"):
+        if line := " ".join(line.split()):
+            lines.append(line)
+
+
+def _plain_lines(element, lines: list[str]) -> None:
+    """Plain text of a trafilatura tree, block by block: no bullets, no table rules, code verbatim."""
+    if element.tag == "row" and any(child.tag in _TEXT_BLOCKS for cell in element for child in cell):
+        for cell in element:  # a layout table: cells holding paragraphs are blocks, not one line
+            _plain_lines(cell, lines)
+    elif element.tag == "row":
+        cells = [" ".join(_inline_text(cell).split()) for cell in element if cell.tag == "cell"]
+        if row := "\t".join(cell for cell in cells if cell):
+            lines.append(row)
+    elif element.tag == "code" and not any(child.tag in _TEXT_BLOCKS for child in element):
+        if code := _inline_text(element).strip("\n"):
+            lines.append(code)
+    elif not any(child.tag in _TEXT_BLOCKS for child in element):
+        _add_lines(_inline_text(element), lines)
+    else:
+        pending = [element.text or ""]
+        for child in element:
+            if child.tag in _TEXT_BLOCKS:
+                _add_lines("".join(pending), lines)
+                _plain_lines(child, lines)
+                pending = [child.tail or ""]
+            else:
+                pending += ["\n" if child.tag == "lb" else _inline_text(child), child.tail or ""]
+        _add_lines("".join(pending), lines)
 
 
 EXTRACTORS: dict[str, Callable[[str, ExtractorConfig], str]] = {
-    "resiliparse": resiliparse_extract,
     "trafilatura": trafilatura_extract,
+    "resiliparse": resiliparse_extract,
 }
 
 

@@ -2,9 +2,11 @@
 accounted for (a document or a counted skip with a reason), the same bytes for any worker count, resumable,
 and a rerun that does nothing."""
 
+import dataclasses
 import gzip
 import json
 import os
+import re
 from collections import Counter
 
 import pytest
@@ -77,13 +79,34 @@ def test_recovers_main_text_and_counts_every_skip(web_corpus, tmp_path, name, mi
     assert doc["source"] in ("arithmetic", "stories") and doc["provenance"]["file"].endswith(".warc.gz")
 
 
-def test_markdown_keeps_headings_lists_and_code(web_corpus, tmp_path):
+def test_markdown_on_request_keeps_headings_lists_and_code(web_corpus, tmp_path):
+    """resiliparse's minimal HTML as Markdown (the lab's own rendering; trafilatura's Markdown is its own)."""
     out = str(tmp_path / "out")
-    extract_pages(ExtractConfig(input_path=web_corpus["web"] + "/arithmetic", output_path=out, use_ray=False))
+    extractor = ExtractorConfig(name="resiliparse", markdown=True)
+    config = ExtractConfig(input_path=web_corpus["web"] + "/arithmetic", output_path=out, extractor=extractor)
+    extract_pages(dataclasses.replace(config, use_ray=False))
     texts = [d["text"] for d in outputs(out)[0].values()]
     assert all(t.startswith("# ") or "\n# " in t for t in texts)
-    assert any("\n```\ndef " in t for t in texts)
+    assert any("```" in t and "\ndef " in t for t in texts)
     assert any("\n- " in t or "\n1. " in t for t in texts)
+
+
+def test_plain_text_by_default_a_block_per_line_and_no_markup(web_corpus, tmp_path):
+    """The default writes the page's own text: headings, list items and code on their own lines, with no
+    ``#``, bullets or fences that the page did not contain."""
+    out = str(tmp_path / "out")
+    extract_pages(ExtractConfig(input_path=web_corpus["web"] + "/arithmetic", output_path=out, use_ray=False))
+    docs = outputs(out)[0]
+    truth = web_corpus["truth"]
+    markup = re.compile(r"(?m)^(#{1,6} |[-*+] |\d+\. |```)|\*\*|\\[_\[\]*#`]")
+    for pid, doc in docs.items():
+        assert not markup.search(doc["text"]), (pid, markup.search(doc["text"]).group(0))
+        lines = {" ".join(line.split()) for line in doc["text"].split("\n")}
+        flat = " ".join(doc["text"].split())
+        for block in truth[pid]["main_text"].split("\n"):  # every heading and list item kept: on its own line
+            block = " ".join(block.split())
+            if block and len(block.split()) <= 12 and " = " not in block and block in flat:  # not table rows
+                assert block in lines, (pid, block)
 
 
 def test_same_bytes_for_any_worker_count_and_rerun_is_a_no_op(web_corpus, tmp_path, ray_address):
