@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import html as html_lib
 import json
 import re
 import statistics
@@ -157,6 +158,28 @@ def shingle_prf(tp: float, fp: float, fn: float) -> tuple[float | None, float | 
     return p, r, f1
 
 
+def added_markup(text: str, page: dict) -> list[str]:
+    """The kinds of markup in ``text`` that the page did not contain: a match counts unless the page's main
+    text has that kind too, or the matched line is the page's own text (code quoting ``__init__``, a line
+    that starts with ``- ``)."""
+    found, page_texts = [], None
+    for name, pattern in MARKUP.items():
+        if pattern.search(page["main"]):
+            continue
+        for match in pattern.finditer(text):
+            if page_texts is None:  # the page's text with tags dropped, and with tags as spaces
+                page_texts = [
+                    " ".join(html_lib.unescape(re.sub(r"<[^>]*>", sep, page["html"])).split()) for sep in ("", " ")
+                ]
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            before = text[max(line_start, match.start() - 12) : match.start()]
+            context = " ".join((before + text[match.start() : match.end() + 12].split("\n")[0]).split())
+            if not any(context in page_text for page_text in page_texts):
+                found.append(name)
+                break
+    return found
+
+
 def snippet_rate(text: str, snippets: list[str]) -> float:
     if not snippets:
         return 1.0
@@ -226,9 +249,8 @@ def score(pages: list[dict], extract: Callable[[str], str] | ExtractorConfig, me
             p, r, f1 = shingle_prf(*shingle_tp_fp_fn(text, page["main"]))
         else:
             p, r, f1 = word_prf(text, page["main"])
-        for name, pattern in MARKUP.items():
-            if pattern.search(text) and not pattern.search(page["main"]):
-                leaks[name] += 1
+        for name in added_markup(text, page):
+            leaks[name] += 1
         row = {"id": page["id"], "page_type": page["page_type"], "precision": p, "recall": r, "f1": f1}
         if "with" in page:
             row["with"] = snippet_rate(text, page["with"])
