@@ -180,6 +180,23 @@ def added_markup(text: str, page: dict) -> list[str]:
     return found
 
 
+def bootstrap_f1_ci(rows: list[dict], metric: str, rounds: int = 1000, seed: int = 0) -> float:
+    """Half-width of the 95% interval of the benchmark's F1 over pages resampled with replacement (as the
+    article-extraction benchmark's ``evaluate.py`` reports it: 1.96 standard deviations)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(rows), size=(rounds, len(rows)))
+    if metric == "shingles":
+        p = np.array([np.nan if r["precision"] is None else r["precision"] for r in rows])
+        r = np.array([np.nan if r["recall"] is None else r["recall"] for r in rows])
+        mp, mr = np.nanmean(p[picks], axis=1), np.nanmean(r[picks], axis=1)
+        f1 = 2 * mp * mr / (mp + mr)
+    else:
+        f1 = np.array([r["f1"] for r in rows])[picks].mean(axis=1)
+    return float(1.96 * np.std(f1, ddof=1))
+
+
 def snippet_rate(text: str, snippets: list[str]) -> float:
     if not snippets:
         return 1.0
@@ -270,7 +287,7 @@ def score(pages: list[dict], extract: Callable[[str], str] | ExtractorConfig, me
         by_type[row["page_type"]].append(row)
     return {
         "pages": len(rows),
-        "overall": means(rows),
+        "overall": {**means(rows), "f1_ci": bootstrap_f1_ci(rows, metric)},
         "by_type": {t: {"pages": len(by_type[t]), **means(by_type[t])} for t in PAGE_TYPES if by_type[t]},
         "pages_with_markup": dict(leaks),
         "pages_per_cpu_s": len(rows) / seconds if seconds else float("inf"),
@@ -301,7 +318,8 @@ def main() -> None:
     report = {"benchmark": label, "metric": metric, "time": time.strftime("%F %T"), "extractors": {}}
     for name in names:
         report["extractors"][name] = result = score(pages, extractor_fn(name), metric)
-        print(f"[{name}] F1 {result['overall']['f1']:.4f}  {result['pages_per_cpu_s']:.1f} pages/cpu-s", flush=True)
+        o = result["overall"]
+        print(f"[{name}] F1 {o['f1']:.4f} ± {o['f1_ci']:.4f}  {result['pages_per_cpu_s']:.1f} pages/cpu-s", flush=True)
     types = [t for t in PAGE_TYPES if any(t in r["by_type"] for r in report["extractors"].values())]
     header = "| extractor | pages/cpu-s | P | R | F1 | " + " | ".join(types) + " | markup leaks |"
     print("\n" + header + "\n|" + "---|" * (header.count("|") - 1))
@@ -309,7 +327,8 @@ def main() -> None:
         o, by_type = r["overall"], r["by_type"]
         cells = [f"{by_type[t]['f1']:.3f}" if t in by_type else "" for t in types]
         print(
-            f"| {name} | {r['pages_per_cpu_s']:.1f} | {o['precision']:.3f} | {o['recall']:.3f} | **{o['f1']:.3f}** | "
+            f"| {name} | {r['pages_per_cpu_s']:.1f} | {o['precision']:.3f} | {o['recall']:.3f} | "
+            f"**{o['f1']:.3f}** ± {o['f1_ci']:.3f} | "
             + " | ".join(cells)
             + f" | {sum(r['pages_with_markup'].values())} |"
         )
