@@ -288,7 +288,11 @@ def score(pages: list[dict], extract: Callable[[str], str] | ExtractorConfig, me
     return {
         "pages": len(rows),
         "overall": {**means(rows), "f1_ci": bootstrap_f1_ci(rows, metric)},
-        "by_type": {t: {"pages": len(by_type[t]), **means(by_type[t])} for t in PAGE_TYPES if by_type[t]},
+        "by_type": {
+            t: {"pages": len(by_type[t]), **means(by_type[t]), "f1_ci": bootstrap_f1_ci(by_type[t], metric)}
+            for t in PAGE_TYPES
+            if by_type[t]
+        },
         "pages_with_markup": dict(leaks),
         "pages_per_cpu_s": len(rows) / seconds if seconds else float("inf"),
         "rows": rows,

@@ -4,7 +4,7 @@
 ``.html`` files, decodes each page (the declared charset is checked against the bytes), extracts its main
 text with trafilatura or resiliparse (plain text, a block per line; Markdown on request) and writes documents in
 the format the dedupe step reads. Pages without text are written to ``skipped/`` with a reason.
-See ``marin.extract.step`` for the layout and docs/extract.md for the extractor comparison.
+See ``marin.extract.step`` for the layout and docs/data_quality.md for the extractor comparison on real pages.
 """
 
 from marin.extract.config import ExtractConfig, ExtractorConfig

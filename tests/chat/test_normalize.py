@@ -47,7 +47,10 @@ SHAREGPT_QA = [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": "A."}]
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"text": "hello"}, "no conversation: expected one of the fields ['messages', 'conversations', 'instruction']"),
+        (
+            {"text": "hello"},
+            "no conversation: expected one of the fields ['messages', 'conversations', 'instruction', 'prompt']",
+        ),
         ({"messages": "hi"}, "messages: expected a list of turns, got str"),
         ({"messages": [QA[0], {"role": "bot", "content": "A."}]}, "messages[1].role: expected one of"),
         ({"messages": [QA[0], {"role": "assistant", "content": 7}]}, "messages[1].content: expected a string, got int"),
