@@ -9,7 +9,7 @@ import dataclasses
 from fastapi import APIRouter
 
 from data_browser.web import State, page
-from marin.report.leaderboard import Board, collect_boards, mark_frontier
+from marin.report.leaderboard import Board, collect_boards
 
 router = APIRouter()
 
@@ -19,24 +19,26 @@ class RootBoards:
     root: str
     boards: list[Board]
     hidden: int
-    """Entries left out because their run or eval lies outside the browser's roots."""
+    """Run and eval outputs left out (unread) because they lie outside the browser's roots."""
     error: str | None = None
 
 
 def root_boards(state, root: str) -> RootBoards:
-    """The boards of one root, showing only runs and evals under the roots (a record may name others)."""
+    """The boards of one root, showing only runs and evals under the roots (a record may name others): those
+    outside are counted, never read."""
+    outside: set[str] = set()
+
+    def readable(path: str) -> bool:
+        if state.allowed(path):
+            return True
+        outside.add(path)
+        return False
+
     try:
-        boards = collect_boards(root)
+        boards = collect_boards(root, readable=readable)
     except (OSError, ValueError, KeyError, TypeError) as e:  # a record too damaged for the collector
         return RootBoards(root, [], 0, f"cannot rank the runs under {root}: {type(e).__name__}: {e}")
-    hidden = 0
-    for board in boards:
-        shown = [e for e in board.entries if state.allowed(e.run_path) and state.allowed(e.eval_path)]
-        hidden += len(board.entries) - len(shown)
-        if len(shown) < len(board.entries):
-            board.entries = shown
-            mark_frontier(shown)
-    return RootBoards(root, [b for b in boards if b.entries], hidden)
+    return RootBoards(root, boards, len(outside))
 
 
 @page(router, html="/leaderboard", template="leaderboard.html", api="/api/leaderboard")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin.execution.status import state_summary
@@ -134,15 +134,20 @@ def wall_seconds(run_path: str) -> float | None:
     return finished - started
 
 
-def record_entries(url: str, record: dict[str, Any]) -> list[tuple[tuple[str, int, int], LeaderboardEntry]]:
-    """Each (board key, entry) of one experiment record."""
+def record_entries(
+    url: str, record: dict[str, Any], readable: Callable[[str], bool] = lambda path: True
+) -> list[tuple[tuple[str, int, int], LeaderboardEntry]]:
+    """Each (board key, entry) of one experiment record. ``readable(path)``: whether a step's output may be
+    read at all (a browser's roots); a run or eval outside it is left out before any of its files is read."""
     steps = {s.get("identity"): s for s in record["steps"] if isinstance(s, dict)}
     out = []
     for ev in steps.values():
         if not fn_is(ev, EVAL_FN):
             continue
         runs = [steps[d] for d in ev.get("dependencies", []) if d in steps and fn_is(steps[d], TRAIN_FN)]
-        results = read_json(join(ev["output_path"], "results.json")) if runs else None
+        if not runs or not (readable(ev["output_path"]) and readable(runs[0]["output_path"])):
+            continue
+        results = read_json(join(ev["output_path"], "results.json"))
         if not results or not isinstance(results.get("validation"), dict):
             continue
         run = runs[0]  # an eval scores one checkpoint
@@ -175,15 +180,17 @@ def mark_frontier(entries: list[LeaderboardEntry]) -> None:
         )
 
 
-def collect_boards(root: str, experiments: Sequence[str] | None = None) -> list[Board]:
+def collect_boards(
+    root: str, experiments: Sequence[str] | None = None, readable: Callable[[str], bool] = lambda path: True
+) -> list[Board]:
     """The boards of ``root`` (largest first), from every experiment record or those of ``experiments``.
 
     A run that several records list (an experiment rerun, or two files sharing a step) enters once, from
-    the newest record."""
+    the newest record. ``readable``: as in ``record_entries``."""
     chosen: dict[tuple, tuple[float, tuple[str, int, int], LeaderboardEntry]] = {}
     for url, record in read_records(root, experiments):
         created = float(record.get("created") or 0)
-        for key, entry in record_entries(url, record):
+        for key, entry in record_entries(url, record, readable):
             ident = (entry.run_path, entry.eval_path, key)
             if ident not in chosen or created > chosen[ident][0]:
                 chosen[ident] = (created, key, entry)

@@ -99,6 +99,21 @@ def test_runs_are_ranked_by_bpb_per_held_out_set_with_compute_wall_time_and_the_
     assert {e.run for e in entries if e.frontier} == {"checkpoints/small", "checkpoints/small-long", "checkpoints/big"}
 
 
+def test_runs_a_reader_may_not_read_are_left_out_unread(prefix, monkeypatch):
+    """A browser passes its roots as ``readable``: a run or eval outside them is never opened (a record may
+    name any path), and the frontier is marked among what is left."""
+    import marin.report.leaderboard as leaderboard
+
+    opened = []
+    for name in ("read_json", "training_totals", "wall_seconds"):
+        real = getattr(leaderboard, name)
+        monkeypatch.setattr(leaderboard, name, lambda path, real=real: opened.append(path) or real(path))
+    boards = collect_boards(prefix, readable=lambda path: "/big-" not in path)
+    assert [e.run for e in boards[0].entries] == ["checkpoints/small-long", "checkpoints/small", "checkpoints/worse"]
+    assert opened and not any("/big-" in path for path in opened)
+    assert {e.run for e in boards[0].entries if e.frontier} == {"checkpoints/small", "checkpoints/small-long"}
+
+
 def test_the_board_of_named_experiment_files_only_and_the_markdown(prefix, tmp_path, monkeypatch):
     [board] = collect_boards(prefix, ["experiments/exp1_sizes.py"])
     assert [e.run for e in board.entries] == ["checkpoints/big", "checkpoints/small"]
