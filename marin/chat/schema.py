@@ -114,7 +114,13 @@ def _alpaca(record: dict) -> tuple[list[dict[str, str]], list[Origin]]:
 
 
 def _oasst_best_path(record: dict) -> tuple[list[dict[str, str]], list[Origin]]:
+    """The best-ranked path of an OpenAssistant message tree (see the module docstring)."""
     node, where = record["prompt"], "prompt"
+    if isinstance(node, str):
+        raise MalformedConversation(
+            "prompt: a string (a prompt/completion row?); expected an OpenAssistant message tree "
+            "{text, role, replies}, or one of the fields ['messages', 'conversations', 'instruction']"
+        )
     out, origins = [], []
     while True:
         if not isinstance(node, dict):

@@ -52,6 +52,11 @@ SHAREGPT_QA = [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": "A."}]
             "no conversation: expected one of the fields ['messages', 'conversations', 'instruction', 'prompt']",
         ),
         ({"messages": "hi"}, "messages: expected a list of turns, got str"),
+        ({"prompt": "Q", "completion": "A"}, "prompt: a string (a prompt/completion row?)"),
+        (
+            {"prompt": {"role": "prompter", "text": "Q", "replies": [{"role": "assistant", "text": "", "rank": 0}]}},
+            "prompt.replies[0].text: empty",
+        ),
         ({"messages": [QA[0], {"role": "bot", "content": "A."}]}, "messages[1].role: expected one of"),
         ({"messages": [QA[0], {"role": "assistant", "content": 7}]}, "messages[1].content: expected a string, got int"),
         (
