@@ -21,7 +21,7 @@ def test_quickstart_learns_exports_and_reruns_as_a_no_op(quickstart_run, tmp_pat
     assert len(result.ran) == len(result.plan.steps) == len(steps)
     web = json.loads((Path(paths["filtered"]) / "summary.json").read_text())
     # The web chain kept the English high-quality pages and dropped the rest, for a reason each.
-    assert 0.6 < web["kept_fraction"] < 0.7 and set(web["dropped"]) == {"lang.en<0.5", "quality.hq<0.15"}, web
+    assert 0.6 < web["kept_fraction"] < 0.7 and set(web["dropped"]) == {"lang.en<0.5", "quality.hq<0.1"}, web
 
     results = json.loads((Path(paths["evaluation"]) / "results.json").read_text())
     for name, r in results["validation"].items():
