@@ -112,10 +112,10 @@ def extractor_fn(name: str) -> Callable[[str], str]:
 
 
 def available_peers() -> list[str]:
+    """The peers whose library is installed (each peer is named after its module)."""
     import importlib.util
 
-    modules = {"readability": "readability", "boilerpy3": "boilerpy3", "justext": "justext"}
-    return [name for name, module in modules.items() if importlib.util.find_spec(module)]
+    return [name for name in PEERS if importlib.util.find_spec(name)]
 
 
 def words(text: str) -> list[str]:
@@ -274,30 +274,26 @@ def step_texts(pages: list[dict]) -> tuple[dict[str, str], float]:
     return {page["id"]: docs.get(f"{page['id']}.html", "") for page in pages}, seconds
 
 
-def score(
-    pages: list[dict],
-    extract: Callable[[str], str] | ExtractorConfig | None,
-    metric: str = "wcxb",
-    texts: dict[str, str] | None = None,
-    seconds: float = 0.0,
-) -> dict:
-    """Per-page scores of one extractor, their means overall and per page type, markup leaks, pages/s.
+def extract_texts(pages: list[dict], extract: Callable[[str], str]) -> tuple[dict[str, str], float]:
+    """Each page's text by ``extract`` (one page at a time, in this process) and the CPU seconds it took."""
+    texts, seconds = {}, 0.0
+    for page in pages:
+        t0 = time.process_time()
+        texts[page["id"]] = extract(page["html"])
+        seconds += time.process_time() - t0
+    return texts, seconds
+
+
+def score(pages: list[dict], texts: dict[str, str], seconds: float, metric: str = "wcxb") -> dict:
+    """Per-page scores of one extractor's ``texts`` (by page id, made in ``seconds``), their means overall and
+    per page type, markup leaks, pages/s.
 
     ``metric``: ``wcxb`` (bag-of-words P/R/F1 averaged over pages) or ``shingles`` (the article-extraction
-    benchmark's: P and R averaged over pages, F1 of the averages). ``texts`` (with the ``seconds`` they
-    took): outputs already made, by page id, instead of calling ``extract``."""
-    if isinstance(extract, ExtractorConfig):
-        config = extract
-        extract = lambda html: extract_text(html, config)  # noqa: E731
+    benchmark's: P and R averaged over pages, F1 of the averages)."""
     rows = []
     leaks = Counter()
     for page in pages:
-        if texts is not None:
-            text = texts[page["id"]]
-        else:
-            t0 = time.process_time()
-            text = extract(page["html"])
-            seconds += time.process_time() - t0
+        text = texts[page["id"]]
         if metric == "shingles":
             p, r, f1 = shingle_prf(*shingle_tp_fp_fn(text, page["main"]))
         else:
@@ -357,11 +353,9 @@ def main() -> None:
     print(f"{label}: {len(pages)} pages, {Counter(p['page_type'] for p in pages)}")
     report = {"benchmark": label, "metric": metric, "time": time.strftime("%F %T"), "extractors": {}}
     for name in names:
-        if name == "step":  # the extract step end to end, with its default extractor
-            result = score(pages, None, metric, *step_texts(pages))
-        else:
-            result = score(pages, extractor_fn(name), metric)
-        report["extractors"][name] = result
+        # "step": the extract step end to end, with its default extractor
+        texts, seconds = step_texts(pages) if name == "step" else extract_texts(pages, extractor_fn(name))
+        report["extractors"][name] = result = score(pages, texts, seconds, metric)
         o = result["overall"]
         print(f"[{name}] F1 {o['f1']:.4f} ± {o['f1_ci']:.4f}  {result['pages_per_cpu_s']:.1f} pages/cpu-s", flush=True)
     types = [t for t in PAGE_TYPES if any(t in r["by_type"] for r in report["extractors"].values())]

@@ -126,18 +126,19 @@ def _add_lines(text: str, lines: list[str]) -> None:
 
 def _plain_lines(element, lines: list[str]) -> None:
     """Plain text of a trafilatura tree, block by block: no bullets, no table rules, code verbatim."""
-    if element.tag == "row" and any(child.tag in _TEXT_BLOCKS for cell in element for child in cell):
-        for cell in element:  # a layout table: cells holding paragraphs are blocks, not one line
-            _plain_lines(cell, lines)
-    elif element.tag == "row":
-        cells = [" ".join(_inline_text(cell).split()) for cell in element if cell.tag == "cell"]
-        if row := "\t".join(cell for cell in cells if cell):
-            lines.append(row)
-    elif element.tag == "code" and not any(child.tag in _TEXT_BLOCKS for child in element):
-        if code := _inline_text(element).strip("\n"):
-            lines.append(code)
+    if element.tag == "row":
+        if any(child.tag in _TEXT_BLOCKS for cell in element for child in cell):
+            for cell in element:  # a layout table: cells holding paragraphs are blocks, not one line
+                _plain_lines(cell, lines)
+        else:
+            cells = [" ".join(_inline_text(cell).split()) for cell in element if cell.tag == "cell"]
+            if row := "\t".join(cell for cell in cells if cell):
+                lines.append(row)
     elif not any(child.tag in _TEXT_BLOCKS for child in element):
-        _add_lines(_inline_text(element), lines)
+        if element.tag != "code":
+            _add_lines(_inline_text(element), lines)
+        elif code := _inline_text(element).strip("\n"):
+            lines.append(code)
     else:
         pending = [element.text or ""]
         for child in element:

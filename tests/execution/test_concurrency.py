@@ -41,7 +41,7 @@ def final_states(prefix, calls):
     return {p.name: read_events(p.output_path)[-1]["state"] for p in plan.steps}, plan
 
 
-def side_succeeded(output_path) -> bool:
+def succeeded(output_path) -> bool:
     events = read_events(output_path)
     return bool(events) and events[-1]["state"] == "SUCCESS"
 
@@ -75,7 +75,7 @@ def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray
     # Kill while joined runs and everything else it does not wait on has committed: race/side has no inputs
     # and may still be committing when joined starts (seen on a loaded CI host), and a step killed mid-commit
     # rightly runs again.
-    while "race_joined" not in call_counts(calls) or not side_succeeded(side.output_path):
+    while "race_joined" not in call_counts(calls) or not succeeded(side.output_path):
         assert time.time() < deadline and victim.poll() is None, victim.stdout.read() if victim.poll() else "timeout"
         time.sleep(0.1)
     os.kill(victim.pid, signal.SIGKILL)
