@@ -101,8 +101,8 @@ def default_extract(
     name: str,
     pages: Input,
     *,
-    extractor: str = "trafilatura",
-    markdown: bool = False,
+    extractor: str = ExtractorConfig().name,
+    markdown: bool = ExtractorConfig().markdown,
     min_chars: int = 50,
     max_workers: int | None = None,
 ) -> ExecutorStep:
