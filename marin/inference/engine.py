@@ -7,11 +7,13 @@
     request.result().text, request.result().tokens
 
 Each ``step()`` admits waiting requests into free slots, feeds one prefill chunk of the oldest request still
-reading its prompt (so a long prompt never stalls the requests already decoding), then decodes one token for
-every slot that is generating. A request joins at any step and leaves the step it finishes — at a stop
-token, a stop string, ``max_tokens`` or the context's end — freeing its slot for the next one. Shapes are
-fixed (``slots`` rows, prefill chunks of a few power-of-two sizes), so after warm-up nothing recompiles
-(``compilations()`` counts).
+reading its prompt (so a long prompt never stalls the requests already decoding), and decodes one token for
+every slot that is generating. When both happen in one step they run as one program (``mixed_step``: the
+chunk's tokens and the decoding rows share each weight read, chunks of ``mixed_chunk`` tokens); a step with
+only prompts to read feeds chunks of up to ``prefill_chunk`` tokens. A request joins at any step and leaves
+the step it finishes — at a stop token, a stop string, ``max_tokens`` or the context's end — freeing its slot
+for the next one. Shapes are fixed (``slots`` rows, prefill chunks of a few power-of-two sizes), so after
+warm-up nothing recompiles (``compilations()`` counts).
 
 Log-probabilities are the model's own (log-softmax of the logits, before temperature, top-k and top-p), as
 OpenAI-compatible servers report them. ``prompt_logprobs`` (echo) scores every prompt token given the ones
@@ -38,6 +40,7 @@ from marin.inference.slots import (
     decode_rows,
     decode_slots,
     init_slot_cache,
+    mixed_step,
     prefill_chunk,
     split_layers,
 )
@@ -60,14 +63,19 @@ class EngineConfig:
     """Requests decoded together (rows of the KV cache)."""
     prefill_chunk: int = 256
     """Most prompt tokens fed in one step (smaller chunks: power-of-two buckets from 16)."""
+    mixed_chunk: int = 64
+    """Prompt tokens fed in a step that also decodes (one size: each size is a program per decoding width
+    and attention span); at most ``prefill_chunk``."""
     max_waiting: int = 256
     """Requests queued beyond the slots; ``submit`` raises ``QueueFull`` past it (the server answers 429)."""
 
     def __post_init__(self):
         if self.slots < 1 or self.max_waiting < 0:
             raise ValueError(f"EngineConfig: slots must be >= 1 and max_waiting >= 0, got {self}")
-        if self.prefill_chunk < 16 or self.prefill_chunk & (self.prefill_chunk - 1):
-            raise ValueError(f"EngineConfig.prefill_chunk must be a power of two >= 16, got {self.prefill_chunk}")
+        for name in ("prefill_chunk", "mixed_chunk"):
+            size = getattr(self, name)
+            if size < 16 or size & (size - 1):
+                raise ValueError(f"EngineConfig.{name} must be a power of two >= 16, got {size}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +222,7 @@ class Engine:
         self.params = split_layers(params)  # one weight dict per layer: read in place by the steps
         self.end_tokens = tuple(end_tokens)
         self.cache = init_slot_cache(cfg, config.slots, config.prefill_chunk, params["embed"].dtype)
-        self.scratch = self.cache[0]["k"].shape[2] - 1
+        self.scratch = self.cache[0]["v"].shape[2] - 1
         self.slots: list[Request | None] = [None] * config.slots
         self.waiting: collections.deque[Request] = collections.deque()
         self._lock = threading.RLock()
@@ -281,10 +289,13 @@ class Engine:
                 r.slot = self.slots.index(None)
                 self.slots[r.slot] = r
         prefilling = [r for r in self.slots if r is not None and r.fed < len(r.prompt)]
-        if prefilling:
-            self._prefill(min(prefilling, key=lambda r: r.submitted))
         decoding = [r for r in self.slots if r is not None and r.fed == len(r.prompt) and r.tokens]
-        if decoding:
+        oldest = min(prefilling, key=lambda r: r.submitted) if prefilling else None
+        if oldest is not None and decoding:
+            self._mixed(oldest, decoding)
+        elif oldest is not None:
+            self._prefill(oldest)
+        elif decoding:
             self._decode(decoding)
 
     def warmup(self) -> int:
@@ -302,13 +313,20 @@ class Engine:
                 tokens = np.zeros(size, np.int32)
                 span = attention_span(start + size, cache_len)
                 _, self.cache = prefill_chunk(
-                    self.cfg, self.params, self.cache, 0, tokens, tokens, start, 1, greedy, span
+                    self.cfg, self.params, self.cache, 0, tokens, tokens, start, 1, False, greedy, span
                 )
         widths = sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)})
+        mixed = self._mixed_chunk
         for width in widths:
             zeros, rows = np.zeros(width, np.int32), self._rows([None] * width)
             for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)}):
                 _, self.cache = decode_slots(self.cfg, self.params, self.cache, zeros, zeros, rows, span)
+            # a mixed step's span covers its chunk, which may reach past seq_len into the cache's spare room
+            for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)}):
+                chunk = np.zeros(mixed, np.int32)
+                *_, self.cache = mixed_step(
+                    self.cfg, self.params, self.cache, 0, chunk, chunk, 0, 1, False, greedy, zeros, zeros, rows, span
+                )
         jax.block_until_ready(self.cache)
         return compilations()
 
@@ -375,21 +393,82 @@ class Engine:
 
         return SamplingRows.of([row(r) for r in requests])
 
-    def _prefill(self, r: Request) -> None:
-        remaining = len(r.prompt) - r.fed
-        size = _bucket(remaining, self.config.prefill_chunk)
-        valid = min(remaining, size)
-        tokens = np.zeros(size, np.int32)
-        targets = np.zeros(size, np.int32)
+    @property
+    def _mixed_chunk(self) -> int:
+        return min(self.config.mixed_chunk, self.config.prefill_chunk)
+
+    def _chunk(self, r: Request, size: int):
+        """The next ``size`` tokens of r's prompt (zero-padded), the tokens after them (the targets whose
+        log-probabilities echo reports), and how many are real."""
+        valid = min(len(r.prompt) - r.fed, size)
+        tokens, targets = np.zeros(size, np.int32), np.zeros(size, np.int32)
         tokens[:valid] = r.prompt[r.fed : r.fed + valid]
         nxt = r.prompt[r.fed + 1 : r.fed + valid + 1]
         targets[: len(nxt)] = nxt
+        return tokens, targets, valid, nxt
+
+    def _prefill(self, r: Request) -> None:
+        size = _bucket(len(r.prompt) - r.fed, self.config.prefill_chunk)
+        tokens, targets, valid, nxt = self._chunk(r, size)
         span = attention_span(r.fed + size, self.scratch + 1)
+        scored = r.params.prompt_logprobs is not None
         out, self.cache = prefill_chunk(
-            self.cfg, self.params, self.cache, r.slot, tokens, targets, r.fed, valid, self._rows([r]), span
+            self.cfg, self.params, self.cache, r.slot, tokens, targets, r.fed, valid, scored, self._rows([r]), span
         )
+        self._fed(r, out[:4], nxt, valid, lambda: jax.device_get(out.next), 0)
+
+    def _decode_inputs(self, decoding: list[Request]):
+        """Each decoding slot's last token and its position (other rows: the scratch position), for the
+        smallest width of rows covering them."""
+        width = decode_rows(max(r.slot for r in decoding) + 1, self.config.slots)
+        tokens = np.zeros(width, np.int32)
+        positions = np.full(width, self.scratch, np.int32)
+        for r in decoding:
+            tokens[r.slot] = r.tokens[-1]
+            positions[r.slot] = len(r.prompt) + len(r.tokens) - 1
+        rows = self._rows([r if r in decoding else None for r in self.slots[:width]])
+        return tokens, positions, rows, max(positions[r.slot] for r in decoding) + 1
+
+    def _decode(self, decoding: list[Request]) -> None:
+        tokens, positions, rows, needed = self._decode_inputs(decoding)
+        span = attention_span(needed, self.scratch + 1)
+        out, self.cache = decode_slots(self.cfg, self.params, self.cache, tokens, positions, rows, span)
+        out = jax.device_get(out)
+        for r in decoding:
+            self._accept(r, out, r.slot)
+
+    def _mixed(self, r: Request, decoding: list[Request]) -> None:
+        """A prefill chunk of r and a decoding step of ``decoding`` in one program."""
+        size = self._mixed_chunk
+        tokens, targets, valid, nxt = self._chunk(r, size)
+        decode_tokens, positions, rows, needed = self._decode_inputs(decoding)
+        span = attention_span(max(needed, r.fed + size), self.scratch + 1)
+        scores, out, self.cache = mixed_step(
+            self.cfg,
+            self.params,
+            self.cache,
+            r.slot,
+            tokens,
+            targets,
+            r.fed,
+            valid,
+            r.params.prompt_logprobs is not None,
+            self._rows([r]),
+            decode_tokens,
+            positions,
+            rows,
+            span,
+        )
+        out = jax.device_get(out)  # row 0: r's next token; row 1 + i: decoding slot i's
+        self._fed(r, scores, nxt, valid, lambda: out, 0)
+        for d in decoding:
+            self._accept(d, out, 1 + d.slot)
+
+    def _fed(self, r: Request, scores, nxt: list[int], valid: int, sampled, row: int) -> None:
+        """After a chunk of r's prompt went in: record its prompt log-probabilities (when asked), and once
+        the whole prompt is in, take the first generated token (row ``row`` of ``sampled()``)."""
         if r.params.prompt_logprobs is not None:
-            logp, top_lp, top_tok = jax.device_get((out.target_logprob, out.top_logprob, out.top_token))
+            logp, _, top_lp, top_tok = jax.device_get(scores)
             n = r.params.prompt_logprobs
             for i, token in enumerate(nxt):
                 top = list(zip(top_tok[i, :n].tolist(), top_lp[i, :n].tolist()))
@@ -399,21 +478,7 @@ class Engine:
             if r.params.max_tokens == 0:
                 self._finish(r, "length")
             else:
-                self._accept(r, jax.device_get(out.next), 0)
-
-    def _decode(self, decoding: list[Request]) -> None:
-        width = decode_rows(max(r.slot for r in decoding) + 1, self.config.slots)
-        tokens = np.zeros(width, np.int32)
-        positions = np.full(width, self.scratch, np.int32)
-        for r in decoding:
-            tokens[r.slot] = r.tokens[-1]
-            positions[r.slot] = len(r.prompt) + len(r.tokens) - 1
-        rows = self._rows([r if r in decoding else None for r in self.slots[:width]])
-        span = attention_span(max(positions[r.slot] for r in decoding) + 1, self.scratch + 1)
-        out, self.cache = decode_slots(self.cfg, self.params, self.cache, tokens, positions, rows, span)
-        out = jax.device_get(out)
-        for r in decoding:
-            self._accept(r, out, r.slot)
+                self._accept(r, sampled(), row)
 
     def _accept(self, r: Request, out, row: int) -> None:
         """Record the token sampled for ``r`` (row ``row`` of ``out``) and finish the request if it stops."""
@@ -472,4 +537,4 @@ class Engine:
 
 def compilations() -> int:
     """Programs compiled so far for the engine's prefill and decode steps (all engines in the process)."""
-    return prefill_chunk._cache_size() + decode_slots._cache_size()
+    return prefill_chunk._cache_size() + decode_slots._cache_size() + mixed_step._cache_size()

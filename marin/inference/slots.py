@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin.trainer.model.config import LlamaConfig
-from marin.trainer.model.llama import apply_rope, mlp_block, output_projection, rms_norm, rope_frequencies
+from marin.trainer.model.llama import apply_rope, output_projection, rms_norm, rope_frequencies
 
 TOP_LOGPROBS = 5
 """Alternatives computed per position for ``logprobs``/``top_logprobs`` (OpenAI's completions API allows 5)."""
@@ -62,30 +62,35 @@ class Sampled(NamedTuple):
 
 
 def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32) -> list[dict[str, jax.Array]]:
-    """One {k, v} pair per layer, each [slots, kv_heads, seq_len + chunk, head_dim]. Separate arrays (not
-    one stacked array scanned over) so that a donated step updates them in place: a scan's outputs are new
-    buffers, which made every step copy the whole cache. Head-major: a head's positions are contiguous, so
-    attention is plain batched matrix products (position-major made XLA's CPU dots ~2x slower)."""
-    shape = (slots, cfg.num_kv_heads, cfg.seq_len + chunk, cfg.resolved_head_dim)
-    return [{"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)} for _ in range(cfg.num_layers)]
-
-
-def _layer(params, index: int):
-    layers = params["layers"]
-    if isinstance(layers, (list, tuple)):  # already split per layer (``split_layers``)
-        return layers[index]
-    return jax.tree.map(lambda x: x[index], layers)
+    """One {k, v} pair per layer: k [slots, kv_heads, head_dim, seq_len + chunk] (keys transposed), v [slots,
+    kv_heads, seq_len + chunk, head_dim]. Separate arrays (not one stacked array scanned over) so that a
+    donated step updates them in place: a scan's outputs are new buffers, which made every step copy the
+    whole cache. Head-major: a head's positions are contiguous, so attention is plain batched matrix
+    products (position-major made XLA's CPU dots ~2x slower). Keys transposed: q·kᵀ then multiplies by a
+    matrix as stored; contracting k's minor dim instead ran XLA's CPU dot at a third of the speed."""
+    positions, kv, hd = cfg.seq_len + chunk, cfg.num_kv_heads, cfg.resolved_head_dim
+    return [
+        {"k": jnp.zeros((slots, kv, hd, positions), dtype), "v": jnp.zeros((slots, kv, positions, hd), dtype)}
+        for _ in range(cfg.num_layers)
+    ]
 
 
 def split_layers(params):
-    """The trainer's stacked layer weights ([layers, ...] arrays) as one dict per layer: inside the step,
-    slicing a layer out of the stack copied its weights on every call (a decoding step is memory-bound:
-    reading each weight once is its whole cost)."""
+    """The trainer's stacked layer weights ([layers, ...] arrays) as one dict per layer, gate and up
+    concatenated into one matrix. Per layer: inside the step, slicing a layer out of the stack copied its
+    weights on every call (a decoding step is memory-bound: reading each weight once is its whole cost).
+    gate|up (concatenated once, here): one wider product instead of two; q|k|v concatenated the same way
+    made 1-4 row decoding steps ~5% slower (the split outputs are copied), so they stay apart."""
     layers = params["layers"]
     if isinstance(layers, (list, tuple)):  # split already (another engine's params)
         return params
     count = jax.tree.leaves(layers)[0].shape[0]
-    return {**params, "layers": [jax.tree.map(lambda x, i=i: x[i], layers) for i in range(count)]}
+    return {**params, "layers": [_fused_layer(jax.tree.map(lambda x, i=i: x[i], layers)) for i in range(count)]}
+
+
+def _fused_layer(layer):
+    fused = {name: w for name, w in layer.items() if name not in ("w_gate", "w_up")}
+    return {**fused, "w_gate_up": jnp.concatenate([layer["w_gate"], layer["w_up"]], axis=1)}
 
 
 def sample_rows(logits: jax.Array, rows: SamplingRows) -> Sampled:
@@ -140,16 +145,16 @@ def _rope_at(cfg: LlamaConfig, positions: jax.Array):
 
 
 def _attention(cfg: LlamaConfig, q, keys, values, visible, query_axis: str):
-    """Grouped-query attention of q [n, heads, hd] over keys/values [.., kv, t, hd] under visible [n, t].
+    """Grouped-query attention of q [n, heads, hd] over keys [.., kv, hd, t] and values [.., kv, t, hd] under
+    visible [n, t].
     ``query_axis`` "n" means each query has its own key rows (decoding: one query per slot); "" means
     all queries share one slot's keys (prefill)."""
     h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
     q = q.reshape(q.shape[0], kv, h // kv, hd)
-    keys_spec = f"{query_axis}gtd"
-    scores = jnp.einsum(f"ngqd,{keys_spec}->ngqt", q, keys).astype(jnp.float32) / np.sqrt(hd)
+    scores = jnp.einsum(f"ngqd,{query_axis}gdt->ngqt", q, keys).astype(jnp.float32) / np.sqrt(hd)
     scores = jnp.where(visible[:, None, None, :], scores, -jnp.inf)
     probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-    return jnp.einsum(f"ngqt,{keys_spec}->ngqd", probs, values).reshape(q.shape[0], h, hd)
+    return jnp.einsum(f"ngqt,{query_axis}gtd->ngqd", probs, values).reshape(q.shape[0], h, hd)
 
 
 def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
@@ -158,11 +163,10 @@ def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
     y = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
     q = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wq"])[None], cos, sin)[0]
     k = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wk"])[None], cos, sin)[0]
-    v = jnp.einsum("nd,dhk->nhk", y, layer["wv"])
-    attn, cache = update(q, k, v)
+    attn, cache = update(q, k, jnp.einsum("nd,dhk->nhk", y, layer["wv"]))
     x = x + jnp.einsum("nhk,hkd->nd", attn, layer["wo"])
-    y = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
-    return x + mlp_block(layer, y[None])[0], cache
+    gate, up = jnp.split(rms_norm(x, layer["mlp_norm"], cfg.norm_eps) @ layer["w_gate_up"], 2, axis=-1)
+    return x + (jax.nn.silu(gate) * up) @ layer["w_down"], cache
 
 
 def decode_rows(needed: int, slots: int) -> int:
@@ -188,12 +192,67 @@ def _logits(cfg: LlamaConfig, params, x):
     return jnp.einsum("nd,dv->nv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 9), donate_argnums=2)
-def prefill_chunk(cfg: LlamaConfig, params, cache, slot, tokens, targets, start, valid, row: SamplingRows, span: int):
+def _write_chunk(layer_cache, k, v, slot, start):
+    """Store a chunk's keys/values [chunk, kv, hd] at positions ``start...`` of cache slot ``slot``."""
+    return {
+        "k": jax.lax.dynamic_update_slice(
+            layer_cache["k"], jnp.transpose(k, (1, 2, 0))[None].astype(layer_cache["k"].dtype), (slot, 0, 0, start)
+        ),
+        "v": jax.lax.dynamic_update_slice(
+            layer_cache["v"], jnp.swapaxes(v, 0, 1)[None].astype(layer_cache["v"].dtype), (slot, 0, start, 0)
+        ),
+    }
+
+
+def _slot_span(layer_cache, slot, span: int):
+    """Slot ``slot``'s keys [kv, hd, span] and values [kv, span, hd]."""
+    _, kv, hd, _ = layer_cache["k"].shape
+    keys = jax.lax.dynamic_slice(layer_cache["k"], (slot, 0, 0, 0), (1, kv, hd, span))[0]
+    values = jax.lax.dynamic_slice(layer_cache["v"], (slot, 0, 0, 0), (1, kv, span, hd))[0]
+    return keys, values
+
+
+def _write_rows(layer_cache, k, v, positions):
+    """Store row i's key/value [rows, kv, hd] at position ``positions[i]`` of slot i."""
+    rows = jnp.arange(positions.shape[0])
+    return {
+        "k": layer_cache["k"].at[rows, :, :, positions].set(k.astype(layer_cache["k"].dtype)),
+        "v": layer_cache["v"].at[rows, :, positions].set(v.astype(layer_cache["v"].dtype)),
+    }
+
+
+def _chunk_logprobs(cfg: LlamaConfig, params, x, targets):
+    """Per position of a chunk: log p(targets[i]), whether it is the argmax, and the top alternatives."""
+    logits = _logits(cfg, params, x)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    target_logprob = jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
+    target_greedy = jnp.argmax(logits, axis=-1) == targets
+    top_logprob, top_token = jax.lax.top_k(logp, min(TOP_LOGPROBS, logits.shape[-1]))
+    return target_logprob, target_greedy, top_logprob, top_token.astype(jnp.int32)
+
+
+def _chunk_outputs(cfg: LlamaConfig, params, x, targets, valid, scored) -> tuple[tuple, jax.Array]:
+    """The chunk's prompt log-probabilities (zeros unless ``scored``: the lm_head over every position and a
+    top-k over the vocabulary are a fifth of a chunk's time) and its last valid position's hidden state."""
+    chunk = x.shape[0]
+    skipped = (
+        jnp.zeros(chunk, jnp.float32),
+        jnp.zeros(chunk, bool),
+        jnp.zeros((chunk, TOP_LOGPROBS), jnp.float32),
+        jnp.zeros((chunk, TOP_LOGPROBS), jnp.int32),
+    )
+    scores = jax.lax.cond(scored, lambda x: _chunk_logprobs(cfg, params, x, targets), lambda x: skipped, x)
+    return scores, jax.lax.dynamic_slice_in_dim(x, valid - 1, 1)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 10), donate_argnums=2)
+def prefill_chunk(
+    cfg: LlamaConfig, params, cache, slot, tokens, targets, start, valid, scored, row: SamplingRows, span: int
+):
     """Feed ``tokens[:valid]`` at positions ``start...`` into cache slot ``slot``: queries attend to the
-    slot's cached positions <= their own (all within the first ``span``). Returns the log-probabilities of
-    ``targets`` (the next prompt tokens, for echo/prompt logprobs) and a token sampled from the last valid
-    position."""
+    slot's cached positions <= their own (all within the first ``span``). Returns a token sampled from the
+    last valid position and, when ``scored``, the log-probabilities of ``targets`` (the next prompt tokens,
+    for echo/prompt logprobs)."""
     chunk = tokens.shape[0]
     positions = start + jnp.arange(chunk)
     cos, sin = _rope_at(cfg, positions)
@@ -203,30 +262,14 @@ def prefill_chunk(cfg: LlamaConfig, params, cache, slot, tokens, targets, start,
     for index, layer_cache in enumerate(cache):
 
         def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = {
-                name: jax.lax.dynamic_update_slice(
-                    layer_cache[name],
-                    jnp.swapaxes(value, 0, 1)[None].astype(layer_cache[name].dtype),
-                    (slot, 0, start, 0),
-                )
-                for name, value in (("k", k), ("v", v))
-            }
-            keys, values = (
-                jax.lax.dynamic_slice(layer_cache[name], (slot, 0, 0, 0), (1, k.shape[1], span, k.shape[2]))[0]
-                for name in ("k", "v")
-            )
+            layer_cache = _write_chunk(layer_cache, k, v, slot, start)
+            keys, values = _slot_span(layer_cache, slot, span)
             return _attention(cfg, q, keys, values, visible, ""), layer_cache
 
-        x, layer_cache = _block(cfg, _layer(params, index), x, cos, sin, update)
+        x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
         new_cache.append(layer_cache)
-    logits = _logits(cfg, params, x)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    target_logprob = jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
-    target_greedy = jnp.argmax(logits, axis=-1) == targets
-    top_logprob, top_token = jax.lax.top_k(logp, min(TOP_LOGPROBS, logits.shape[-1]))
-    last = jax.lax.dynamic_slice_in_dim(logits, valid - 1, 1)  # [1, vocab]
-    out = PrefillOut(target_logprob, target_greedy, top_logprob, top_token.astype(jnp.int32), sample_rows(last, row))
-    return out, new_cache
+    scores, last = _chunk_outputs(cfg, params, x, targets, valid, scored)
+    return PrefillOut(*scores, sample_rows(_logits(cfg, params, last), row)), new_cache
 
 
 @functools.partial(jax.jit, static_argnums=(0, 6), donate_argnums=2)
@@ -238,18 +281,66 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
     cos, sin = _rope_at(cfg, positions)
     visible = jnp.arange(span)[None, :] <= positions[:, None]  # [slots, span]
     x = params["embed"][tokens]
-    rows_index = jnp.arange(slots)
     new_cache = []
     for index, layer_cache in enumerate(cache):
 
         def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = {
-                name: layer_cache[name].at[rows_index, :, positions].set(value.astype(layer_cache[name].dtype))
-                for name, value in (("k", k), ("v", v))
-            }
-            keys, values = (layer_cache[name][:slots, :, :span] for name in ("k", "v"))
+            layer_cache = _write_rows(layer_cache, k, v, positions)
+            keys, values = layer_cache["k"][:slots, ..., :span], layer_cache["v"][:slots, :, :span]
             return _attention(cfg, q, keys, values, visible, "n"), layer_cache
 
-        x, layer_cache = _block(cfg, _layer(params, index), x, cos, sin, update)
+        x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
         new_cache.append(layer_cache)
     return sample_rows(_logits(cfg, params, x), rows), new_cache
+
+
+@functools.partial(jax.jit, static_argnums=(0, 13), donate_argnums=2)
+def mixed_step(
+    cfg: LlamaConfig,
+    params,
+    cache,
+    slot,
+    tokens,
+    targets,
+    start,
+    valid,
+    scored,
+    row: SamplingRows,
+    decode_tokens,
+    decode_positions,
+    decode_rows: SamplingRows,
+    span: int,
+):
+    """``prefill_chunk`` and ``decode_slots`` in one program: the chunk's tokens and the decoding rows go
+    through each weight matrix together, so the weights are read once for both (a small decoding batch is
+    bound by reading them) and the matrix products are taller. Slot ``slot`` is not among the decoding rows
+    (its row passes the scratch position). Returns the chunk's prompt scores (``PrefillOut``'s first four
+    fields), one ``Sampled`` whose row 0 is the prompt's next token and row 1 + i decoding row i's, and the
+    cache."""
+    chunk, slots = tokens.shape[0], decode_tokens.shape[0]
+    positions = jnp.concatenate([start + jnp.arange(chunk), decode_positions])
+    cos, sin = _rope_at(cfg, positions)
+    visible = jnp.arange(span)[None, :] <= positions[:, None]  # [chunk + slots, span]
+    x = params["embed"][jnp.concatenate([tokens, decode_tokens])]
+    new_cache = []
+    for index, layer_cache in enumerate(cache):
+
+        def update(q, k, v, layer_cache=layer_cache):
+            layer_cache = _write_chunk(layer_cache, k[:chunk], v[:chunk], slot, start)
+            layer_cache = _write_rows(layer_cache, k[chunk:], v[chunk:], decode_positions)
+            keys, values = _slot_span(layer_cache, slot, span)
+            prefill = _attention(cfg, q[:chunk], keys, values, visible[:chunk], "")
+            keys, values = layer_cache["k"][:slots, ..., :span], layer_cache["v"][:slots, :, :span]
+            decode = _attention(cfg, q[chunk:], keys, values, visible[chunk:], "n")
+            return jnp.concatenate([prefill, decode]), layer_cache
+
+        x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
+        new_cache.append(layer_cache)
+    scores, last = _chunk_outputs(cfg, params, x[:chunk], targets, valid, scored)
+    # one Sampled for both: slicing top_k's outputs made XLA replace its top-k by a sort of the vocabulary
+    sampled = sample_rows(_logits(cfg, params, jnp.concatenate([last, x[chunk:]])), _concat_rows(row, decode_rows))
+    return scores, sampled, new_cache
+
+
+def _concat_rows(a: SamplingRows, b: SamplingRows) -> SamplingRows:
+    return SamplingRows(*(jnp.concatenate([x, y]) for x, y in zip(a, b)))
