@@ -65,17 +65,18 @@ class EngineConfig:
     """Most prompt tokens fed in one step (smaller chunks: power-of-two buckets from 16)."""
     mixed_chunk: int = 64
     """Prompt tokens fed in a step that also decodes (one size: each size is a program per decoding width
-    and attention span); at most ``prefill_chunk``."""
+    and attention span), at most ``prefill_chunk``; 0 runs prefill and decoding as separate programs (a
+    third fewer programs to compile at warm-up)."""
     max_waiting: int = 256
     """Requests queued beyond the slots; ``submit`` raises ``QueueFull`` past it (the server answers 429)."""
 
     def __post_init__(self):
         if self.slots < 1 or self.max_waiting < 0:
             raise ValueError(f"EngineConfig: slots must be >= 1 and max_waiting >= 0, got {self}")
-        for name in ("prefill_chunk", "mixed_chunk"):
+        for name, off in (("prefill_chunk", False), ("mixed_chunk", True)):
             size = getattr(self, name)
-            if size < 16 or size & (size - 1):
-                raise ValueError(f"EngineConfig.{name} must be a power of two >= 16, got {size}")
+            if (size < 16 or size & (size - 1)) and not (off and size == 0):
+                raise ValueError(f"EngineConfig.{name} must be a power of two >= 16{' or 0' * off}, got {size}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +231,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.steps = 0
+        self.mixed_steps = 0  # steps that fed a prompt chunk and decoded in one program
 
     # ---- submission (any thread) -------------------------------------------------------------------
 
@@ -291,17 +293,19 @@ class Engine:
         prefilling = [r for r in self.slots if r is not None and r.fed < len(r.prompt)]
         decoding = [r for r in self.slots if r is not None and r.fed == len(r.prompt) and r.tokens]
         oldest = min(prefilling, key=lambda r: r.submitted) if prefilling else None
-        if oldest is not None and decoding:
+        if oldest is not None and decoding and self._mixed_chunk:
             self._mixed(oldest, decoding)
-        elif oldest is not None:
+            return
+        if oldest is not None:
             self._prefill(oldest)
-        elif decoding:
+        if decoding:
             self._decode(decoding)
 
     def warmup(self) -> int:
         """Compile every program a request can need (each prefill chunk size at each attention span, the
-        decoding step at each span) on the free cache, so that no request waits for a compilation; returns
-        how many there are. Call before serving (``marin.inference.serve`` does)."""
+        decoding step and the mixed step at each width and span) on the free cache, so that no request
+        waits for a compilation; returns how many there are. Call before serving (``marin.inference.serve``
+        does)."""
         if self.busy:
             raise RuntimeError("warm up an idle engine")
         cache_len, chunk = self.scratch + 1, self.config.prefill_chunk
@@ -317,15 +321,18 @@ class Engine:
                 )
         widths = sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)})
         mixed = self._mixed_chunk
+        # a mixed step's span covers its chunk, which may reach past seq_len into the cache's spare room
+        mixed_spans = sorted(
+            {attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)} if mixed else ()
+        )
         for width in widths:
             zeros, rows = np.zeros(width, np.int32), self._rows([None] * width)
             for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)}):
                 _, self.cache = decode_slots(self.cfg, self.params, self.cache, zeros, zeros, rows, span)
-            # a mixed step's span covers its chunk, which may reach past seq_len into the cache's spare room
-            for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)}):
-                chunk = np.zeros(mixed, np.int32)
+            for span in mixed_spans:
+                tokens = np.zeros(mixed, np.int32)
                 *_, self.cache = mixed_step(
-                    self.cfg, self.params, self.cache, 0, chunk, chunk, 0, 1, False, greedy, zeros, zeros, rows, span
+                    self.cfg, self.params, self.cache, 0, tokens, tokens, 0, 1, False, greedy, zeros, zeros, rows, span
                 )
         jax.block_until_ready(self.cache)
         return compilations()
@@ -439,6 +446,7 @@ class Engine:
 
     def _mixed(self, r: Request, decoding: list[Request]) -> None:
         """A prefill chunk of r and a decoding step of ``decoding`` in one program."""
+        self.mixed_steps += 1
         size = self._mixed_chunk
         tokens, targets, valid, nxt = self._chunk(r, size)
         decode_tokens, positions, rows, needed = self._decode_inputs(decoding)

@@ -1,5 +1,5 @@
 """python -m marin.inference.serve --checkpoint PATH [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
-   [--model_name NAME] [--slots 16] [--prefill_chunk 256] [--max_waiting 256] [--api_key KEY]
+   [--model_name NAME] [--slots 16] [--prefill_chunk 256] [--mixed_chunk 64] [--max_waiting 256] [--api_key KEY]
 
 Serve a model with an OpenAI-compatible API (``marin.inference.server``). PATH is a Hugging Face export
 (its tokenizer and, for an instruct model, its chat template are used) or a training or SFT run's output
@@ -75,6 +75,12 @@ def main(argv=None) -> None:
     parser.add_argument("--model_name", default=None)
     parser.add_argument("--slots", type=int, default=16, help="requests decoded together")
     parser.add_argument("--prefill_chunk", type=int, default=256, help="most prompt tokens fed per step")
+    parser.add_argument(
+        "--mixed_chunk",
+        type=int,
+        default=64,
+        help="prompt tokens fed in a step that also decodes (one program for both); 0: separate programs",
+    )
     parser.add_argument("--max_waiting", type=int, default=256, help="queued requests beyond the slots (then 429)")
     parser.add_argument("--api_key", default=os.environ.get("MARIN_API_KEY"))
     parser.add_argument("--graceful_seconds", type=int, default=30)
@@ -89,7 +95,9 @@ def main(argv=None) -> None:
     from marin.inference.engine import EngineConfig
     from marin.inference.server import create_app
 
-    config = EngineConfig(slots=args.slots, prefill_chunk=args.prefill_chunk, max_waiting=args.max_waiting)
+    config = EngineConfig(
+        slots=args.slots, prefill_chunk=args.prefill_chunk, mixed_chunk=args.mixed_chunk, max_waiting=args.max_waiting
+    )
     model = load_served_model(args.checkpoint, args.tokenizer, args.model_name, config, warmup=not args.no_warmup)
     app = create_app(model, api_key=args.api_key)
     logger.info("serving %s on http://%s:%d/v1", model.name, args.host, args.port)

@@ -77,12 +77,20 @@ def test_sampling_respects_top_k(tiny):
     assert entry.token == entry.top[0][0]
 
 
-def test_prompt_and_token_logprobs_are_the_models(tiny):
+@pytest.mark.parametrize("beside_decoding", [False, True])
+def test_prompt_and_token_logprobs_are_the_models(tiny, beside_decoding):
+    """Alone, the prompt goes in by prefill chunks; beside a decoding request, by mixed steps (the chunk
+    and the decoding row in one program): the same log-probabilities either way."""
     cfg, params, _ = tiny
     prompt = _prompts(1, seed=7, longest=80)[0] + [11, 12]  # several prefill chunks of 16
     engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16))
+    if beside_decoding:
+        other = engine.submit(_prompts(1, seed=8)[0], SamplingParams(max_tokens=60, temperature=0))
+        while not other.tokens:
+            engine.step()
     request = engine.submit(prompt, SamplingParams(max_tokens=4, temperature=0, logprobs=3, prompt_logprobs=2))
     engine.run_until_idle()
+    assert (engine.mixed_steps >= len(prompt) // 16) if beside_decoding else engine.mixed_steps == 0
     result = request.result()
     row = np.asarray([prompt + result.tokens], np.int32)
     logp = np.asarray(jax.nn.log_softmax(forward(cfg, params, row[:, :-1])[0], axis=-1))
@@ -160,11 +168,13 @@ def test_bad_requests_name_their_field(tiny):
         assert error.value.param == field
 
 
-def test_steady_state_never_recompiles(tiny):
-    """After ``warmup()`` (every prefill chunk size at every attention span, the decoding step at every
-    span), requests of any prompt length, output length and sampling settings compile nothing."""
+@pytest.mark.parametrize("mixed_chunk", [16, 0])
+def test_steady_state_never_recompiles(tiny, mixed_chunk):
+    """After ``warmup()`` (every prefill chunk size at every attention span, the decoding and mixed steps at
+    every width and span), requests of any prompt length, output length and sampling settings compile
+    nothing, with mixed steps or without them."""
     cfg, params, _ = tiny
-    engine = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=32))
+    engine = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=32, mixed_chunk=mixed_chunk))
     warm = engine.warmup()
     rng = np.random.default_rng(2)
     for n in [1, 15, 16, 17, 33, 64, 65, 100, 127]:
@@ -174,3 +184,4 @@ def test_steady_state_never_recompiles(tiny):
     engine.submit([1] * 20, SamplingParams(max_tokens=100, temperature=0, prompt_logprobs=1, ignore_eos=True))
     engine.run_until_idle()
     assert compilations() == warm
+    assert (engine.mixed_steps > 0) == bool(mixed_chunk)
