@@ -2,7 +2,7 @@
 and ``transformers``' batched ``generate``, on the same weights.
 
     python benchmarks/serving_bench.py [--preset small] [--concurrency 1 4 16] [--requests_per_client 4]
-        [--max_tokens 64] [--rounds 1]
+        [--max_tokens 64] [--rounds 1] [--baseline REV]
 
 One model (``--preset``, random weights drawn once, exported to Hugging Face format with a small BPE), one
 workload: every client sends its requests one after another (closed loop), each a prompt of 16-128 random
@@ -16,6 +16,9 @@ would stop anywhere). At each concurrency c:
 - **transformers**: ``LlamaForCausalLM.generate`` (CPU torch, fp32, greedy) in its own process on the export,
   the c clients' requests batched together (left-padded), batch after batch; a request's latency is its
   batch's, and it streams nothing (no time to first token).
+
+``--baseline REV`` adds ``server@REV``: the same server as of a git revision (``git archive`` of ``marin/``),
+for before/after ratios measured in one run.
 
 Each peer runs alone on the machine's cores (the processes run one after another, not at once), after a
 warm-up that compiles what it needs. Reported per concurrency: output tokens/s, TTFT p50, latency p50/p99,
@@ -38,7 +41,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from host import cpu_model  # noqa: E402  benchmarks/ is the script's own directory
+from host import cpu_model, export_revision  # noqa: E402  benchmarks/ is the script's own directory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +133,10 @@ def run_closed_loop(clients: list[list[list[int]]], ask) -> tuple[list[dict], fl
     return records, time.perf_counter() - t0
 
 
-def peer_server(export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int) -> dict:
+def peer_server(
+    export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int, root: Path = ROOT
+) -> dict:
+    """``root``: the directory whose ``marin`` package serves (an older revision's, for ``--baseline``)."""
     import socket
 
     import httpx
@@ -150,7 +156,7 @@ def peer_server(export: str, concurrency: list[int], per_client: int, max_tokens
             "--slots",
             str(max(concurrency)),
         ],
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -260,6 +266,8 @@ def main() -> None:
     parser.add_argument("--peers", nargs="+", default=list(PEERS))
     parser.add_argument("--worker", choices=list(PEERS), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
+    parser.add_argument("--server_root", help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", nargs="*", default=[], help="also serve as of these git revisions")
     parser.add_argument("--out", default=str(RESULTS / "serving_bench.json"))
     args = parser.parse_args()
 
@@ -267,17 +275,23 @@ def main() -> None:
         from marin.inference.hf import config_from_hf
 
         vocab = config_from_hf(json.loads(Path(args.export, "config.json").read_text())).vocab_size
-        result = PEERS[args.worker](args.export, args.concurrency, args.requests_per_client, args.max_tokens, vocab)
+        more = {"root": Path(args.server_root)} if args.server_root else {}
+        result = PEERS[args.worker](
+            args.export, args.concurrency, args.requests_per_client, args.max_tokens, vocab, **more
+        )
         print(json.dumps(result))
         return
 
+    # (name, worker, extra worker arguments): the peers, then the server as of each --baseline revision
+    runs = [(peer, peer, []) for peer in args.peers]
+    runs += [(f"server@{rev}", "server", ["--server_root", str(export_revision(rev))]) for rev in args.baseline]
     with tempfile.TemporaryDirectory() as tmp:
         export = f"{tmp}/export"
         make_export(args.preset, export)
-        rounds: dict[str, list[dict]] = {peer: [] for peer in args.peers}
+        rounds: dict[str, list[dict]] = {name: [] for name, _, _ in runs}
         for _ in range(args.rounds):
-            for peer in args.peers:
-                command = [sys.executable, __file__, "--worker", peer, "--export", export, "--concurrency"]
+            for peer, worker, extra in runs:
+                command = [sys.executable, __file__, "--worker", worker, "--export", export, *extra, "--concurrency"]
                 command += [str(c) for c in args.concurrency]
                 command += [
                     "--requests_per_client",

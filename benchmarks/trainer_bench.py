@@ -51,6 +51,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from host import export_revision  # noqa: E402  benchmarks/ is the script's own directory
+
 ROOT = HERE.parent
 PROJECT_PY = ROOT / ".venv" / "bin" / "python"
 TORCH_VENV = HERE / ".venv-torch"
@@ -483,15 +486,6 @@ def run_worker(spec: tuple, config: str, steps: int, device: str = "cpu", timeou
         print(f"[bench] {config}/{name}: skipped (exit {proc.returncode}): {proc.stderr[-1500:]}", file=sys.stderr)
         return None
     return json.loads(lines[-1])
-
-
-def export_revision(rev: str) -> Path:
-    """The ``marin`` package as of git revision ``rev``, exported to a temporary directory (for a
-    before/after peer: the same worker code runs against that older trainer)."""
-    out = Path(tempfile.mkdtemp(prefix="trainer-bench-"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "marin"], check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
-    return out
 
 
 def peer_specs(
