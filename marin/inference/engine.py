@@ -37,6 +37,7 @@ from marin.inference.slots import (
     TOP_LOGPROBS,
     SamplingRows,
     attention_span,
+    cache_positions,
     decode_rows,
     decode_slots,
     init_slot_cache,
@@ -223,7 +224,7 @@ class Engine:
         self.params = split_layers(params)  # one weight dict per layer: read in place by the steps
         self.end_tokens = tuple(end_tokens)
         self.cache = init_slot_cache(cfg, config.slots, config.prefill_chunk, params["embed"].dtype)
-        self.scratch = self.cache[0]["v"].shape[2] - 1
+        self.scratch = cache_positions(self.cache) - 1
         self.slots: list[Request | None] = [None] * config.slots
         self.waiting: collections.deque[Request] = collections.deque()
         self._lock = threading.RLock()

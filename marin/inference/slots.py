@@ -61,18 +61,41 @@ class Sampled(NamedTuple):
     top_token: jax.Array  # [rows, TOP_LOGPROBS]
 
 
-def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32) -> list[dict[str, jax.Array]]:
-    """One {k, v} pair per layer: k [slots, kv_heads, head_dim, seq_len + chunk] (keys transposed), v [slots,
-    kv_heads, seq_len + chunk, head_dim]. Separate arrays (not one stacked array scanned over) so that a
-    donated step updates them in place: a scan's outputs are new buffers, which made every step copy the
-    whole cache. Head-major: a head's positions are contiguous, so attention is plain batched matrix
-    products (position-major made XLA's CPU dots ~2x slower). Keys transposed: q·kᵀ then multiplies by a
-    matrix as stored; contracting k's minor dim instead ran XLA's CPU dot at a third of the speed."""
-    positions, kv, hd = cfg.seq_len + chunk, cfg.num_kv_heads, cfg.resolved_head_dim
+def segment_bounds(positions: int) -> list[int]:
+    """Where the cache's segments start and end: [0, 128, 256, 512, ...] up to ``positions``. Every
+    attention span (``attention_span``) is a whole number of segments."""
+    bounds, size = [0], 128
+    while size < positions:
+        bounds.append(size)
+        size *= 2
+    return [*bounds, positions]
+
+
+def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32) -> list[dict[str, list]]:
+    """Per layer {k, v}: lists of segments (``segment_bounds`` of seq_len + chunk positions), keys
+    [slots, kv_heads, head_dim, length] (transposed), values [slots, kv_heads, length, head_dim].
+
+    Separate arrays (not one stacked array scanned over) so that a donated step updates them in place: a
+    scan's outputs are new buffers, which made every step copy the whole cache. Head-major: a head's
+    positions are contiguous, so attention is plain batched matrix products (position-major made XLA's CPU
+    dots ~2x slower). Keys transposed: q·kᵀ multiplies k as stored; contracting its minor dim ran XLA's CPU
+    dot at a third of the speed. Segments: a step attends over whole segments, arrays read where they lie;
+    a span sliced out of one array was copied first (at ~7 GB/s: a quarter of a 16-row decoding step)."""
+    kv, hd = cfg.num_kv_heads, cfg.resolved_head_dim
+    bounds = segment_bounds(cfg.seq_len + chunk)
+    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
     return [
-        {"k": jnp.zeros((slots, kv, hd, positions), dtype), "v": jnp.zeros((slots, kv, positions, hd), dtype)}
+        {
+            "k": [jnp.zeros((slots, kv, hd, n), dtype) for n in lengths],
+            "v": [jnp.zeros((slots, kv, n, hd), dtype) for n in lengths],
+        }
         for _ in range(cfg.num_layers)
     ]
+
+
+def cache_positions(cache) -> int:
+    """Positions per slot of a cache made by ``init_slot_cache``."""
+    return sum(segment.shape[2] for segment in cache[0]["v"])
 
 
 def split_layers(params):
@@ -144,17 +167,23 @@ def _rope_at(cfg: LlamaConfig, positions: jax.Array):
     return jnp.cos(angles), jnp.sin(angles)  # [n, head_dim / 2]
 
 
-def _attention(cfg: LlamaConfig, q, keys, values, visible, query_axis: str):
-    """Grouped-query attention of q [n, heads, hd] over keys [.., kv, hd, t] and values [.., kv, t, hd] under
-    visible [n, t].
-    ``query_axis`` "n" means each query has its own key rows (decoding: one query per slot); "" means
-    all queries share one slot's keys (prefill)."""
+def _attention(cfg: LlamaConfig, q, keys: list, values: list, visible, query_axis: str):
+    """Grouped-query attention of q [n, heads, hd] over the cache segments' keys [.., kv, hd, t_i] and values
+    [.., kv, t_i, hd] (in position order) under visible [n, sum t_i]. ``query_axis`` "n" means each query
+    has its own key rows (decoding: one query per slot); "" means all queries share one slot's keys
+    (prefill)."""
     h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
     q = q.reshape(q.shape[0], kv, h // kv, hd)
-    scores = jnp.einsum(f"ngqd,{query_axis}gdt->ngqt", q, keys).astype(jnp.float32) / np.sqrt(hd)
+    scores = [jnp.einsum(f"ngqd,{query_axis}gdt->ngqt", q, k) for k in keys]
+    scores = jnp.concatenate(scores, axis=-1).astype(jnp.float32) / np.sqrt(hd)
     scores = jnp.where(visible[:, None, None, :], scores, -jnp.inf)
-    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-    return jnp.einsum(f"ngqt,{query_axis}gtd->ngqd", probs, values).reshape(q.shape[0], h, hd)
+    probs = jax.nn.softmax(scores, axis=-1).astype(values[0].dtype)
+    out, start = 0, 0
+    for v in values:
+        length = v.shape[-2]
+        out = out + jnp.einsum(f"ngqt,{query_axis}gtd->ngqd", probs[..., start : start + length], v)
+        start += length
+    return out.reshape(q.shape[0], h, hd)
 
 
 def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
@@ -192,33 +221,44 @@ def _logits(cfg: LlamaConfig, params, x):
     return jnp.einsum("nd,dv->nv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
 
 
-def _write_chunk(layer_cache, k, v, slot, start):
-    """Store a chunk's keys/values [chunk, kv, hd] at positions ``start...`` of cache slot ``slot``."""
-    return {
-        "k": jax.lax.dynamic_update_slice(
-            layer_cache["k"], jnp.transpose(k, (1, 2, 0))[None].astype(layer_cache["k"].dtype), (slot, 0, 0, start)
-        ),
-        "v": jax.lax.dynamic_update_slice(
-            layer_cache["v"], jnp.swapaxes(v, 0, 1)[None].astype(layer_cache["v"].dtype), (slot, 0, start, 0)
-        ),
-    }
+def _write(layer_cache, rows, positions, k, v):
+    """Store k[i], v[i] ([n, kv, hd]) at position ``positions[i]`` of slot ``rows[i]`` (or of the one slot
+    ``rows``), each in the segment that holds that position."""
+    out, start = {"k": [], "v": []}, 0
+    for keys, values in zip(layer_cache["k"], layer_cache["v"]):
+        length = values.shape[2]
+        inside = (positions >= start) & (positions < start + length)
+        at = jnp.where(inside, positions - start, length)  # past the end: dropped
+        out["k"].append(keys.at[rows, :, :, at].set(k.astype(keys.dtype), mode="drop"))
+        out["v"].append(values.at[rows, :, at].set(v.astype(values.dtype), mode="drop"))
+        start += length
+    return out
+
+
+def _segments(layer_cache, span: int):
+    """How many of the cache's segments make up the first ``span`` positions."""
+    covered, count = 0, 0
+    for values in layer_cache["v"]:
+        if covered >= span:
+            break
+        covered, count = covered + values.shape[2], count + 1
+    if covered != span:
+        raise ValueError(f"span {span} is not a whole number of cache segments")
+    return count
 
 
 def _slot_span(layer_cache, slot, span: int):
-    """Slot ``slot``'s keys [kv, hd, span] and values [kv, span, hd]."""
-    _, kv, hd, _ = layer_cache["k"].shape
-    keys = jax.lax.dynamic_slice(layer_cache["k"], (slot, 0, 0, 0), (1, kv, hd, span))[0]
-    values = jax.lax.dynamic_slice(layer_cache["v"], (slot, 0, 0, 0), (1, kv, span, hd))[0]
+    """Slot ``slot``'s keys and values over the first ``span`` positions, segment by segment."""
+    count = _segments(layer_cache, span)
+    keys = [jax.lax.dynamic_index_in_dim(k, slot, keepdims=False) for k in layer_cache["k"][:count]]
+    values = [jax.lax.dynamic_index_in_dim(v, slot, keepdims=False) for v in layer_cache["v"][:count]]
     return keys, values
 
 
-def _write_rows(layer_cache, k, v, positions):
-    """Store row i's key/value [rows, kv, hd] at position ``positions[i]`` of slot i."""
-    rows = jnp.arange(positions.shape[0])
-    return {
-        "k": layer_cache["k"].at[rows, :, :, positions].set(k.astype(layer_cache["k"].dtype)),
-        "v": layer_cache["v"].at[rows, :, positions].set(v.astype(layer_cache["v"].dtype)),
-    }
+def _rows_span(layer_cache, rows: int, span: int):
+    """The first ``rows`` slots' keys and values over the first ``span`` positions, segment by segment."""
+    count = _segments(layer_cache, span)
+    return [k[:rows] for k in layer_cache["k"][:count]], [v[:rows] for v in layer_cache["v"][:count]]
 
 
 def _chunk_logprobs(cfg: LlamaConfig, params, x, targets):
@@ -262,7 +302,7 @@ def prefill_chunk(
     for index, layer_cache in enumerate(cache):
 
         def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = _write_chunk(layer_cache, k, v, slot, start)
+            layer_cache = _write(layer_cache, slot, positions, k, v)
             keys, values = _slot_span(layer_cache, slot, span)
             return _attention(cfg, q, keys, values, visible, ""), layer_cache
 
@@ -285,8 +325,8 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
     for index, layer_cache in enumerate(cache):
 
         def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = _write_rows(layer_cache, k, v, positions)
-            keys, values = layer_cache["k"][:slots, ..., :span], layer_cache["v"][:slots, :, :span]
+            layer_cache = _write(layer_cache, jnp.arange(slots), positions, k, v)
+            keys, values = _rows_span(layer_cache, slots, span)
             return _attention(cfg, q, keys, values, visible, "n"), layer_cache
 
         x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
@@ -326,11 +366,11 @@ def mixed_step(
     for index, layer_cache in enumerate(cache):
 
         def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = _write_chunk(layer_cache, k[:chunk], v[:chunk], slot, start)
-            layer_cache = _write_rows(layer_cache, k[chunk:], v[chunk:], decode_positions)
+            layer_cache = _write(layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
+            layer_cache = _write(layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
             keys, values = _slot_span(layer_cache, slot, span)
             prefill = _attention(cfg, q[:chunk], keys, values, visible[:chunk], "")
-            keys, values = layer_cache["k"][:slots, ..., :span], layer_cache["v"][:slots, :, :span]
+            keys, values = _rows_span(layer_cache, slots, span)
             decode = _attention(cfg, q[chunk:], keys, values, visible[chunk:], "n")
             return jnp.concatenate([prefill, decode]), layer_cache
 
