@@ -187,7 +187,8 @@ def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
     y = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
     q = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wq"])[None], cos, sin)[0]
     k = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wk"])[None], cos, sin)[0]
-    attn, cache = update(q, k, jnp.einsum("nd,dhk->nhk", y, layer["wv"]))
+    v = jnp.einsum("nd,dhk->nhk", y, layer["wv"])
+    attn, cache = update(q, k, v)
     x = x + jnp.einsum("nhk,hkd->nd", attn, layer["wo"])
     y = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
     return x + mlp_block(layer, y[None])[0], cache

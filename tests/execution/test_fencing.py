@@ -21,6 +21,7 @@ so the task re-reads its lease every 0.25 s and stops itself at a heartbeat age 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -51,11 +52,13 @@ from marin.execution.status import LEASE_FILE, read_events
 from marin.storage import (
     delete,
     join,
+    local_path,
     read_bytes,
     read_text,
     read_versioned,
     write_atomic,
 )
+from marin.storage.conditional import _LocalBackend, backend_name
 from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
 from tests.execution.zombie_dag import PART_S, PARTS, writer_step
 from tests.stores import on_stores
@@ -87,6 +90,18 @@ def wait_for(predicate, what, timeout=120, proc=None, log=None):
             pytest.fail(f"executor exited while waiting for {what}:\n{Path(log).read_text()[-3000:]}")
         assert time.time() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def pause(pids, output_path):
+    """SIGSTOP ``pids``, outside the local store's lock on the lease's directory. A process stopped while it
+    held that lock (a heartbeat's compare-and-swap holds it ~1 ms in every 250) blocks every other writer of
+    the lease until it resumes: the take-over below then waits for the paused process, which only resumes
+    after it (a hang seen once in a full run). The pause these tests are about falls between writes."""
+    lease = join(output_path, LEASE_FILE)
+    local = backend_name(lease) == "local"
+    with _LocalBackend._dir_lock(local_path(lease)) if local else contextlib.nullcontext():
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
 
 
 def output_of(prefix, calls):
@@ -137,7 +152,7 @@ def test_a_paused_executors_task_stops_before_takeover_and_the_executor_writes_n
     try:
         wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes", proc=a, log=log)
         zombie = read_trace(str(calls), "starts")[0]["pid"]
-        os.kill(a.pid, signal.SIGSTOP)  # a long pause: heartbeats stop, the task runs on
+        pause([a.pid], out)  # a long pause: heartbeats stop, the task runs on
         stopped_at = time.time()
         result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
         assert result.ran == [result.plan.steps[0].identity]
