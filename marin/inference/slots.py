@@ -194,6 +194,16 @@ def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
     return x + mlp_block(layer, y[None])[0], cache
 
 
+def _layers(cfg: LlamaConfig, params, cache, x, cos, sin, attend):
+    """x through every layer. ``attend(layer_cache, q, k, v)`` stores a layer's new keys/values in its
+    cache and attends; returns (x, the updated cache)."""
+    new_cache = []
+    for layer, layer_cache in zip(params["layers"], cache):
+        x, layer_cache = _block(cfg, layer, x, cos, sin, functools.partial(attend, layer_cache))
+        new_cache.append(layer_cache)
+    return x, new_cache
+
+
 def decode_rows(needed: int, slots: int) -> int:
     """Slots a decoding step computes: a power of four covering the highest busy slot (requests take the
     lowest free slot), at most all of them: one client does not pay for sixteen rows."""
@@ -294,16 +304,13 @@ def prefill_chunk(
     cos, sin = _rope_at(cfg, positions)
     visible = jnp.arange(span)[None, :] <= positions[:, None]  # [chunk, span]
     x = params["embed"][tokens]  # [chunk, embed]
-    new_cache = []
-    for index, layer_cache in enumerate(cache):
 
-        def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = _write(layer_cache, slot, positions, k, v)
-            keys, values = _slot_span(layer_cache, slot, span)
-            return _attention(cfg, q, keys, values, visible, ""), layer_cache
+    def attend(layer_cache, q, k, v):
+        layer_cache = _write(layer_cache, slot, positions, k, v)
+        keys, values = _slot_span(layer_cache, slot, span)
+        return _attention(cfg, q, keys, values, visible, ""), layer_cache
 
-        x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
-        new_cache.append(layer_cache)
+    x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     scores, last = _chunk_outputs(cfg, params, x, targets, valid, scored)
     return PrefillOut(*scores, sample_rows(_logits(cfg, params, last), row)), new_cache
 
@@ -317,16 +324,13 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
     cos, sin = _rope_at(cfg, positions)
     visible = jnp.arange(span)[None, :] <= positions[:, None]  # [slots, span]
     x = params["embed"][tokens]
-    new_cache = []
-    for index, layer_cache in enumerate(cache):
 
-        def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = _write(layer_cache, jnp.arange(slots), positions, k, v)
-            keys, values = _rows_span(layer_cache, slots, span)
-            return _attention(cfg, q, keys, values, visible, "n"), layer_cache
+    def attend(layer_cache, q, k, v):
+        layer_cache = _write(layer_cache, jnp.arange(slots), positions, k, v)
+        keys, values = _rows_span(layer_cache, slots, span)
+        return _attention(cfg, q, keys, values, visible, "n"), layer_cache
 
-        x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
-        new_cache.append(layer_cache)
+    x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     return sample_rows(_logits(cfg, params, x), rows), new_cache
 
 
@@ -358,20 +362,17 @@ def mixed_step(
     cos, sin = _rope_at(cfg, positions)
     visible = jnp.arange(span)[None, :] <= positions[:, None]  # [chunk + slots, span]
     x = params["embed"][jnp.concatenate([tokens, decode_tokens])]
-    new_cache = []
-    for index, layer_cache in enumerate(cache):
 
-        def update(q, k, v, layer_cache=layer_cache):
-            layer_cache = _write(layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
-            layer_cache = _write(layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
-            keys, values = _slot_span(layer_cache, slot, span)
-            prefill = _attention(cfg, q[:chunk], keys, values, visible[:chunk], "")
-            keys, values = _rows_span(layer_cache, slots, span)
-            decode = _attention(cfg, q[chunk:], keys, values, visible[chunk:], "n")
-            return jnp.concatenate([prefill, decode]), layer_cache
+    def attend(layer_cache, q, k, v):
+        layer_cache = _write(layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
+        layer_cache = _write(layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
+        keys, values = _slot_span(layer_cache, slot, span)
+        prefill = _attention(cfg, q[:chunk], keys, values, visible[:chunk], "")
+        keys, values = _rows_span(layer_cache, slots, span)
+        decode = _attention(cfg, q[chunk:], keys, values, visible[chunk:], "n")
+        return jnp.concatenate([prefill, decode]), layer_cache
 
-        x, layer_cache = _block(cfg, params["layers"][index], x, cos, sin, update)
-        new_cache.append(layer_cache)
+    x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     scores, last = _chunk_outputs(cfg, params, x[:chunk], targets, valid, scored)
     # one Sampled for both: slicing top_k's outputs made XLA replace its top-k by a sort of the vocabulary
     sampled = sample_rows(_logits(cfg, params, jnp.concatenate([last, x[chunk:]])), _concat_rows(row, decode_rows))
