@@ -231,7 +231,11 @@ class RayRunner:
 
         self._ray = ray
         init_ray(self._num_cpus)
-        self._remote = ray.remote(_call_step_fn)
+        # One task per worker process (max_calls=1): a step's worker exits when the step ends. A cancel that
+        # force-kills a lost step's worker (Ray kills by worker id) can then never land on another step's
+        # task that Ray had handed the same, reused, worker in the meantime; and no step inherits another's
+        # process state (imports, JAX runtime, malloc arenas, leaked memory).
+        self._remote = ray.remote(max_calls=1)(_call_step_fn)
         self._gang = ray.remote(_run_gang)
 
     def check_feasible(self, step_name: str, resources: ResourceConfig) -> None:

@@ -17,6 +17,7 @@ the text with special-token strings as ordinary text) or token ids (used as give
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -26,6 +27,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -172,15 +174,51 @@ def _messages(model: ServedModel, body: dict) -> list[int]:
 # ---- engine bridge -------------------------------------------------------------------------------------
 
 
-class _Stream:
-    """Engine events of one request, delivered on the server's event loop."""
+class _Mailbox:
+    """Engine events bound for one event loop. The engine's thread posts them; the loop takes them all in
+    one callback, so a decoding step that produced a token for sixteen requests wakes the loop once, not
+    sixteen times."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.pending: collections.deque = collections.deque()
+        self.lock = threading.Lock()
+        self.scheduled = False
 
-    def __call__(self, *event) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+    def post(self, stream: _Stream, event: tuple) -> None:
+        with self.lock:
+            self.pending.append((stream, event))
+            if self.scheduled:
+                return
+            self.scheduled = True
+        self.loop.call_soon_threadsafe(self.deliver)
+
+    def deliver(self) -> None:
+        with self.lock:
+            batch, self.pending, self.scheduled = self.pending, collections.deque(), False
+        for stream, event in batch:
+            stream.receive(event)
+
+
+_MAILBOXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _Stream:
+    """Engine events of one request, delivered on the server's event loop: ``events`` for a streaming
+    response, ``finished`` (the result, or the error) for a plain one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.mailbox = _MAILBOXES.get(loop) or _MAILBOXES.setdefault(loop, _Mailbox(loop))
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.finished: asyncio.Future = loop.create_future()
+
+    def __call__(self, *event) -> None:  # the engine's thread
+        self.mailbox.post(self, event)
+
+    def receive(self, event: tuple) -> None:  # the event loop
+        self.events.put_nowait(event)
+        if event[0] == "done" and not self.finished.done():
+            self.finished.set_result(event[1])
 
 
 def _submit_all(model: ServedModel, prompts: list[list[int]], params: SamplingParams, n: int, loop):
@@ -208,16 +246,24 @@ def _submit_all(model: ServedModel, prompts: list[list[int]], params: SamplingPa
 
 async def _wait_all(submitted, http: Request) -> list[Result]:
     """Results of every request; if the client goes away first, cancel them all."""
+    finished = asyncio.gather(*(stream.finished for _, stream in submitted))
+    # the body has been read: the next ASGI message is the client's disconnect, if it comes
+    disconnected = asyncio.ensure_future(_disconnect(http))
     try:
-        while not all(r.done for r, _ in submitted):
-            if await http.is_disconnected():
-                raise asyncio.CancelledError
-            await asyncio.sleep(0.005)
+        await asyncio.wait([finished, disconnected], return_when=asyncio.FIRST_COMPLETED)
+        if not finished.done():
+            raise asyncio.CancelledError
         return [r.result() for r, _ in submitted]
     finally:
+        disconnected.cancel()
         for r, _ in submitted:
             if not r.done:
                 r.cancel()
+
+
+async def _disconnect(http: Request) -> None:
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _visible_text(text: str, stops: tuple[str, ...]) -> str:
@@ -387,25 +433,34 @@ def _sse(events: AsyncIterator[dict]) -> StreamingResponse:
 async def _events(submitted) -> AsyncIterator[tuple[int, str, Any]]:
     """(choice index, kind, payload) from all of a request's engine requests as they arrive; cancels them
     all if the consumer stops early (the client disconnected)."""
-    merged: asyncio.Queue = asyncio.Queue()
-
-    async def pump(index, stream):
-        while True:
-            event = await stream.queue.get()
-            await merged.put((index, *event))
-            if event[0] == "done":
-                return
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, (_, s) in enumerate(submitted)]
-    remaining = len(submitted)
     try:
-        while remaining:
-            index, kind, payload = await merged.get()
-            remaining -= kind == "done"
-            yield index, kind, payload
+        if len(submitted) == 1:  # the common case: read the one stream directly
+            events = submitted[0][1].events
+            while True:
+                kind, payload = await events.get()
+                yield 0, kind, payload
+                if kind == "done":
+                    return
+        merged: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index, stream):
+            while True:
+                event = await stream.events.get()
+                await merged.put((index, *event))
+                if event[0] == "done":
+                    return
+
+        tasks = [asyncio.create_task(pump(i, s)) for i, (_, s) in enumerate(submitted)]
+        remaining = len(submitted)
+        try:
+            while remaining:
+                index, kind, payload = await merged.get()
+                remaining -= kind == "done"
+                yield index, kind, payload
+        finally:
+            for task in tasks:
+                task.cancel()
     finally:
-        for task in tasks:
-            task.cancel()
         for request, _ in submitted:
             if not request.done:
                 request.cancel()
