@@ -256,6 +256,7 @@ async def _wait_all(submitted, http: Request) -> list[Result]:
         return [r.result() for r, _ in submitted]
     finally:
         disconnected.cancel()
+        finished.cancel()  # a no-op once every result is in
         for r, _ in submitted:
             if not r.done:
                 r.cancel()
