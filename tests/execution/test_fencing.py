@@ -225,8 +225,7 @@ def test_a_frozen_executor_and_task_resume_after_the_commit_and_write_nothing(tm
         # write in flight across the pause is the case the manifest test covers.
         wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes", proc=a, log=log)
         zombie = read_trace(str(calls), "starts")[0]["pid"]
-        for pid in (zombie, a.pid):
-            os.kill(pid, signal.SIGSTOP)
+        pause([zombie, a.pid], out)
         result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
         committed = contents(out)
         resumed_at = time.time()
