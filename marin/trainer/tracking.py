@@ -27,6 +27,7 @@ import jax
 from marin.progress import progress_bar
 from marin.storage import exists, is_local, join, open_url, read_text, write_atomic
 from marin.storage.paths import local_path
+from marin.trainer.wandb_file import wait_until_complete
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,9 @@ class Tracker:
         if self.bar is not None:
             self.bar.close()
         if self.wandb_run is not None:
+            run_file = self.wandb_run.settings.sync_file
             self.wandb_run.finish()
+            wait_until_complete(run_file)  # finish() returns before the service has flushed the run's log
 
 
 def _plain(value: Any) -> Any:

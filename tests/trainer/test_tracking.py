@@ -1,43 +1,14 @@
-"""W&B offline logging: a run writes an offline W&B run directory holding the logged keys and values."""
+"""W&B offline logging: a run writes an offline W&B run directory holding the logged keys and values, on
+disk by the time the tracker's ``finish()`` returns."""
 
 import glob
-import struct
+import threading
+import time
 
 import pytest
 
 from marin.trainer.tracking import Tracker, TrackerConfig
-from tests.requirements import require_module
-
-_BLOCK = 32768  # the .wandb file is a LevelDB-style log: 32 KiB blocks of (crc, length, type) records
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-
-
-def wandb_history(run_file: str) -> list[dict[str, str]]:
-    """The history rows ({key: JSON value}) of an offline ``run-<id>.wandb`` file."""
-    pb = require_module("wandb.proto.wandb_internal_pb2", "wandb's protobuf records (a base dependency)")
-    with open(run_file, "rb") as f:
-        raw = f.read()
-    assert raw[:4] == b":W&B", f"{run_file}: not a W&B run file"
-    pos, records, pending = 7, [], b""
-    while pos + 7 <= len(raw):
-        if _BLOCK - pos % _BLOCK < 7:  # a record header never straddles a block: the tail is padding
-            pos += _BLOCK - pos % _BLOCK
-            continue
-        _, length, kind = struct.unpack("<IHB", raw[pos : pos + 7])
-        data, pos = raw[pos + 7 : pos + 7 + length], pos + 7 + length
-        if kind == _FULL:
-            records.append(data)
-        elif kind in (_FIRST, _MIDDLE):
-            pending = data if kind == _FIRST else pending + data
-        elif kind == _LAST:
-            records.append(pending + data)
-    rows = []
-    for data in records:
-        record = pb.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): item.value_json for item in record.history.item})
-    return rows
+from marin.trainer.wandb_file import history_rows, read_records, wait_until_complete
 
 
 @pytest.mark.timeout(300)
@@ -45,16 +16,48 @@ def test_offline_wandb_run_holds_the_logged_metrics(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "train-1a2b3c"
-    tracker = Tracker(TrackerConfig(progress_bar=False), str(out), {"learning_rate": 0.1}, 0, 3)
+    notes = "".join(chr(ord("a") + i % 26) for i in range(80_000))  # a config record spanning three blocks
+    tracker = Tracker(TrackerConfig(progress_bar=False), str(out), {"learning_rate": 0.1, "notes": notes}, 0, 3)
     for step in range(3):
         tracker.log(step, {"loss": 3.0 - step, "grad_norm": 0.5})
     tracker.finish()
 
     [run_file] = glob.glob(str(out / "wandb" / "offline-run-*" / "run-train-1a2b3c.wandb"))
-    rows = wandb_history(run_file)
+    rows = history_rows(run_file)  # at once: finish() returns only when the log is on disk
     assert [(r["step"], float(r["loss"]), float(r["grad_norm"])) for r in rows] == [
         ("0", 3.0, 0.5),
         ("1", 2.0, 0.5),
         ("2", 1.0, 0.5),
     ]
+    config = {
+        item.key: item.value_json
+        for record in read_records(run_file)
+        if record.WhichOneof("record_type") == "run"
+        for item in record.run.config.update
+    }
+    assert notes in config["notes"] and "0.1" in config["learning_rate"]
     assert (out / "tracker.json").exists() and (out / "metrics.jsonl").read_text().count("\n") == 3
+
+
+def test_waiting_for_a_run_log_returns_once_its_exit_record_is_on_disk(tmp_path, monkeypatch):
+    """The W&B service flushes a run's log after ``finish()`` returns; the wait covers that window."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "train-4d5e6f"
+    tracker = Tracker(TrackerConfig(progress_bar=False), str(out), {}, 0, 1)
+    tracker.log(0, {"loss": 1.0})
+    tracker.finish()
+    [run_file] = glob.glob(str(out / "wandb" / "offline-run-*" / "run-train-4d5e6f.wandb"))
+    complete = open(run_file, "rb").read()
+
+    late = tmp_path / "late.wandb"
+    late.write_bytes(complete[:7])  # what the file holds right after finish() when the service is slow
+    flush = threading.Timer(0.5, late.write_bytes, [complete])
+    start = time.monotonic()
+    flush.start()
+    assert wait_until_complete(str(late), timeout_s=30)
+    assert time.monotonic() - start >= 0.5 and [r["loss"] for r in history_rows(str(late))] == ["1"]
+
+    torn = tmp_path / "torn.wandb"
+    torn.write_bytes(complete[:-10])  # the exit record cut short: never complete
+    assert not wait_until_complete(str(torn), timeout_s=0.3)
