@@ -1,14 +1,19 @@
 """Test-wide environment: Ray without usage stats or auth files, one shared local Ray cluster, and real
 object-store servers on loopback (fake-gcs-server for gs://, moto for s3://; tests/object_store_servers.py)."""
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-# Ray's socket paths must stay short: a private dir directly under /tmp.
-os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="mray", dir="/tmp"))
+# Ray's socket paths must stay short: a private dir directly under /tmp, removed at exit (after Ray's own
+# shutdown hook, registered later, has run): the runtime-env test clones the venv into it (~3 GB a run).
+if "RAY_TMPDIR" not in os.environ:
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="mray", dir="/tmp")
+    atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("MARIN_PREFIX", None)
 # gcsfs must not probe bucket types over gRPC against an emulator (ENVIRONMENT-NOTES); set before any import.

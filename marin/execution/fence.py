@@ -14,6 +14,10 @@ task process a ``StepFence``:
    C call (an XLA computation, a download) stops too, and so does every host of a multi-host gang, each of
    which runs its own fence.
 
+The kill happens only while the fenced call is still running (leaving the fence and killing exclude each
+other): Ray reuses a worker process for the next task, so a watcher that fired after its step returned
+would kill whichever step the worker runs next.
+
 A verdict needs one small read of ``.executor_lease``; a read that fails keeps the last confirmation, so a
 task cut off from the store stops once it cannot prove its lease for ``stop_after_s``.
 """
@@ -93,6 +97,8 @@ class StepFence:
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._inside_lock = threading.Lock()  # held by a kill and by leaving the fence: never both
+        self._inside = False
 
     def __enter__(self) -> Self:
         # A retried or late-started task of a lost attempt fails before it writes anything, with an exception
@@ -102,11 +108,14 @@ class StepFence:
             self.lost = reason
             raise LeaseLost(f"{self.spec.output_path}: {reason}; not starting")
         guard_prefix(self.spec.output_path, self.check)
+        self._inside = True
         self._thread = threading.Thread(target=self._watch, name="marin-step-fence", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        with self._inside_lock:  # from here on a late verdict records the loss but kills nothing
+            self._inside = False
         self._stop.set()
         unguard_prefix(self.spec.output_path)
 
@@ -163,7 +172,9 @@ class StepFence:
             write_atomic(fenced_marker(self.spec.output_path, self.spec.attempt), json.dumps(doc))
         except Exception:
             logger.exception("fence: could not record the loss")
-        self._on_lost()
+        with self._inside_lock:
+            if self._inside:  # else the fenced call has returned: this process may be running another task
+                self._on_lost()
 
     def _watch(self) -> None:
         while not self._stop.wait(self.spec.check_s):

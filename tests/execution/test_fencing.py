@@ -359,3 +359,68 @@ def test_a_lost_lease_stops_every_host_of_a_gang(tmp_path):
     assert stopped_after < FAST.heartbeat_s + FAST.fence_check_s + 2.0, stopped_after
     assert [e["state"] for e in read_events(out)] == ["WAITING", "RUNNING", "RUNNING", "SUCCESS"]
     print(json.dumps({"gang_hosts_stopped_after_s": round(stopped_after, 3)}))
+
+
+def test_a_fence_kills_nothing_once_its_call_has_returned(store_prefix):
+    """Ray reuses a step's worker for the next task: a verdict that comes after the fenced call returned (the
+    watcher's last read) records the loss but must not kill the process, which may be running another step."""
+    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
+    from marin.execution.lease import new_owner_id, try_acquire
+    from marin.storage import LeaseLost, conditional
+
+    out = join(store_prefix, "fenced-then-returned")
+    lease = try_acquire(out, new_owner_id(), FAST)
+    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    stopped = []
+    with StepFence(spec, on_lost=lambda: stopped.append("killed")) as fence:
+        write_atomic(join(out, "part-0.json"), "{}")
+    delete(join(out, LEASE_FILE))
+    with pytest.raises(LeaseLost, match="gone"):
+        fence.confirm()  # what the watcher thread does on its last wake-up
+    assert stopped == [] and "gone" in read_fenced_reason(out, lease.attempt)
+
+    lease = try_acquire(out, new_owner_id(), FAST)
+    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    with StepFence(spec, on_lost=lambda: stopped.append("killed")) as fence:
+        lease_url = join(out, LEASE_FILE)  # taken over by another executor (its process has no guard)
+        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
+        blob = read_versioned(lease_url)
+        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), blob.version) is not None
+        with pytest.raises(LeaseLost, match="attempt other"):
+            fence.confirm()
+    assert stopped == ["killed"]  # inside the call, a verdict kills
+
+
+def _pid_then_sleep(config) -> None:
+    """A step body: record this worker's pid, then sleep in Python (a step blocked in one long C call sees
+    the cancel's interrupt only when the call returns; its fence kills it sooner, see above)."""
+    path, seconds = config
+    Path(path).write_text(str(os.getpid()))
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_cancel_stops_its_own_task_and_its_worker_and_never_the_next_task_on_that_worker(tmp_path, ray_address):
+    """``RayRunner.cancel`` interrupts the step's task, which ends its worker process (nothing it started
+    outlives it); a cancel that arrives after the step ended (a lease lost just as it finished) does nothing,
+    although Ray has handed the worker to the next step meanwhile."""
+    from marin.execution.ray_runner import RayRunner
+    from marin.execution.step import ResourceConfig
+
+    runner = RayRunner()
+    runner.start()
+    one_cpu = ResourceConfig(num_cpus=1)
+    first = runner.submit("first", _pid_then_sleep, (str(tmp_path / "first"), 0), one_cpu, ())
+    assert runner.wait([first], 60) == [first] and runner.outcome(first) is None
+    second = runner.submit("second", _pid_then_sleep, (str(tmp_path / "second"), 3), one_cpu, ())
+    wait_for(lambda: (tmp_path / "second").exists(), "the second step to start", timeout=60)
+    assert (tmp_path / "second").read_text() == (tmp_path / "first").read_text(), "not the same worker"
+    runner.cancel(first)
+    assert runner.wait([second], 60) == [second] and runner.outcome(second) is None
+
+    third = runner.submit("third", _pid_then_sleep, (str(tmp_path / "third"), 120), one_cpu, ())
+    wait_for(lambda: (tmp_path / "third").exists(), "the third step to start", timeout=60)
+    runner.cancel(third)
+    assert runner.wait([third], 30) == [third] and "Cancel" in runner.outcome(third)
+    wait_for(lambda: is_gone(int((tmp_path / "third").read_text())), "the cancelled step's worker to end", timeout=10)

@@ -10,6 +10,7 @@ nothing else's Ray on this machine is touched (never `ray stop`).
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def ray_head(tmp_path):
     ports = {name: _free_port() for name in PORTS}
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MARIN_PREFIX")}
     env.update(
-        RAY_TMPDIR=tempfile.mkdtemp(prefix="mrayj", dir="/tmp"),
+        RAY_TMPDIR=(ray_tmp := tempfile.mkdtemp(prefix="mrayj", dir="/tmp")),
         RAY_AUTH_MODE="disabled",
         RAY_USAGE_STATS_ENABLED="0",
         PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
@@ -106,6 +107,7 @@ def ray_head(tmp_path):
             except subprocess.TimeoutExpired:
                 head.kill()
                 head.wait()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.mark.slow
