@@ -17,10 +17,11 @@ Every task body (a single-host step, a gang and each of its hosts) runs under th
 (``marin.execution.fence``): it stops itself once the lease is lost. ``RayRunner.cancel`` is the
 executor's side: it interrupts the step's task (Ray's plain cancel, which reaches only that task), and a
 task interrupted that way ends its own worker process, as a force-kill would, so nothing the step left
-running (threads, an XLA computation) outlives it. Not Ray's force-cancel: it kills by worker, and Ray
-reuses workers, so a force-cancel that raced the step's end once killed the next step's task (a
-``WorkerCrashedError`` in ``test_fencing.py``). A gang's hosts are force-cancelled by the gang: each runs
-in a worker of its own (``max_calls=1``).
+running (threads, an XLA computation) outlives it. Not Ray's force-cancel: it kills the worker process,
+and Ray reuses workers, so a kill that raced the step's end could land on the next step's task (once seen
+as a ``WorkerCrashedError`` in ``test_fencing.py``, from the force-cancel or from the fence's own kill,
+which now happens only inside its step). A gang's hosts are force-cancelled by the gang: each runs in a
+worker of its own (``max_calls=1``).
 """
 
 from __future__ import annotations
