@@ -15,8 +15,8 @@ task process a ``StepFence``:
    which runs its own fence.
 
 The kill happens only while the fenced call is still running (leaving the fence and killing exclude each
-other): Ray reuses a worker process for the next task, so a watcher that fired after its step returned
-would kill whichever step the worker runs next.
+other): a process that outlives its step (a reused Ray worker, a test) is never killed for a lease it no
+longer runs under.
 
 A verdict needs one small read of ``.executor_lease``; a read that fails keeps the last confirmation, so a
 task cut off from the store stops once it cannot prove its lease for ``stop_after_s``.

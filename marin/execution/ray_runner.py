@@ -15,13 +15,7 @@ fails it at once (the other hosts are cancelled); a host that died (preemption) 
 
 Every task body (a single-host step, a gang and each of its hosts) runs under the step's lease fence
 (``marin.execution.fence``): it stops itself once the lease is lost. ``RayRunner.cancel`` is the
-executor's side: it interrupts the step's task (Ray's plain cancel, which reaches only that task), and a
-task interrupted that way ends its own worker process, as a force-kill would, so nothing the step left
-running (threads, an XLA computation) outlives it. Not Ray's force-cancel: it kills the worker process,
-and Ray reuses workers, so a kill that raced the step's end could land on the next step's task (once seen
-as a ``WorkerCrashedError`` in ``test_fencing.py``, from the force-cancel or from the fence's own kill,
-which now happens only inside its step). A gang's hosts are force-cancelled by the gang: each runs in a
-worker of its own (``max_calls=1``).
+executor's side: a force-cancel that kills the worker and, for a gang, its hosts.
 """
 
 from __future__ import annotations
@@ -29,7 +23,6 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import signal
 import socket
 from typing import Any
 
@@ -53,20 +46,10 @@ left to the autoscaler (with a warning) instead of failing fast. infra/cluster-*
 
 
 def _call_step_fn(fn, config, env: dict[str, str] | None = None, fence: FenceSpec | None = None) -> None:
-    """The Ray task body. Returns nothing: steps communicate through files under the prefix. Cancelled
-    (``RayRunner.cancel``: a KeyboardInterrupt in this call), it ends its worker process."""
+    """The Ray task body. Returns nothing: steps communicate through files under the prefix."""
     configure_logging()
     os.environ.update(env or {})
-    try:
-        run_fenced(fn, config, fence)
-    except KeyboardInterrupt:
-        logger.error("step cancelled; ending this worker process")
-        _end_process()
-
-
-def _end_process() -> None:
-    logging.shutdown()
-    os.kill(os.getpid(), signal.SIGKILL)
+    run_fenced(fn, config, fence)
 
 
 def _coordinator_address() -> str:
@@ -239,6 +222,7 @@ class RayRunner:
         self._num_cpus = num_cpus
         self._ray = None
         self._remote = None
+        self._gangs: set = set()
 
     def start(self) -> None:
         if self._ray is not None:
@@ -247,9 +231,11 @@ class RayRunner:
 
         self._ray = ray
         init_ray(self._num_cpus)
-        # Workers are reused across steps (a fresh worker per step made the test suite ~20% slower: each
-        # waits for a process to start and import); see the module docstring for how cancelling stays safe.
-        self._remote = ray.remote(_call_step_fn)
+        # One task per worker process (max_calls=1): a step's worker exits when the step ends. A cancel that
+        # force-kills a lost step's worker (Ray kills by worker id) can then never land on another step's
+        # task that Ray had handed the same, reused, worker in the meantime; and no step inherits another's
+        # process state (imports, JAX runtime, malloc arenas, leaked memory).
+        self._remote = ray.remote(max_calls=1)(_call_step_fn)
         self._gang = ray.remote(_run_gang)
 
     def check_feasible(self, step_name: str, resources: ResourceConfig) -> None:
@@ -304,7 +290,9 @@ class RayRunner:
             }
             if runtime_env:
                 options["runtime_env"] = runtime_env  # inherited by the host tasks it starts
-            return self._gang.options(**options).remote(step_name, fn, config, resources, fence)
+            ref = self._gang.options(**options).remote(step_name, fn, config, resources, fence)
+            self._gangs.add(ref)
+            return ref
         options: dict[str, Any] = resources.as_ray_options()
         options.update(name=step_name, max_retries=resources.max_retries, retry_exceptions=False)
         if runtime_env:
@@ -312,9 +300,10 @@ class RayRunner:
         return self._remote.options(**options).remote(fn, config, None, fence)
 
     def cancel(self, ref) -> None:
-        """Stop a submitted step now: its task is interrupted (not force-killed, see the module docstring)
-        and ends its worker; a gang task force-cancels every host and releases their reservation."""
-        self._ray.cancel(ref, force=False, recursive=True)
+        """Stop a submitted step now. A single-host task's worker is killed (``force``). A gang task is
+        interrupted instead, so that it force-cancels every host and releases their reservation."""
+        gang = ref in self._gangs
+        self._ray.cancel(ref, force=not gang, recursive=True)
 
     def wait(self, refs: list, timeout: float | None) -> list:
         if not refs:

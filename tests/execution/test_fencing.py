@@ -389,38 +389,3 @@ def test_a_fence_kills_nothing_once_its_call_has_returned(store_prefix):
         with pytest.raises(LeaseLost, match="attempt other"):
             fence.confirm()
     assert stopped == ["killed"]  # inside the call, a verdict kills
-
-
-def _pid_then_sleep(config) -> None:
-    """A step body: record this worker's pid, then sleep in Python (a step blocked in one long C call sees
-    the cancel's interrupt only when the call returns; its fence kills it sooner, see above)."""
-    path, seconds = config
-    Path(path).write_text(str(os.getpid()))
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def test_a_cancel_stops_its_own_task_and_its_worker_and_never_the_next_task_on_that_worker(tmp_path, ray_address):
-    """``RayRunner.cancel`` interrupts the step's task, which ends its worker process (nothing it started
-    outlives it); a cancel that arrives after the step ended (a lease lost just as it finished) does nothing,
-    although Ray has handed the worker to the next step meanwhile."""
-    from marin.execution.ray_runner import RayRunner
-    from marin.execution.step import ResourceConfig
-
-    runner = RayRunner()
-    runner.start()
-    one_cpu = ResourceConfig(num_cpus=1)
-    first = runner.submit("first", _pid_then_sleep, (str(tmp_path / "first"), 0), one_cpu, ())
-    assert runner.wait([first], 60) == [first] and runner.outcome(first) is None
-    second = runner.submit("second", _pid_then_sleep, (str(tmp_path / "second"), 3), one_cpu, ())
-    wait_for(lambda: (tmp_path / "second").exists(), "the second step to start", timeout=60)
-    assert (tmp_path / "second").read_text() == (tmp_path / "first").read_text(), "not the same worker"
-    runner.cancel(first)
-    assert runner.wait([second], 60) == [second] and runner.outcome(second) is None
-
-    third = runner.submit("third", _pid_then_sleep, (str(tmp_path / "third"), 120), one_cpu, ())
-    wait_for(lambda: (tmp_path / "third").exists(), "the third step to start", timeout=60)
-    runner.cancel(third)
-    assert runner.wait([third], 30) == [third] and "Cancel" in runner.outcome(third)
-    wait_for(lambda: is_gone(int((tmp_path / "third").read_text())), "the cancelled step's worker to end", timeout=10)
