@@ -16,7 +16,9 @@ task process a ``StepFence``:
 
 The kill happens only while the fenced call is still running (leaving the fence and killing exclude each
 other): a process that outlives its step (a reused Ray worker, a test) is never killed for a lease it no
-longer runs under.
+longer runs under. A call that leaves the fence with its lease lost (``LeaseLost`` raised by a guarded
+write, racing the watcher) is killed on the way out, still inside its task: every path out of a lost
+lease ends the process.
 
 A verdict needs one small read of ``.executor_lease``; a read that fails keeps the last confirmation, so a
 task cut off from the store stops once it cannot prove its lease for ``stop_after_s``.
@@ -99,6 +101,7 @@ class StepFence:
         self._thread: threading.Thread | None = None
         self._inside_lock = threading.Lock()  # held by a kill and by leaving the fence: never both
         self._inside = False
+        self._stopped = False  # on_lost has been called
 
     def __enter__(self) -> Self:
         # A retried or late-started task of a lost attempt fails before it writes anything, with an exception
@@ -116,8 +119,12 @@ class StepFence:
     def __exit__(self, *exc) -> None:
         with self._inside_lock:  # from here on a late verdict records the loss but kills nothing
             self._inside = False
+            stop = self.lost is not None and not self._stopped
+            self._stopped = self._stopped or stop
         self._stop.set()
         unguard_prefix(self.spec.output_path)
+        if stop:  # lost before the call returned: still this task's process
+            self._on_lost()
 
     def check(self) -> None:
         """Raise ``LeaseLost`` unless the lease was proven ours within the last ``check_s``."""
@@ -173,7 +180,8 @@ class StepFence:
         except Exception:
             logger.exception("fence: could not record the loss")
         with self._inside_lock:
-            if self._inside:  # else the fenced call has returned: this process may be running another task
+            if self._inside and not self._stopped:  # else the call has returned: this process may run another task
+                self._stopped = True
                 self._on_lost()
 
     def _watch(self) -> None:

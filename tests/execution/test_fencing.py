@@ -388,4 +388,13 @@ def test_a_fence_kills_nothing_once_its_call_has_returned(store_prefix):
         assert conditional._backend(lease_url).replace(lease_url, thief.encode(), blob.version) is not None
         with pytest.raises(LeaseLost, match="attempt other"):
             fence.confirm()
-    assert stopped == ["killed"]  # inside the call, a verdict kills
+    assert stopped == ["killed"]  # inside the call, a verdict kills (once: leaving the fence does not kill again)
+
+    out = join(store_prefix, "fenced-left-lost")
+    lease = try_acquire(out, new_owner_id(), FAST)
+    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    fence = StepFence(spec, on_lost=lambda: stopped.append("killed on the way out"))
+    with pytest.raises(LeaseLost), fence:
+        fence.lost = "taken over"  # a guarded write saw the loss first; the watcher's kill had not come yet
+        raise LeaseLost("taken over")
+    assert stopped == ["killed", "killed on the way out"]  # a call that leaves with its lease lost still ends
