@@ -362,8 +362,9 @@ def test_a_lost_lease_stops_every_host_of_a_gang(tmp_path):
 
 
 def test_a_fence_kills_nothing_once_its_call_has_returned(store_prefix):
-    """Ray reuses a step's worker for the next task: a verdict that comes after the fenced call returned (the
-    watcher's last read) records the loss but must not kill the process, which may be running another step."""
+    """A process can outlive its step (a reused Ray worker, as a gang's task is): a verdict that comes after the
+    fenced call returned (the watcher's last read) records the loss but must not kill the process, which may
+    be running another step. A call that leaves with its lease lost is killed on the way out."""
     from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
     from marin.execution.lease import new_owner_id, try_acquire
     from marin.storage import LeaseLost, conditional
