@@ -18,7 +18,8 @@ The kill happens only while the fenced call is still running (leaving the fence 
 other): a process that outlives its step (a reused Ray worker, a test) is never killed for a lease it no
 longer runs under. A call that leaves the fence with its lease lost (``LeaseLost`` raised by a guarded
 write, racing the watcher) is killed on the way out, still inside its task: every path out of a lost
-lease ends the process.
+lease ends the process. That kill waits for the loss's record (``.executor_fenced-<attempt>``), which the
+watcher may still be writing: the executor reads it to tell a fenced task from a crashed one.
 
 A verdict needs one small read of ``.executor_lease``; a read that fails keeps the last confirmation, so a
 task cut off from the store stops once it cannot prove its lease for ``stop_after_s``.
@@ -50,6 +51,8 @@ from marin.storage.fence import FENCED_MARKER_PREFIX
 logger = logging.getLogger(__name__)
 
 FENCED_PREFIX = FENCED_MARKER_PREFIX
+_RECORD_WAIT_S = 30.0
+"""The longest a call leaving with its lease lost waits for the loss's record before its process is killed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,7 @@ class StepFence:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._inside_lock = threading.Lock()  # held by a kill and by leaving the fence: never both
+        self._record_lock = threading.Lock()  # held from setting ``lost`` until its record is written
         self._inside = False
         self._stopped = False  # on_lost has been called
 
@@ -124,6 +128,10 @@ class StepFence:
         self._stop.set()
         unguard_prefix(self.spec.output_path)
         if stop:  # lost before the call returned: still this task's process
+            # The thread that set ``lost`` may still be writing the record (a slow store): kill after it, or
+            # after _RECORD_WAIT_S when the store does not answer (the call has returned; it writes nothing).
+            if self._record_lock.acquire(timeout=_RECORD_WAIT_S):
+                self._record_lock.release()
             self._on_lost()
 
     def check(self) -> None:
@@ -169,16 +177,17 @@ class StepFence:
         return None
 
     def _lose(self, reason: str) -> None:
-        with self._lock:
-            if self.lost is not None:
-                return
-            self.lost = reason
-        logger.error("fence: %s lost its lease: %s; stopping this task", self.spec.output_path, reason)
-        try:
-            doc = {"reason": reason, "pid": os.getpid(), "time": time.time(), "owner": self.spec.owner}
-            write_atomic(fenced_marker(self.spec.output_path, self.spec.attempt), json.dumps(doc))
-        except Exception:
-            logger.exception("fence: could not record the loss")
+        with self._record_lock:  # before ``lost`` is set: whoever sees it set can wait for the record
+            with self._lock:
+                if self.lost is not None:
+                    return
+                self.lost = reason
+            logger.error("fence: %s lost its lease: %s; stopping this task", self.spec.output_path, reason)
+            try:
+                doc = {"reason": reason, "pid": os.getpid(), "time": time.time(), "owner": self.spec.owner}
+                write_atomic(fenced_marker(self.spec.output_path, self.spec.attempt), json.dumps(doc))
+            except Exception:
+                logger.exception("fence: could not record the loss")
         with self._inside_lock:
             if self._inside and not self._stopped:  # else the call has returned: this process may run another task
                 self._stopped = True

@@ -399,3 +399,34 @@ def test_a_fence_kills_nothing_once_its_call_has_returned(store_prefix):
         fence.lost = "taken over"  # a guarded write saw the loss first; the watcher's kill had not come yet
         raise LeaseLost("taken over")
     assert stopped == ["killed", "killed on the way out"]  # a call that leaves with its lease lost still ends
+
+
+def test_a_call_leaving_with_its_lease_lost_is_killed_only_after_the_loss_is_recorded(store_prefix, monkeypatch):
+    """The watcher sets ``lost`` and then writes ``.executor_fenced-<attempt>`` (slowly, on an object store);
+    a guarded write in the call sees ``lost`` meanwhile and the call leaves the fence. The kill on the way out
+    waits for the record: the executor reads it to tell a fenced task from a crashed one (CI once lost it)."""
+    from marin.execution import fence as fence_module
+    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
+    from marin.execution.lease import new_owner_id, try_acquire
+    from marin.storage import LeaseLost, conditional
+
+    def slow_write(url, data):
+        time.sleep(0.5)
+        write_atomic(url, data)
+
+    monkeypatch.setattr(fence_module, "write_atomic", slow_write)
+    out = join(store_prefix, "fenced-while-recording")
+    lease = try_acquire(out, new_owner_id(), FAST)
+    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    records_at_kill = []
+    fence = StepFence(spec, on_lost=lambda: records_at_kill.append(read_fenced_reason(out, lease.attempt)))
+    with pytest.raises(LeaseLost, match="attempt other"), fence:
+        lease_url = join(out, LEASE_FILE)  # taken over by another executor (its process has no guard)
+        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
+        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), read_versioned(lease_url).version)
+        deadline = time.monotonic() + 10
+        while fence.lost is None and time.monotonic() < deadline:  # the watcher's verdict; its write is slow
+            time.sleep(0.01)
+        assert read_fenced_reason(out, lease.attempt) is None  # still being written
+        fence.check()  # a guarded write: raises LeaseLost, and the call leaves the fence
+    assert len(records_at_kill) == 1 and "attempt other" in (records_at_kill[0] or ""), records_at_kill
