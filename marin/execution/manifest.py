@@ -6,7 +6,11 @@ Just before writing SUCCESS, the lease holder lists the output directory and wri
     {"format_version": 1, "owner": "host:123:9f2c", "attempt": "5d1e...", "time": 1763780004.6,
      "files": {"result.json": {"size": 81, "version": "1763780004123456"}, "ckpt/step-40/params": {...}}}
 
-``version`` is the store's own token for that exact object (GCS generation, S3 ETag, local mtime).
+``version`` is the store's own token for that exact object (GCS generation, S3 ETag, local mtime);
+``checksum``, where the store's listing gives one for free (GCS: CRC32C), is the content's. A file matches
+its entry when the sizes agree and either the versions or the checksums do: a bucket-to-bucket copy gives
+every GCS object a new generation but keeps its CRC32C, so a copied store verifies as committed. (An S3
+copy keeps a single-part object's ETag, its MD5; a local copy keeps mtimes with ``cp -a``.)
 The manifest is the answer to a write that lands late: a task paused with a write already in flight
 (past its fence check, ``marin.execution.fence``) can resume after a new holder committed. Before a step
 reads a dependency, the executor checks the dependency against its manifest (``verify_output``):
@@ -55,7 +59,10 @@ def list_output(output_path: str) -> dict[str, dict[str, Any]]:
         relative = path[len(root) :].lstrip("/")
         if not relative or relative.split("/", 1)[0].startswith(METADATA_PREFIX):
             continue
-        files[relative] = {"size": info.get("size"), "version": _version(info)}
+        entry = {"size": info.get("size"), "version": _version(info)}
+        if info.get("crc32c"):
+            entry["checksum"] = f"crc32c:{info['crc32c']}"
+        files[relative] = entry
     return files
 
 
@@ -64,6 +71,15 @@ def _version(info: dict[str, Any]) -> str:
         if info.get(key) is not None:
             return str(info[key])
     return ""
+
+
+def _same(now: dict[str, Any], committed: dict[str, Any]) -> bool:
+    """Whether a file as listed now is the one its manifest entry recorded (see the module docstring)."""
+    if now.get("size") != committed.get("size"):
+        return False
+    if now.get("version") == committed.get("version"):
+        return True
+    return now.get("checksum") is not None and now.get("checksum") == committed.get("checksum")
 
 
 def write_manifest(output_path: str, *, owner: str, attempt: str) -> dict[str, Any]:
@@ -113,7 +129,7 @@ def verify_output(output_path: str, *, clean: bool = True) -> OutputCheck | None
     now = list_output(output_path)
     check = OutputCheck(
         extra=sorted(set(now) - set(committed)),
-        changed=sorted(f for f in set(now) & set(committed) if now[f] != committed[f]),
+        changed=sorted(f for f in set(now) & set(committed) if not _same(now[f], committed[f])),
         missing=sorted(set(committed) - set(now)),
     )
     if clean:

@@ -48,9 +48,14 @@ def chaos_step(config: ChaosConfig) -> None:
     _trace(config, "start", owner)
     time.sleep(config.sleep_s)
     upstream = [json.loads(read_text(path))["digest"] for path in config.inputs]
-    digest = hashlib.sha256(json.dumps([config.label, upstream]).encode()).hexdigest()
-    write_atomic(join(config.output_path, "result.json"), json.dumps({"label": config.label, "digest": digest}))
+    write_atomic(join(config.output_path, "result.json"), _result(config.label, upstream))
     _trace(config, "done", owner)
+
+
+def _result(label: str, upstream: list[str]) -> str:
+    """A step's ``result.json``: a digest of its label and its inputs' digests."""
+    digest = hashlib.sha256(json.dumps([label, upstream]).encode()).hexdigest()
+    return json.dumps({"label": label, "digest": digest})
 
 
 def _trace(config: ChaosConfig, kind: str, owner: str) -> None:
@@ -63,25 +68,40 @@ def _trace(config: ChaosConfig, kind: str, owner: str) -> None:
         os.close(fd)
 
 
+def _inputs() -> dict[str, list[str]]:
+    """Each step's label -> its inputs' labels (the shape in the module docstring), inputs first."""
+    inputs = {f"src{i}": [] for i in range(5)}
+    inputs.update({f"mid{i}": [f"src{i}", f"src{(i + 1) % 5}"] for i in range(5)})
+    inputs.update({f"join{i}": [f"mid{i}", f"mid{(i + 2) % 5}"] for i in range(5)})
+    inputs.update({f"top{i}": [f"join{i}", f"join{i + 1}"] for i in range(4)})
+    inputs["final"] = [f"top{i}" for i in range(4)]
+    return inputs
+
+
+INPUTS = _inputs()
+LABELS = list(INPUTS)
+
+
 def build(calls_dir: str, sleep_s: float) -> list[ExecutorStep]:
-    def step(label, *inputs):
+    steps: dict[str, ExecutorStep] = {}
+    for label, inputs in INPUTS.items():
         config = ChaosConfig(
             calls_dir=calls_dir,
             label=label,
             output_path=this_output_path(),
-            inputs=tuple(i / "result.json" for i in inputs),
+            inputs=tuple(steps[i] / "result.json" for i in inputs),
             sleep_s=sleep_s,
         )
-        return ExecutorStep(name=f"chaos/{label}", fn=chaos_step, config=config, resources={"num_cpus": 0.25})
-
-    src = [step(f"src{i}") for i in range(5)]
-    mid = [step(f"mid{i}", src[i], src[(i + 1) % 5]) for i in range(5)]
-    joins = [step(f"join{i}", mid[i], mid[(i + 2) % 5]) for i in range(5)]
-    top = [step(f"top{i}", joins[i], joins[i + 1]) for i in range(4)]
-    return [step("final", *top)]
+        steps[label] = ExecutorStep(name=f"chaos/{label}", fn=chaos_step, config=config, resources={"num_cpus": 0.25})
+    return [steps["final"]]
 
 
-LABELS = [f"{kind}{i}" for kind, n in (("src", 5), ("mid", 5), ("join", 5), ("top", 4)) for i in range(n)] + ["final"]
+def expected_results() -> dict[str, str]:
+    """label -> the ``result.json`` every complete run writes (the outputs are a pure function of the DAG)."""
+    results: dict[str, str] = {}
+    for label, inputs in INPUTS.items():
+        results[label] = _result(label, [json.loads(results[i])["digest"] for i in inputs])
+    return results
 
 
 def traces(calls_dir: str, label: str, kind: str) -> list[tuple[str, int, float]]:

@@ -15,8 +15,9 @@ A zombie is an executor whose lease was taken over while its step's task still r
 The three scenarios with live processes run on local disk and on one object store each (the paused executor
 on S3, the deleted lease and the frozen VM on GCS: the stores' conditional writes are what differ, and
 each is exercised by the others' cheap tests); the rest on all three. Every final output is compared with
-an undisturbed run's. Lease timings: heartbeat 0.25 s, stale after 3 s,
-so the task re-reads its lease every 0.25 s and stops itself at a heartbeat age of 2.5 s.
+what an undisturbed run writes (``writer_files``: the step's files depend only on its config). Lease
+timings: heartbeat 0.25 s, stale after 3 s, so the task re-reads its lease every 0.25 s and stops itself at
+a heartbeat age of 2.5 s.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from marin.storage import (
 )
 from marin.storage.conditional import _LocalBackend, backend_name
 from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
-from tests.execution.zombie_dag import PART_S, PARTS, writer_step
+from tests.execution.zombie_dag import PART_S, PARTS, writer_files, writer_step
 from tests.stores import on_stores
 
 pytestmark = pytest.mark.usefixtures("ray_address")
@@ -113,14 +114,6 @@ def contents(output_path):
     return {rel: read_bytes(join(output_path, rel)) for rel in list_output(output_path)}
 
 
-def undisturbed(prefix, tmp_path):
-    calls = tmp_path / "calls-undisturbed"
-    result = Executor(prefix=prefix + "-undisturbed", lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
-    out = contents(result.plan.steps[0].output_path)
-    assert sorted(out) == sorted([f"part-{i:02d}.json" for i in range(PARTS)] + ["result.json"])
-    return out
-
-
 def fenced_markers(output_path):
     """The ``.executor_fenced-<attempt>`` records of every attempt that ran (by the RUNNING events)."""
     attempts = [e["attempt"] for e in read_events(output_path) if e["state"] == "RUNNING"]
@@ -145,7 +138,7 @@ def is_gone(pid):
 def test_a_paused_executors_task_stops_before_takeover_and_the_executor_writes_nothing_after(
     tmp_path, ray_address, store_prefix
 ):
-    expected = undisturbed(store_prefix, tmp_path)
+    expected = writer_files()  # what an undisturbed run writes
     calls, log = tmp_path / "calls", tmp_path / "a.log"
     out = output_of(store_prefix, calls)
     a = launch(ray_address, store_prefix, calls, log)
@@ -182,7 +175,7 @@ def result_owner(events):
 
 @on_stores("local", "gcs")
 def test_deleting_the_lease_cancels_the_running_task_within_a_heartbeat(tmp_path, store_prefix):
-    expected = undisturbed(store_prefix, tmp_path)
+    expected = writer_files()  # what an undisturbed run writes
     calls = tmp_path / "calls"
     out = output_of(store_prefix, calls)
     outcome = {}
@@ -215,7 +208,7 @@ def test_a_frozen_executor_and_task_resume_after_the_commit_and_write_nothing(tm
     """The hard case: the task itself is paused (with its executor) across the take-over and the new
     holder's commit. Resumed, its next write re-reads the lease first (the last read is older than a check)
     and the fence stops it."""
-    expected = undisturbed(store_prefix, tmp_path)
+    expected = writer_files()  # what an undisturbed run writes
     calls, log = tmp_path / "calls", tmp_path / "a.log"
     out = output_of(store_prefix, calls)
     a = launch(ray_address, store_prefix, calls, log)
@@ -276,6 +269,39 @@ def test_late_writes_into_a_committed_output_are_removed_or_refuse_the_dependent
     with pytest.raises(OutputChanged, match="part-03.json"):
         verify_output(out)
     assert len(read_trace(str(calls), "reader")) == 1  # the second reader never ran
+
+
+def test_a_copied_store_verifies_as_committed_and_a_changed_copy_does_not(store_prefix):
+    """A store copied as its docs say (GCS and S3 bucket to bucket, server side; local with ``cp -a``'s kept
+    mtimes) reads as committed: on GCS every copied object has a new generation, and the manifest's CRC32C
+    recognises it. A copy whose file then changes (same size) still fails."""
+    import shutil
+
+    from marin.execution.manifest import write_manifest
+    from marin.storage import filesystem
+
+    out = join(store_prefix, "copied/step-1a2b")
+    for i in range(3):
+        write_atomic(join(out, f"part-{i}.json"), json.dumps({"part": i}))
+    write_atomic(join(out, "ckpt/params"), "x" * 1000)
+    manifest = write_manifest(out, owner="host:1:abc", attempt="a1")
+    copy = join(store_prefix + "-copy", "copied/step-1a2b")
+    fs, root = filesystem(out)
+    if store_name(store_prefix) == "local":
+        shutil.copytree(root, filesystem(copy)[1])  # copy2: mtimes kept, as cp -a does
+    else:
+        fs.copy(root, filesystem(copy)[1], recursive=True)  # a server-side copy (rewrite / CopyObject)
+    copied = list_output(copy)
+    assert sorted(copied) == sorted(manifest["files"])
+    if store_name(store_prefix) == "gcs":  # the case the checksum is for: every object is a new generation
+        assert all(copied[f]["version"] != manifest["files"][f]["version"] for f in copied)
+        assert all(copied[f]["checksum"] == manifest["files"][f]["checksum"] for f in copied)
+    check = verify_output(copy)
+    assert check is not None and check.extra == check.changed == check.missing == []
+
+    write_atomic(join(copy, "part-1.json"), json.dumps({"part": 7}))  # same size, other content
+    with pytest.raises(OutputChanged, match=r"changed \['part-1.json'\]"):
+        verify_output(copy)
 
 
 def test_outputs_written_before_manifests_existed_stay_readable(tmp_path):

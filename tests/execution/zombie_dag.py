@@ -3,8 +3,9 @@
     RAY_ADDRESS=... ZOMBIE_CALLS=/tmp/calls python tests/execution/zombie_dag.py --prefix gs://bucket/lab
 
 ``slow_writer`` writes ``part-NN.json`` one at a time, then ``result.json``; the content depends only on
-the config, so every complete run writes the same files. Each write leaves a trace line (pid, time, part)
-in ``<ZOMBIE_CALLS>/writes.jsonl`` *after* it returned, so the test can tell who wrote what, and when.
+the config, so every complete run writes the same files (``writer_files``). Each write leaves a trace line
+(pid, time, part) in ``<ZOMBIE_CALLS>/writes.jsonl`` *after* it returned, so the test can tell who wrote
+what, and when.
 """
 
 from __future__ import annotations
@@ -30,13 +31,20 @@ class WriterConfig:
     part_s: float = PART_S
 
 
+def writer_files(parts: int = PARTS) -> dict[str, bytes]:
+    """What a complete ``slow_writer`` run leaves in its output, in the order it writes it."""
+    files = {f"part-{i:02d}.json": json.dumps({"part": i}).encode() for i in range(parts)}
+    return {**files, "result.json": json.dumps({"parts": parts}).encode()}
+
+
 def slow_writer(config: WriterConfig) -> None:
     trace(config.calls_dir, "starts")
+    files = writer_files(config.parts)
     for i in range(config.parts):
         time.sleep(config.part_s)
-        write_atomic(join(config.output_path, f"part-{i:02d}.json"), json.dumps({"part": i}))
+        write_atomic(join(config.output_path, f"part-{i:02d}.json"), files[f"part-{i:02d}.json"])
         trace(config.calls_dir, "writes", part=i)
-    write_atomic(join(config.output_path, "result.json"), json.dumps({"parts": config.parts}))
+    write_atomic(join(config.output_path, "result.json"), files["result.json"])
     trace(config.calls_dir, "writes", part="result")
 
 
