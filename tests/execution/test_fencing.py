@@ -318,23 +318,37 @@ def test_timing_constants_keep_the_zombie_ahead_of_the_takeover():
     assert PART_S * (PARTS - 2) >= 2 * (FAST.fence_stop_after_s + FAST.fence_check_s)
 
 
+def fence_spec(out):
+    """A fresh lease on ``out`` and the spec of a fence on it (re-read every 0.05 s; stops at 2.5 s)."""
+    from marin.execution.fence import FenceSpec
+    from marin.execution.lease import new_owner_id, try_acquire
+
+    lease = try_acquire(out, new_owner_id(), FAST)
+    return FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+
+
+def take_over(out):
+    """Another executor takes the lease of ``out`` over: its process has no guard, so straight to the store's
+    compare-and-swap."""
+    from marin.storage import conditional
+
+    lease_url = join(out, LEASE_FILE)
+    thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
+    version = read_versioned(lease_url).version
+    assert conditional._backend(lease_url).replace(lease_url, thief.encode(), version) is not None
+
+
 def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
     """In process, no Ray: the storage guard and the verdicts of ``StepFence`` on each store."""
-    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
-    from marin.execution.lease import new_owner_id, try_acquire
-    from marin.storage import LeaseLost, conditional
+    from marin.execution.fence import StepFence, read_fenced_reason
+    from marin.storage import LeaseLost
 
     out = join(store_prefix, "fenced-step")
-    lease = try_acquire(out, new_owner_id(), FAST)
-    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    spec = fence_spec(out)
     stopped = []
     with StepFence(spec, on_lost=lambda: stopped.append(time.time())) as fence:
         write_atomic(join(out, "part-0.json"), "{}")  # ours: allowed
-        blob = read_versioned(join(out, LEASE_FILE))
-        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
-        # Another executor's process (no guard there): straight to the store's compare-and-swap.
-        lease_url = join(out, LEASE_FILE)
-        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), blob.version) is not None
+        take_over(out)
         time.sleep(0.1)  # the last proof is now older than check_s: the next write re-reads the lease
         with pytest.raises(LeaseLost, match="attempt other"):
             write_atomic(join(out, "part-1.json"), "{}")
@@ -344,7 +358,7 @@ def test_step_fence_refuses_writes_once_the_lease_is_taken_over(store_prefix):
             write_atomic(join(out, ".executor_status"), "{}")
         write_atomic(join(store_prefix, "elsewhere.json"), "{}")  # nor is anything outside the step
         assert fence.lost and len(stopped) == 1
-    assert "attempt other" in read_fenced_reason(out, lease.attempt)
+    assert "attempt other" in read_fenced_reason(out, spec.attempt)
     write_atomic(join(out, "part-1.json"), "{}")  # the guard ends with the task
     with pytest.raises(LeaseLost, match="not starting"), StepFence(spec, on_lost=lambda: stopped.append(0)):
         pass  # a retry of the lost attempt does not start, and is not killed (Ray would retry it again)
@@ -391,36 +405,28 @@ def test_a_fence_kills_nothing_once_its_call_has_returned(store_prefix):
     """A process can outlive its step (a reused Ray worker, as a gang's task is): a verdict that comes after the
     fenced call returned (the watcher's last read) records the loss but must not kill the process, which may
     be running another step. A call that leaves with its lease lost is killed on the way out."""
-    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
-    from marin.execution.lease import new_owner_id, try_acquire
-    from marin.storage import LeaseLost, conditional
+    from marin.execution.fence import StepFence, read_fenced_reason
+    from marin.storage import LeaseLost
 
     out = join(store_prefix, "fenced-then-returned")
-    lease = try_acquire(out, new_owner_id(), FAST)
-    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    spec = fence_spec(out)
     stopped = []
     with StepFence(spec, on_lost=lambda: stopped.append("killed")) as fence:
         write_atomic(join(out, "part-0.json"), "{}")
     delete(join(out, LEASE_FILE))
     with pytest.raises(LeaseLost, match="gone"):
         fence.confirm()  # what the watcher thread does on its last wake-up
-    assert stopped == [] and "gone" in read_fenced_reason(out, lease.attempt)
+    assert stopped == [] and "gone" in read_fenced_reason(out, spec.attempt)
 
-    lease = try_acquire(out, new_owner_id(), FAST)
-    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    spec = fence_spec(out)
     with StepFence(spec, on_lost=lambda: stopped.append("killed")) as fence:
-        lease_url = join(out, LEASE_FILE)  # taken over by another executor (its process has no guard)
-        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
-        blob = read_versioned(lease_url)
-        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), blob.version) is not None
+        take_over(out)
         with pytest.raises(LeaseLost, match="attempt other"):
             fence.confirm()
     assert stopped == ["killed"]  # inside the call, a verdict kills (once: leaving the fence does not kill again)
 
     out = join(store_prefix, "fenced-left-lost")
-    lease = try_acquire(out, new_owner_id(), FAST)
-    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
-    fence = StepFence(spec, on_lost=lambda: stopped.append("killed on the way out"))
+    fence = StepFence(fence_spec(out), on_lost=lambda: stopped.append("killed on the way out"))
     with pytest.raises(LeaseLost), fence:
         fence.lost = "taken over"  # a guarded write saw the loss first; the watcher's kill had not come yet
         raise LeaseLost("taken over")
@@ -432,9 +438,8 @@ def test_a_call_leaving_with_its_lease_lost_is_killed_only_after_the_loss_is_rec
     a guarded write in the call sees ``lost`` meanwhile and the call leaves the fence. The kill on the way out
     waits for the record: the executor reads it to tell a fenced task from a crashed one (CI once lost it)."""
     from marin.execution import fence as fence_module
-    from marin.execution.fence import FenceSpec, StepFence, read_fenced_reason
-    from marin.execution.lease import new_owner_id, try_acquire
-    from marin.storage import LeaseLost, conditional
+    from marin.execution.fence import StepFence, read_fenced_reason
+    from marin.storage import LeaseLost
 
     def slow_write(url, data):
         time.sleep(0.5)
@@ -442,17 +447,14 @@ def test_a_call_leaving_with_its_lease_lost_is_killed_only_after_the_loss_is_rec
 
     monkeypatch.setattr(fence_module, "write_atomic", slow_write)
     out = join(store_prefix, "fenced-while-recording")
-    lease = try_acquire(out, new_owner_id(), FAST)
-    spec = FenceSpec(output_path=out, owner=lease.owner, attempt=lease.attempt, check_s=0.05, stop_after_s=2.5)
+    spec = fence_spec(out)
     records_at_kill = []
-    fence = StepFence(spec, on_lost=lambda: records_at_kill.append(read_fenced_reason(out, lease.attempt)))
+    fence = StepFence(spec, on_lost=lambda: records_at_kill.append(read_fenced_reason(out, spec.attempt)))
     with pytest.raises(LeaseLost, match="attempt other"), fence:
-        lease_url = join(out, LEASE_FILE)  # taken over by another executor (its process has no guard)
-        thief = json.dumps({"owner": "thief", "attempt": "other", "acquired": time.time(), "heartbeat": time.time()})
-        assert conditional._backend(lease_url).replace(lease_url, thief.encode(), read_versioned(lease_url).version)
+        take_over(out)
         deadline = time.monotonic() + 10
         while fence.lost is None and time.monotonic() < deadline:  # the watcher's verdict; its write is slow
             time.sleep(0.01)
-        assert read_fenced_reason(out, lease.attempt) is None  # still being written
+        assert read_fenced_reason(out, spec.attempt) is None  # still being written
         fence.check()  # a guarded write: raises LeaseLost, and the call leaves the fence
     assert len(records_at_kill) == 1 and "attempt other" in (records_at_kill[0] or ""), records_at_kill
