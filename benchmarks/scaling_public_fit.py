@@ -147,7 +147,7 @@ def main() -> None:
         print(f"wrote {len(rows)} runs to {RUNS_CSV}")
         return
     rows = load()
-    print("| train set | eval loss | model | tokens/param | actual | predicted (90% interval) | error | peer (least squares) |")
+    print("| train set | eval loss | model | tokens/param | actual | predicted (90% interval) | error | peer (LSQ) |")
     print("|---|---|---|---|---|---|---|---|")
     errors, peer_errors, inside = [], [], 0
     for loss in args.losses:

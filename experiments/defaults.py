@@ -42,6 +42,7 @@ from marin.quality import (
     filter_documents,
     train_classifier,
 )
+from marin.scaling.fit import SURFACE_OBJECTIVE
 from marin.scaling.ladder import LadderPoint, LadderRules, isoflop_grid, target_point
 from marin.scaling.step import FitLadderConfig, LadderRunRef, fit_ladder_step
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
@@ -616,6 +617,7 @@ def default_scaling_ladder(
                 target_ref, run_path=target_ref.run_path.nonblocking(), eval_path=target_ref.eval_path.nonblocking()
             ),
             bootstrap_samples=versioned(bootstrap_samples),
+            objective=versioned(SURFACE_OBJECTIVE),
         ),
         description=f"isoFLOP fit of {len(grid)} runs at {len(budgets)} budgets; predicts {target.name}",
     )

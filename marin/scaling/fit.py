@@ -127,6 +127,7 @@ parameters, three data sets; ``tests/data/open_lm_scaling``): fitted on the four
 least squares on the loss predicted the 1.4B and 6.9B runs' C4 loss 5.8% off on average (6.9B: -8% to
 -13%), this objective 2.5% (6.9B: -3% to -8%); a run that never left warmup pulled the squares fit by
 0.5 nats and barely moves this one (docs/scaling.md)."""
+SURFACE_OBJECTIVE = f"huber-log-{HUBER_DELTA:g}"
 STARTS = 3
 """Grid points refined from: the best few by the Huber objective (the refinement from the best alone found
 the same optimum as Hoffmann et al.'s 4,500-start search on every public fit tried; three for margin)."""
@@ -376,7 +377,7 @@ def fit_ladder(
                 **{name: float(v) for name, v in zip(surface_names, theta, strict=True)},
                 "interval": {name: _interval(thetas[:, i], level) for i, name in enumerate(surface_names)},
                 "residual_rms": float(np.sqrt(np.mean(residuals**2))),
-                "objective": f"Huber (delta {HUBER_DELTA:g}) of log predicted - log measured loss",
+                "objective": SURFACE_OBJECTIVE,
             },
         },
         "bootstrap": {"samples": samples, "seed": seed, "level": level, "parabola_samples_without_minimum": failed},

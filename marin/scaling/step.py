@@ -17,7 +17,7 @@ import json
 import logging
 from typing import Any
 
-from marin.scaling.fit import Run, Target, fit_ladder
+from marin.scaling.fit import SURFACE_OBJECTIVE, Run, Target, fit_ladder
 from marin.storage import join, read_text, write_atomic
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,9 @@ class FitLadderConfig:
     bootstrap_samples: int = 1000
     seed: int = 0
     level: float = 0.9
+    objective: str = SURFACE_OBJECTIVE
+    """The loss surface's objective, named so that it enters the step's version (a ladder fitted by another
+    objective fits again); only ``marin.scaling.fit.SURFACE_OBJECTIVE`` is computed here."""
 
 
 def eval_loss(eval_path: str, heldout: str) -> float:
@@ -60,6 +63,8 @@ def eval_loss(eval_path: str, heldout: str) -> float:
 
 
 def fit_ladder_step(config: FitLadderConfig) -> None:
+    if config.objective != SURFACE_OBJECTIVE:
+        raise ValueError(f"FitLadderConfig.objective: {config.objective!r}; this version fits {SURFACE_OBJECTIVE!r}")
     runs = [Run(r.budget, r.params, r.tokens, eval_loss(r.eval_path, config.heldout), r.run) for r in config.runs]
     target = config.target
     fit = fit_ladder(
