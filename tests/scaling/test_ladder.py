@@ -60,3 +60,19 @@ def test_adding_a_budget_adds_runs_and_changes_no_existing_step():
         exp27_nano_ladder.LADDER.target_eval.name,
     }
     assert {d.name for d in fit_step.deps} >= {e.name for e in exp27_nano_ladder.LADDER.evals}
+
+
+def test_the_nano_ladders_rates_and_batches_agree_with_a_published_compute_rule():
+    """The rules were written down on the generated corpus; this checks them against a rule fitted on real
+    runs: DeepSeek-AI (2024), "DeepSeek LLM", eq. 1: eta_opt = 0.3118 C^-0.125, B_opt = 0.2920 C^0.3271
+    tokens, whose near-optimal region spans about 2x in rate and more in batch. At the nano ladder's
+    1e12-1.6e13 FLOPs they give 7.0e-3 to 9.9e-3 and 2.5k-6.1k tokens; the rules give 6e-3 to 1e-2 and 8k."""
+    ladder = exp27_nano_ladder
+    family = nano_family(vocab_size=2048, seq_len=ladder.RULES.seq_len)
+    points = isoflop_grid(ladder.BUDGETS, family, ladder.RULES)
+    [target_model] = [m for m in family if m.hidden_dim == ladder.TARGET_WIDTH]
+    points.append(target_point(ladder.TARGET_BUDGET, target_model, ladder.RULES))
+    for p in points:
+        rate, batch = 0.3118 * p.flops**-0.125, 0.2920 * p.flops**0.3271
+        assert 0.7 < p.learning_rate / rate < 1.3, (p.label, p.budget, p.learning_rate, rate)
+        assert 1 <= p.batch_size * p.model.seq_len / batch < 4, (p.label, p.budget, p.batch_size, batch)
