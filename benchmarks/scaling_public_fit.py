@@ -13,7 +13,8 @@ Per training set and evaluation loss, ``marin.scaling.fit.fit_loss_surface`` is 
 below 1B (every multiplier, nothing hand-picked) and predicts the 1.4B and 6.9B runs; beside it the
 peer, the same surface fitted by plain least squares on the loss (this repository's fit before it took
 Hoffmann et al.'s Huber objective in log space). Printed: each prediction's relative error, whether the
-run fell inside its 90% prediction interval, and the mean absolute error per method.
+run fell inside its 90% prediction interval, and the mean absolute error per method. Errors are
+(actual - predicted) / actual, as the experiment report writes them: positive when the run did worse.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def predictions(rows: list[dict], dataset: str, loss: str, samples: int = 200, s
                 "actual": r[loss],
                 "predicted": predicted,
                 "interval": interval,
-                "error": predicted / r[loss] - 1,
-                "peer_error": float(surface(peer, r["params"], r["tokens"])) / r[loss] - 1,
+                "error": (r[loss] - predicted) / r[loss],  # the report's sign: + when the run did worse
+                "peer_error": (r[loss] - float(surface(peer, r["params"], r["tokens"]))) / r[loss],
             }
         )
     return out

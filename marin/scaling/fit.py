@@ -124,8 +124,8 @@ HUBER_DELTA = 1e-3
 """The surface minimizes the Huber loss (this delta) of log predicted - log measured loss, as Hoffmann et al.
 (2022) do. Chosen on public runs nobody here trained (Gadre et al. 2024: 104 open_lm models, 11M-6.9B
 parameters, three data sets; ``tests/data/open_lm_scaling``): fitted on the four sizes up to 412M, plain
-least squares on the loss predicted the 1.4B and 6.9B runs' C4 loss 5.8% off on average (6.9B: -8% to
--13%), this objective 2.5% (6.9B: -3% to -8%); a run stopped inside its warmup sits 0.5 nats above the
+least squares on the loss predicted the 1.4B and 6.9B runs' C4 loss 5.8% off on average (6.9B: 8-13% too
+low), this objective 2.5% (6.9B: 3-8% too low); a run stopped inside its warmup sits 0.5 nats above the
 law: it drags a squares fit and barely moves this one (docs/scaling.md)."""
 SURFACE_OBJECTIVE = f"huber-log-{HUBER_DELTA:g}"
 STARTS = 3
