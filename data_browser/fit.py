@@ -114,6 +114,28 @@ class Prediction:
 
 
 @dataclasses.dataclass
+class BacktestRun:
+    run: str
+    actual: float
+    predicted: float
+    interval: list[float] | None
+    error: float
+
+
+@dataclasses.dataclass
+class Backtest:
+    """The ladder's check on itself (``marin.scaling.fit.backtest``): its largest budget predicted from the
+    smaller ones; ``note`` alone when it could not run."""
+
+    note: str | None = None
+    budget: float | None = None
+    fitted_runs: float | None = None
+    mean_abs_error: float | None = None
+    inside: float | None = None
+    runs: list[BacktestRun] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
 class Actual:
     loss: float | None
     """The target's measured loss, None until its eval has run (or when it cannot be read)."""
@@ -138,6 +160,7 @@ class Fit:
     """Why a law is missing (e.g. fewer than two budgets with a minimum), as the fit says."""
     prediction: Prediction | None = None
     actual: Actual | None = None
+    backtest: Backtest | None = None
     bootstrap: dict | None = None
     plots: list[str] = dataclasses.field(default_factory=list)
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -276,6 +299,35 @@ def parse_prediction(value: Any) -> Prediction:
     )
 
 
+def parse_backtest(value: Any) -> Backtest:
+    b = _object(value, "backtest")
+    if "runs" not in b:
+        return Backtest(note=_text(b, "note", "backtest"))
+    if not isinstance(b["runs"], list):
+        raise FitError(f"backtest.runs must be a list, got {type(b['runs']).__name__}")
+    runs = []
+    for i, r in enumerate(b["runs"]):
+        where = f"backtest.runs[{i}]"
+        r = _object(r, where)
+        interval = r.get("interval")
+        runs.append(
+            BacktestRun(
+                run=_text(r, "run", where),
+                actual=_number(r, "actual", where),
+                predicted=_number(r, "predicted", where),
+                interval=None if interval is None else _pair(interval, f"{where}.interval"),
+                error=_number(r, "error", where),
+            )
+        )
+    return Backtest(
+        budget=_number(b, "budget", "backtest"),
+        fitted_runs=_number(b, "fitted_runs", "backtest"),
+        mean_abs_error=_number(b, "mean_abs_error", "backtest"),
+        inside=_number(b, "inside", "backtest"),
+        runs=runs,
+    )
+
+
 def parse_fit(url: str, document: Any) -> Fit:
     """Every part of a ``fit.json`` that is of the documented shape; the others become ``errors``."""
     fit = Fit(url)
@@ -300,6 +352,8 @@ def parse_fit(url: str, document: Any) -> Fit:
     }
     if document.get("prediction") is not None:
         parts["prediction"] = ("prediction", lambda: parse_prediction(document["prediction"]))
+    if document.get("backtest") is not None:
+        parts["backtest"] = ("backtest", lambda: parse_backtest(document["backtest"]))
     for part, (attr, parse) in parts.items():
         try:
             setattr(fit, attr, parse())

@@ -293,7 +293,25 @@ def fit_section(report: ExperimentReport, links: Links) -> list[str]:
                 f"{prediction['tokens']:.3g} | {prediction['loss']:.4f} | {_span(prediction['interval'], '.4f')} | "
                 f"{measured}{inside} | {error} |"
             )
+        lines += backtest_lines(fit.get("backtest"), level)
     return lines
+
+
+def backtest_lines(check: dict | None, level: float) -> list[str]:
+    """The ladder's check on itself: its largest budget predicted from the smaller ones."""
+    if not check:
+        return []
+    if "runs" not in check:
+        return ["", f"Backtest: not run ({check.get('note', 'no note')})."]
+    runs = check["runs"]
+    worst = max(runs, key=lambda r: abs(r["error"]))
+    return [
+        "",
+        f"Backtest (before trusting the target): fitted on the {check['fitted_runs']} runs below "
+        f"{check['budget']:.3g} FLOPs, the surface predicts that budget's {len(runs)} runs "
+        f"{check['mean_abs_error']:.1%} off on average (worst {worst['error']:+.1%}, `{worst['run']}`); "
+        f"{check['inside']} of {len(runs)} inside their {level:.0%} intervals.",
+    ]
 
 
 def leaderboard_markdown(boards: list[Board], links: Links) -> str:

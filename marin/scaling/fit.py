@@ -3,6 +3,7 @@
     fit = fit_ladder(runs, target=Target(name="checkpoints/ladder-target", params=2.1e6, tokens=8e6))
     fit["laws"]["params_opt"]   # N*(C) = k * C^a, with bootstrap intervals
     fit["prediction"]           # the target's loss, with a prediction interval
+    fit["backtest"]             # the largest budget's runs predicted from the smaller budgets
 
 Every quantity uses one definition of size: ``params`` is N = (model FLOPs per token) / 6, so that a run's
 compute is exactly C = 6·N·D (D its training tokens) and N is the count of parameters that multiply
@@ -277,6 +278,41 @@ def _law(coefficient: float, exponent: float, coefficients: list, exponents: lis
     }
 
 
+BACKTEST_SAMPLES = 200
+"""Bootstrap samples of the backtest's fit (at most the ladder's own): its intervals need not be as fine."""
+
+
+def backtest(runs: Sequence[Run], *, samples: int, rng: np.random.Generator, level: float) -> dict[str, Any]:
+    """The check a ladder can make on itself before its target runs: the surface fitted on every budget but
+    the largest predicts the largest budget's runs. Its errors say how far this ladder's extrapolation can
+    be trusted (one budget out, where the target is usually 4x or more)."""
+    budgets = by_budget(runs)
+    top = max(budgets)
+    below = [r for r in runs if r.budget < top]
+    if len(budgets) < 2 or len(below) < 6:
+        return {"note": f"{len(below)} runs below the largest budget: the backtest's surface needs at least 6"}
+    n, d, y = (np.array([getattr(r, key) for r in below]) for key in ("params", "tokens", "loss"))
+    shape = fit_loss_surface(n, d, y, samples=samples, rng=rng)
+    checked = []
+    for r in budgets[top]:
+        predicted, interval = shape.predict(r.params, r.tokens, rng, level)
+        checked.append(
+            {"run": r.name, "params": r.params, "tokens": r.tokens, "actual": r.loss, "predicted": predicted}
+            | {"interval": interval, "error": (r.loss - predicted) / r.loss}
+        )
+    return {
+        "method": "the loss surface fitted on the budgets below the largest predicts the largest budget's runs",
+        "budget": top,
+        "fitted_runs": len(below),
+        "runs": checked,
+        "mean_abs_error": float(np.mean([abs(c["error"]) for c in checked])),
+        "inside": sum(
+            c["interval"] is not None and c["interval"][0] <= c["actual"] <= c["interval"][1] for c in checked
+        ),
+        "level": level,
+    }
+
+
 def fit_ladder(
     runs: Sequence[Run],
     target: Target | None = None,
@@ -399,4 +435,5 @@ def fit_ladder(
             "level": level,
             "method": "loss surface at the target's N and D; interval: residual bootstrap plus one run's scatter",
         }
+    out["backtest"] = backtest(runs, samples=min(samples, BACKTEST_SAMPLES), rng=rng, level=level)
     return out

@@ -182,6 +182,9 @@ def test_fit_page_shows_laws_and_the_prediction_against_the_actual_loss(client, 
     assert 'id="relative-error">+1.65%<' in html and "90% interval" in html and "inside the interval" in html
     assert "E = 0.9000, A = 18, alpha = 0.1300" in html and "isoflop.png" in html and "laws.png" not in html
     assert NO_MINIMUM in html and "surface: E + A / N^alpha + B / D^beta" in html and "A n/a" in html
+    assert fit["backtest"]["budget"] == 1e13 and [r["error"] for r in fit["backtest"]["runs"]] == [0.01, -0.0075, 0.02]
+    assert 'the surface predicts that budget\'s 3 runs <b id="backtest-error">1.2%</b> off on average' in html
+    assert "2 of 3 inside their intervals" in html and "+2.00%" in html and "-0.75%" in html
     assert get(client, "/fit/plot", path=lab["fit"], name="isoflop.png").content[:4] == b"\x89PNG"
     assert get(client, "/fit/plot", path=lab["fit"], name="fit.json").status_code == 422
 
@@ -191,6 +194,7 @@ def test_damaged_fit_parts_are_errors_in_place_and_a_missing_target_eval_is_not_
     document["budgets"][1]["quadratic"] = [1, 2]
     document["laws"]["loss"]["alpha"] = "fast"
     document["prediction"]["eval_path"] = str(tmp_path / "not-yet")
+    document["backtest"]["runs"][0]["error"] = None
     step = tmp_path / "fit-1"
     step.mkdir()
     (step / "fit.json").write_text(json.dumps(document))
@@ -201,6 +205,7 @@ def test_damaged_fit_parts_are_errors_in_place_and_a_missing_target_eval_is_not_
     assert fit["errors"] == {
         "budgets": f"{step}/fit.json: budgets[1].quadratic must be [a, b, c], got [1, 2]",
         "laws.loss": f"{step}/fit.json: laws.loss.alpha must be a finite number, got 'fast'",
+        "backtest": f"{step}/fit.json: backtest.runs[0].error must be a finite number, got None",
     }
     assert fit["params_law"]["exponent"] == 0.6 and fit["actual"]["status"] == "not run yet"
     assert 'id="actual" colspan="2">not run yet<' in r.text
@@ -208,5 +213,7 @@ def test_damaged_fit_parts_are_errors_in_place_and_a_missing_target_eval_is_not_
     r = get(c, "/fit", path=step)
     assert r.status_code == 200 and f"{step}/fit.json: not valid JSON" in unescape(r.text)
     del document["prediction"]
+    document["backtest"] = {"note": "3 runs below the largest budget: the backtest's surface needs at least 6"}
     (step / "fit.json").write_text(json.dumps(document))
-    assert "No prediction in this fit." in get(c, "/fit", path=step).text
+    html = unescape(get(c, "/fit", path=step).text)
+    assert "No prediction in this fit." in html and "Backtest not run: 3 runs below the largest budget" in html

@@ -53,5 +53,8 @@ def test_tiny_ladder_fits_predicts_and_reports_the_target(quickstart_run, tmp_pa
     text = Path(files.markdown).read_text()
     actual = json.loads((paths[ladder.target_eval.name] / "results.json").read_text())["validation"]["stories"]
     assert "## Scaling fit" in text and f"{actual['bits_per_byte']:.4f}" in text and f"{prediction['loss']:.4f}" in text
+    # three runs below the largest budget cannot fit the backtest's surface: the report says why
+    assert fit["backtest"] == {"note": "3 runs below the largest budget: the backtest's surface needs at least 6"}
+    assert "Backtest: not run (3 runs below the largest budget" in text
     [board] = collect_boards(str(store))  # all seven runs, on the stories validation set
     assert len(board.entries) == 7 and all(e.flops and e.wall_seconds for e in board.entries)

@@ -92,3 +92,23 @@ def test_a_budget_without_three_sizes_is_an_error_and_one_without_a_minimum_is_r
     fit = fit_ladder(only, Target("t", 1e7, 1e9), samples=20)
     assert fit["laws"]["params_opt"] is None and "need 2" in fit["laws"]["note"]
     assert fit["prediction"]["loss"] > 0  # the surface still predicts
+
+
+def test_the_backtest_predicts_the_largest_budget_from_the_others_and_flags_a_ladder_off_its_law():
+    """On runs from the law the largest budget is predicted to within the noise; on a ladder whose largest
+    budget falls off the law (as the nano ladder's scatter does) the backtest says so before the target runs."""
+    runs = synthetic_runs(seed=5)
+    check = fit_ladder(runs, samples=100)["backtest"]
+    assert check["budget"] == max(BUDGETS) and check["fitted_runs"] == 21 and len(check["runs"]) == 7
+    assert check["mean_abs_error"] < NOISE / 4.8  # the losses are 4.8-8.2 here: under one noise sigma
+    assert check["inside"] >= 5
+    for r in check["runs"]:
+        assert r["error"] == pytest.approx((r["actual"] - r["predicted"]) / r["actual"])
+
+    off = [Run(r.budget, r.params, r.tokens, r.loss + (0.15 if r.budget == max(BUDGETS) else 0), r.name) for r in runs]
+    check = fit_ladder(off, samples=100)["backtest"]
+    assert check["mean_abs_error"] > 0.02 and check["inside"] == 0  # 0.15 on losses of ~5: 3%
+    assert all(r["error"] > 0 for r in check["runs"])  # every run did worse than its prediction
+
+    two = [r for r in runs if r.budget in BUDGETS[:2]]
+    assert "needs at least 6" in fit_ladder(two[:3] + two[7:], samples=10)["backtest"]["note"]
