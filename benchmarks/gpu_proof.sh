@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu_proof.sh attention  # attention backends' time and memory (bf16, packed)
 #   bash benchmarks/gpu_proof.sh kernels    # attention errors vs fp32, FP8 benchmark, trainer tests on the GPU
 #   bash benchmarks/gpu_proof.sh training   # real runs on the bundled data; side by side with PyTorch
+#   bash benchmarks/gpu_proof.sh levers1    # issue 39: cuDNN's packing mask, the step beside torch.compile
+#   bash benchmarks/gpu_proof.sh levers2    # issue 39: owed GPU tests, more step levers, FP8 at 8B shapes
 #
 # Run from the repository root on the GPU machine, with the wheels its image lacks in .whl/ (draccus,
 # mergedeep, toml, orjson, zstandard; torchao for the FP8 torch peer) and, for `training`, the token
@@ -11,7 +13,7 @@
 # Logs and JSON results go to $OUT (default: benchmarks/results/gpu); every section has its own time
 # limit, so one that fails or hangs does not take the others with it.
 set -u
-PHASE=${1:?attention, kernels or training}
+PHASE=${1:?attention, kernels, training, levers1 or levers2}
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -68,7 +70,36 @@ elif [ "$PHASE" = training ]; then
   section "side by side" 270 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 \
     --peak 989e12 --rounds 2 --seconds-per-turn 2 --peers jax torch_compile torch_compile_fp8 torch_eager \
     --jax-variant fp8='{"matmul_dtype": "float8"}' --out "$OUT/trainer_bench_gpu.json"
+elif [ "$PHASE" = levers1 ]; then
+  # Issue 39, first call: how cuDNN is given the packing mask (exactness and time, one process), then the
+  # whole step with each way of masking beside torch.compile (same model, batch, sequence).
+  section env 40 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv;
+    python3 -c "import jax, torch; from jax._src.cudnn.fused_attention_stablehlo import check_cudnn_version as v;
+print(\"jax\", jax.__version__, \"torch\", torch.__version__, \"cudnn\", v(), jax.devices())"'
+  section "cudnn probe" 150 python3 benchmarks/cudnn_attention_probe.py --out "$OUT/cudnn_probe.json"
+  section "step levers" 300 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 \
+    --peak 989e12 --rounds 1 --steps 15 --peers jax torch_compile \
+    --jax-variant masked='{"peer": "jax", "model": {"attention_backend": "cudnn_masked"}}' \
+    --jax-variant packed8='{"peer": "jax", "docs_per_row": 8}' \
+    --jax-variant masked_packed8='{"peer": "jax", "docs_per_row": 8, "model": {"attention_backend": "cudnn_masked"}}' \
+    --out "$OUT/levers1.json"
+elif [ "$PHASE" = levers2 ]; then
+  # Second call: the owed GPU tests, the remaining step levers, FP8 at llama_8b's projection shapes.
+  section tests 110 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
+    python3 -m pytest -q -p no:cacheprovider --timeout 100 -o addopts="" -rf --tb=short \
+    tests/trainer/test_cudnn_attention.py tests/trainer/test_blockwise_attention.py \
+    tests/trainer/test_fp8.py::test_backward_multiplies_an_e5m2_gradient_with_the_e4m3_operands \
+    tests/trainer/test_model.py::test_flops_per_token_matches_xla_cost_analysis \
+    tests/trainer/test_model.py::test_remat_lowers_peak_temp_memory_of_the_layer_scan \
+    tests/trainer/test_step.py::test_bf16_policy_runs_the_steps_matmuls_in_bf16
+  section "step levers 2" 200 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_1b --dtype bfloat16 \
+    --peak 989e12 --rounds 1 --steps 15 --peers jax \
+    --jax-variant unrolled='{"peer": "jax", "model": {"scan_layers": false}}' \
+    --jax-variant no_triton_gemm='{"peer": "jax", "env": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false"}}' \
+    --jax-variant fp8='{"peer": "jax", "matmul_dtype": "float8"}' \
+    --out "$OUT/levers2.json"
+  section "fp8 8b" 60 python3 benchmarks/fp8_bench.py --models llama_8b --reps 10 --out "$OUT/fp8_8b.json"
 else
-  echo "unknown phase $PHASE: attention, kernels or training" >&2
+  echo "unknown phase $PHASE: attention, kernels, training, levers1 or levers2" >&2
   exit 2
 fi

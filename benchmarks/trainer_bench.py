@@ -35,7 +35,8 @@ repeated for SDPA as torchtitan does; ``torch_compile_fp8`` converts the blocks'
 ``--baseline REV`` adds our step (``jax``) as of a git revision (``git archive`` of ``marin/`` into a
 temporary directory, run by the same worker code), for before/after ratios measured side by side.
 ``--jax-variant NAME=JSON`` adds ``train`` runs with other settings (``model`` fields, ``compute_dtype``,
-``matmul_dtype``, ``env`` such as ``XLA_FLAGS``). Results go to ``benchmarks/results/trainer_bench.json``.
+``matmul_dtype``, ``env`` such as ``XLA_FLAGS``; ``"peer": "jax"`` makes it a run of our step alone, where
+``docs_per_row`` packs that many documents into each row). Results go to ``benchmarks/results/trainer_bench.json``.
 """
 
 from __future__ import annotations
@@ -127,6 +128,17 @@ def batches(c: dict, n: int = 4):
     return [rng.integers(1, c["vocab_size"], size=(c["batch"], c["seq_len"] + 1), dtype=np.int64) for _ in range(n)]
 
 
+def packed_segments(c: dict, docs_per_row: int):
+    """Segment ids [batch, seq] of ``docs_per_row`` documents per row at random cut points (1: the
+    unsegmented rows every peer trains on; more measures what packing costs our attention)."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    seq = c["seq_len"]
+    cuts = np.sort(rng.choice(np.arange(1, seq), size=(c["batch"], docs_per_row - 1), replace=False), axis=1)
+    return np.stack([np.searchsorted(row, np.arange(seq), side="right") for row in cuts]).astype(np.int32)
+
+
 def optimizer():
     """Our side of the shared optimizer: AdamW at a constant rate, clipping, decoupled weight decay."""
     from marin.trainer.optim import OptimizerConfig
@@ -171,7 +183,7 @@ def jax_worker(c: dict, variant: dict):
             "input_ids": t[:, :-1],
             "targets": t[:, 1:],
             "loss_mask": np.ones(t[:, 1:].shape, np.float32),
-            "segment_ids": np.zeros(t[:, 1:].shape, np.int32),
+            "segment_ids": packed_segments(c, variant.get("docs_per_row", 1)),
         }
         data.append(jax.device_put(b))
     holder = {"state": state, "i": 0}
@@ -515,9 +527,10 @@ def peer_specs(
         else:
             raise SystemExit(f"unknown peer {peer!r}")
     at = next((i + 1 for i, spec in enumerate(specs) if spec[0] == "train"), len(specs))  # variants follow ours
-    for name, spec in variants.items():  # extra train() runs: --jax-variant NAME='{"model": {...}}'
+    for name, spec in variants.items():  # extra runs: --jax-variant NAME='{"model": {...}}'
         env = spec.pop("env", {})
-        specs.insert(at, (name, project_py, "train", {**compute, **spec}, env))
+        kind = spec.pop("peer", "train")  # "jax": our step alone, with these settings
+        specs.insert(at, (name, project_py, kind, {**compute, **spec}, env))
         at += 1
     for rev, root in (baselines or {}).items():  # --baseline REV: our step as of an older commit
         specs.append((f"jax@{rev}", project_py, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))

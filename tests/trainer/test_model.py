@@ -63,7 +63,11 @@ RUNNABLE_BACKENDS = sorted(b for b in ATTENTION_BACKENDS if _runs_here(b))
 
 # fp32 inputs: cudnn serves only bf16/fp16 on a GPU (nothing elsewhere) and splash only TPUs. The suite
 # runs on CPU; on a GPU machine it ran with MARIN_TEST_JAX_PLATFORMS=cuda (tests/trainer/conftest.py).
-NOT_RUNNABLE_IN_FP32 = {"cpu": {"cudnn"}, "gpu": {"cudnn", "splash"}, "tpu": {"cudnn"}}
+NOT_RUNNABLE_IN_FP32 = {
+    "cpu": {"cudnn", "cudnn_masked"},
+    "gpu": {"cudnn", "cudnn_masked", "splash"},
+    "tpu": {"cudnn", "cudnn_masked"},
+}
 
 
 def test_every_backend_but_another_platforms_kernel_runs_here():

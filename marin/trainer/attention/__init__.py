@@ -1,5 +1,6 @@
 """Attention backends: ``reference`` (plain jnp, the oracle), ``xla``, ``blockwise``, ``pallas`` (our Pallas
-flash-attention kernel) and ``splash`` (JAX's TPU splash kernel, the TPU default)."""
+flash-attention kernel), ``cudnn`` and ``cudnn_masked`` (cuDNN's, GPU) and ``splash`` (JAX's TPU splash
+kernel, the TPU default)."""
 
 from marin.trainer.attention.backends import (
     ATTENTION_BACKENDS,
@@ -13,6 +14,7 @@ from marin.trainer.attention.backends import (
     resolve_backend,
     xla_attention,
 )
+from marin.trainer.attention.cudnn import cudnn_attention, segment_runs  # registers "cudnn", "cudnn_masked"
 from marin.trainer.attention.pallas import PallasAttentionConfig, flash_attention  # registers "pallas"
 from marin.trainer.attention.splash import SplashAttentionConfig, splash_attention  # registers "splash"
 
@@ -25,10 +27,12 @@ __all__ = [
     "attention_mask",
     "blockwise_attention",
     "cannot_serve",
+    "cudnn_attention",
     "flash_attention",
     "reference_attention",
     "register_attention_backend",
     "resolve_backend",
+    "segment_runs",
     "splash_attention",
     "xla_attention",
 ]

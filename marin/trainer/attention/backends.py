@@ -8,9 +8,9 @@ Every backend computes causal, grouped-query attention with optional packing mas
 
 ``reference`` is plain jnp and the oracle the others are tested against; ``xla`` calls
 ``jax.nn.dot_product_attention`` (XLA's implementation on every platform: jax 0.10 uses cuDNN only when
-asked with ``implementation="cudnn"``, which is the ``cudnn`` backend: GPU, bf16/fp16); ``blockwise``
+asked with ``implementation="cudnn"``, which ``cudnn.py``'s backends do: GPU, bf16/fp16); ``blockwise``
 (``blockwise.py``, the CPU default) attends per block of queries over only the keys that block can see,
-skipping the masked upper triangle, with a hand-written backward. ``pallas.py`` and ``splash.py`` register
+skipping the masked upper triangle, with a hand-written backward. ``pallas.py``, ``splash.py`` and ``cudnn.py`` register
 their kernels here with ``@register_attention_backend``; nothing else in the model changes.
 
 Choosing a backend. ``"default"`` is the platform's choice, measured there (TPU ``splash``, GPU ``cudnn``
@@ -159,25 +159,6 @@ def xla_attention(q, k, v, segment_ids):
     (scores materialized) on GPU too: cuDNN's flash attention needs ``implementation="cudnn"``."""
     mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
-
-
-def _cudnn_unsupported(q, k, v, segment_ids) -> str | None:
-    if jax.default_backend() != "gpu":
-        return f"cuDNN runs only on a GPU (platform: {jax.default_backend()})"
-    if q.dtype not in (jnp.bfloat16, jnp.float16):
-        return f"dtype {q.dtype} is not bfloat16 or float16"
-    if q.shape[-1] % 8 or q.shape[-1] > 128:
-        return f"head_dim {q.shape[-1]} is not a multiple of 8 up to 128"
-    return None
-
-
-@register_attention_backend("cudnn", unsupported_reason=_cudnn_unsupported)
-def cudnn_attention(q, k, v, segment_ids):
-    """cuDNN's fused flash attention (``implementation="cudnn"``): causal blocks are never computed and no
-    score matrix is materialised; packing masks go in as a boolean mask. Not run here (no GPU): on a CPU it
-    refuses with a reason, so only an explicit choice on a GPU reaches it."""
-    mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="cudnn")
 
 
 register_attention_backend("blockwise")(blockwise_attention)  # the CPU default; see blockwise.py
