@@ -1,6 +1,6 @@
 """The scripts of the GPU proof (``benchmarks/gpu_proof.sh``, docs/trainer.md "On a GPU") run here on CPU
 at tiny sizes, so a lease is never spent on a script that was broken before it left: the attention
-correctness check, the FP8 benchmark and the real training run on a prepared token cache."""
+correctness check, the cuDNN probe, the FP8 benchmark and the real training run on a prepared token cache."""
 
 import json
 import subprocess
@@ -29,6 +29,25 @@ def test_attention_check_compares_every_backend_with_an_fp32_reference(tmp_path)
     for errors in check["errors"].values():  # fp32 inputs: every backend within fp32 rounding of the reference
         for part in ("out", "dq", "dk", "dv"):
             assert errors[f"{part}_finite"] and errors[f"{part}_rel"] < 1e-5, errors
+
+
+def test_cudnn_probe_checks_and_times_every_way_of_masking():
+    """At tiny sizes on CPU: the reference in bf16 and Pallas (interpreted) are measured against fp32, and
+    the cuDNN peers are recorded as refused with their reason instead of failing the probe."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import cudnn_attention_probe as probe
+
+    checks, times = [], []
+    probe.check(checks, seq=64, heads=4, kv_heads=2, head_dim=16)
+    assert {r["segments"] for r in checks} == {"one", "packed", "many"}
+    assert [r["route"] for r in checks if r["backend"] == "pallas"] == [0, 1, 2]
+    for r in checks:
+        if r["backend"] in ("reference bf16", "pallas"):
+            assert all(1e-4 < r[part] < 1e-2 for part in ("out", "dq", "dk", "dv")), r  # bf16 rounding
+        else:
+            assert "error" in r, r  # no GPU here: cuDNN refuses
+    probe.timed(times, 1, 64, 4, 2, 16, reps=1)
+    assert [r["ms"] for r in times if r["backend"] == "pallas"] and all(r.get("ms", 1) > 0 for r in times)
 
 
 def test_fp8_bench_reports_quantization_error_and_no_fp8_gemm_on_cpu(tmp_path):

@@ -161,6 +161,8 @@ def test_flops_per_token_matches_xla_cost_analysis(tiny):
     params = jax.eval_shape(lambda: init(cfg, 0))
     tokens = jax.ShapeDtypeStruct((4, cfg.seq_len), jnp.int32)
     cost = jax.jit(lambda p, t: forward(cfg, p, t)).lower(params, tokens).cost_analysis()
+    if cost is None:  # the count is of the platform-independent program: the CPU run checks it
+        pytest.skip("XLA:GPU gives no cost analysis of a lowered module (jax 0.11.2, H200, 2026-11-26)")
     xla_flops = cost["flops"] if isinstance(cost, dict) else cost[0]["flops"]
     ours = cfg.flops_per_token() / 3 * 4 * cfg.seq_len
     assert 1.0 <= xla_flops / ours < 1.1, (xla_flops, ours)
@@ -252,8 +254,10 @@ def test_remat_lowers_peak_temp_memory_of_the_layer_scan():
     """8 scanned layers, seq 256, batch 8: without remat the backward keeps every layer's activations
     (attention probabilities dominate). Measured temp memory with the blockwise CPU attention: none 164 MB,
     minimal 55 MB (3.0x less), full 29 MB (5.6x less); asserted with margin: >= 2.5x and >= 5x. (Unrolled
-    layers, the CPU default, gain ~3% on XLA:CPU: docs/trainer.md.)"""
-    cfg = tiny_model(num_layers=8, seq_len=256, scan_layers=True)
+    layers, the CPU default, gain ~3% on XLA:CPU: docs/trainer.md.) The attention is pinned to
+    ``blockwise``: the ratio depends on what attention saves, and on a GPU the fp32 default is the Pallas
+    flash kernel, which saves little (none 134 MB vs minimal 73 MB, 1.8x, on an H200, 2026-11-26)."""
+    cfg = tiny_model(num_layers=8, seq_len=256, scan_layers=True, attention_backend="blockwise")
     none, minimal, full = (_grad_temp_bytes(dataclasses.replace(cfg, remat=r)) for r in ("none", "minimal", "full"))
     assert none >= 2.5 * minimal, (none, minimal)
     assert none >= 5 * full, (none, full)

@@ -171,7 +171,7 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
     def block(x, layer):
         return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype), None
 
-    scan = cfg.scan_layers if cfg.scan_layers is not None else jax.default_backend() != "cpu"
+    scan = cfg.scan_layers if cfg.scan_layers is not None else jax.default_backend() == "tpu"
     if cfg.remat != "none":
         block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not scan)
     if scan:
