@@ -17,6 +17,7 @@ to start, and the lease is short. The table is printed last; rows go to ``--out`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -27,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin.trainer.attention import ATTENTION_BACKENDS, attention
-from marin.trainer.attention.cudnn import MAX_PACKED_SEGMENTS, attention_route, segment_runs
+from marin.trainer.attention.cudnn import MAX_PACKED_SEGMENTS, attention_route, cudnn_packed_attention
 
 
 def segments(kind: str, batch: int, seq: int, rng) -> jax.Array:
@@ -45,25 +46,9 @@ def segments(kind: str, batch: int, seq: int, rng) -> jax.Array:
     return jnp.asarray(ids)
 
 
-def packed_direct(mask_type_name: str):
-    from jax._src.cudnn.fused_attention_stablehlo import MaskType
-    from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention as cudnn_sdpa
-
-    def attn(q, k, v, seg):
-        seqlens, offsets, _ = segment_runs(seg)
-        return cudnn_sdpa(
-            q,
-            k,
-            v,
-            q_seqlen=seqlens,
-            kv_seqlen=seqlens,
-            q_offsets=offsets,
-            kv_offsets=offsets,
-            scale=q.shape[-1] ** -0.5,
-            mask_type=MaskType[mask_type_name],
-        )
-
-    return attn
+def packed_direct(mask_type: str):
+    """cuDNN's packed layout called directly (no route): wrong where a row has more runs than it has room for."""
+    return functools.partial(cudnn_packed_attention, mask_type=mask_type)
 
 
 def peers() -> dict:
