@@ -49,9 +49,9 @@ class LockBroken(Exception):
 
 
 class FileLock:
-    """The lock on ``path`` taken with ``data`` staged (None for a delete); use as a context manager."""
+    """A held lock on ``path`` (from ``acquire``); leaving the ``with`` block releases it."""
 
-    def __init__(self, path: str, data: bytes | None):
+    def __init__(self, path: str):
         self.path = path
         self.lock = f"{path}.lock"
         self.token = f"{uuid.uuid4().hex[:12]}-{os.getpid()}-{socket.gethostname()}"
@@ -91,26 +91,36 @@ class FileLock:
 
 
 def acquire(path: str, data: bytes | None) -> FileLock:
-    """Take the lock on ``path`` with ``data`` staged, waiting for (or breaking) the current holder's."""
-    held = FileLock(path, data)
+    """Take the lock on ``path`` with ``data`` staged (None for a delete), waiting for the current holder or
+    breaking its lock."""
+    held = FileLock(path)
     staging = f"{held.lock}-{uuid.uuid4().hex[:12]}"
     os.mkdir(staging)
-    os.mkdir(os.path.join(staging, held.token))
-    if data is not None:
-        with open(os.path.join(staging, held.token, "data"), "wb") as f:
-            f.write(data)
+    try:
+        os.mkdir(os.path.join(staging, held.token))
+        if data is not None:
+            with open(os.path.join(staging, held.token, "data"), "wb") as f:
+                f.write(data)
+        _publish(staging, held.lock)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return held
+
+
+def _publish(staging: str, lock: str) -> None:
+    """Rename ``staging`` to ``lock`` once no one holds it (a rename onto a non-empty directory fails)."""
     wait = _POLL_S[0]
     while True:
         os.utime(staging)  # the lock's age counts from when it was taken, not from when we began to wait
         try:
-            os.rename(staging, held.lock)
-            return held
+            os.rename(staging, lock)
+            return
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                shutil.rmtree(staging, ignore_errors=True)
                 raise
-        if _breakable(held.lock):
-            _break(held.lock)
+        if _breakable(lock):
+            _break(lock)
             continue
         time.sleep(wait)
         wait = min(2 * wait, _POLL_S[1])
