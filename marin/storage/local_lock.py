@@ -5,16 +5,17 @@ inside one, for as long as it stayed stopped (issue 36). This lock is a director
 write lives inside it, so a waiter can break the lock *and* void that write:
 
     lease.lock/                     the lock: exists while someone holds it (a non-empty directory)
-    lease.lock/<token>/data         the holder's new content (``<token>`` = random id, pid, host)
+    lease.lock/<token>              a replace: the holder's new content (``<token>`` = random id, pid, host)
+    lease.lock/<token>/             a delete: the holder's room, where the file will be moved
 
-To take the lock, a holder builds ``lease.lock-<id>/<token>/data`` privately and renames it to
-``lease.lock`` (a rename onto a non-empty directory fails, so exactly one racer wins). It commits with one
-rename out of its room: ``rename(lease.lock/<token>/data, lease)``; a delete moves the file into the room
-(``rename(lease, lease.lock/<token>/gone)``). A waiter that finds the lock older than
-``LOCK_BREAK_AFTER_S``, or held by a dead process on this host, renames it away and removes the room: the
-old holder's commit, whenever it resumes, finds no room (``ENOENT``) and the holder retries the whole
-compare-and-swap against the file as it now is. So a break never lets two writes from one version land,
-and breaking a live but slow holder costs it a retry, not a lost or a double write.
+To take the lock, a holder builds ``lease.lock-<id>/<token>`` privately and renames it to ``lease.lock``
+(a rename onto a non-empty directory fails, so exactly one racer wins). It commits with one rename:
+``rename(lease.lock/<token>, lease)``, or for a delete ``rename(lease, lease.lock/<token>/gone)``. A waiter
+that finds the lock older than ``LOCK_BREAK_AFTER_S``, or held by a dead process on this host, renames it
+away and removes what it holds: the old holder's commit, whenever it resumes, finds no ``<token>``
+(``ENOENT``) and the holder retries the whole compare-and-swap against the file as it now is. So a break
+never lets two writes from one version land, and breaking a live but slow holder costs it a retry, not a
+lost or a double write.
 
 A process stopped by a signal is never inside ``rename(2)`` (signals are acted on when the kernel returns
 to user space), so a frozen holder's commit is always voided by a break. Directories left by a process
@@ -36,8 +37,8 @@ import uuid
 logger = logging.getLogger(__name__)
 
 LOCK_BREAK_AFTER_S = 5.0
-"""A lock held this long is broken by the next waiter. A compare-and-swap holds it for well under a
-millisecond; breaking is always safe (see the module docstring), so this only bounds how long a frozen
+"""A lock held this long is broken by the next waiter. A compare-and-swap holds it for a few milliseconds
+at most; breaking is always safe (see the module docstring), so this only bounds how long a frozen
 holder can delay the others."""
 
 _POLL_S = (0.0005, 0.02)
@@ -51,11 +52,12 @@ class LockBroken(Exception):
 class FileLock:
     """A held lock on ``path`` (from ``acquire``); leaving the ``with`` block releases it."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, deleting: bool):
         self.path = path
+        self.deleting = deleting
         self.lock = f"{path}.lock"
         self.token = f"{uuid.uuid4().hex[:12]}-{os.getpid()}-{socket.gethostname()}"
-        self._room = os.path.join(self.lock, self.token)
+        self._mine = os.path.join(self.lock, self.token)
 
     def __enter__(self) -> FileLock:
         return self
@@ -66,40 +68,44 @@ class FileLock:
     def commit_replace(self) -> None:
         """Publish the staged content at ``path``; raises ``LockBroken`` if the lock is no longer ours."""
         try:
-            os.rename(os.path.join(self._room, "data"), self.path)
+            os.rename(self._mine, self.path)
         except FileNotFoundError as e:
             raise LockBroken(self.lock) from e
 
     def commit_delete(self) -> None:
         """Remove ``path`` (into our room); raises ``LockBroken`` if the lock is no longer ours."""
         try:
-            os.rename(self.path, os.path.join(self._room, "gone"))
+            os.rename(self.path, os.path.join(self._mine, "gone"))
         except FileNotFoundError as e:
             raise LockBroken(self.lock) from e
 
     def release(self) -> None:
-        """Empty our room and remove the lock, unless it is no longer ours (a newer lock is never empty)."""
-        for name in ("data", "gone"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self._room, name))
-        for directory in (self._room, self.lock):
-            try:
-                os.rmdir(directory)
-            except OSError as e:
-                if e.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-                    raise
+        """Remove what we staged and the lock, unless it is no longer ours (a newer lock is never empty)."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.deleting:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self._mine, "gone"))
+                os.rmdir(self._mine)
+            else:
+                os.unlink(self._mine)  # still there: not committed
+        try:
+            os.rmdir(self.lock)
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                raise
 
 
 def acquire(path: str, data: bytes | None) -> FileLock:
     """Take the lock on ``path`` with ``data`` staged (None for a delete), waiting for the current holder or
     breaking its lock."""
-    held = FileLock(path)
+    held = FileLock(path, deleting=data is None)
     staging = f"{held.lock}-{uuid.uuid4().hex[:12]}"
     os.mkdir(staging)
     try:
-        os.mkdir(os.path.join(staging, held.token))
-        if data is not None:
-            with open(os.path.join(staging, held.token, "data"), "wb") as f:
+        if data is None:
+            os.mkdir(os.path.join(staging, held.token))
+        else:
+            with open(os.path.join(staging, held.token), "wb") as f:
                 f.write(data)
         _publish(staging, held.lock)
     except BaseException:
