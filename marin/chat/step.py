@@ -25,7 +25,7 @@ from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
 from marin.storage import join
 from marin.storage.records import OnError
 from marin.tokenize.special import SpecialStringPolicy, check_policy
-from marin.tokenize.step import build_split_caches
+from marin.tokenize.step import build_split_caches, cache_options
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.validation import check
 
@@ -75,11 +75,7 @@ def tokenize_chat(config: SftTokenizeConfig) -> None:
     build = functools.partial(
         build_sft_cache,
         tokenizer_dir=tokenizer_dir,
-        num_workers=config.num_workers,
-        batch_size=config.batch_size,
-        on_error=config.on_error,
-        long_document_tokens=config.long_document_tokens,
-        special_strings=config.special_strings,
+        **cache_options(config),
     )
     build_split_caches(
         config.output_path,

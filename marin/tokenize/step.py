@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
@@ -58,13 +59,18 @@ def tokenize_corpus(config: TokenizeConfig) -> None:
         tokenizer_name=config.tokenizer,
         eos_token=config.eos_token,
         text_key=config.text_key,
-        num_workers=config.num_workers,
-        batch_size=config.batch_size,
-        on_error=config.on_error,
-        long_document_tokens=config.long_document_tokens,
-        special_strings=config.special_strings,
+        **cache_options(config),
     )
     build_split_caches(config.output_path, {"train": config.train_paths, "validation": config.validation_paths}, build)
+
+
+CACHE_OPTIONS = ("num_workers", "batch_size", "on_error", "long_document_tokens", "special_strings")
+"""Fields of the tokenize and SFT tokenize configs that both cache builders take as they are."""
+
+
+def cache_options(config: Any) -> dict[str, Any]:
+    """``CACHE_OPTIONS`` of a tokenize or SFT tokenize config, as the cache builders' keyword arguments."""
+    return {name: getattr(config, name) for name in CACHE_OPTIONS}
 
 
 SUMMARY_KEYS = (
