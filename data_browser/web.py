@@ -24,6 +24,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 
 from data_browser import training
 from data_browser.access import Forbidden, resolve
@@ -31,6 +32,12 @@ from data_browser.config import BrowserConfig
 from data_browser.readers import ReadFailure
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+
+def breakable_path(text: object) -> Markup:
+    """``text`` escaped, with a line-break opportunity after each ``/`` and ``_``: a long path or file name
+    wraps between its parts on a narrow screen instead of inside a word (docs/data_browser.md)."""
+    return Markup(str(escape(str(text))).replace("/", "/<wbr>").replace("_", "_<wbr>"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,7 @@ class BrowserState:
         templates.policies["json.dumps_function"] = lambda v, **kw: json.dumps(to_json(v), **kw)  # for |tojson
         templates.filters["si"] = training.format_si
         templates.filters["duration"] = training.format_duration
+        templates.filters["path"] = breakable_path
         return cls(config=config, roots=config.normalized_roots(), templates=templates)
 
     def resolve(self, path: str) -> str:

@@ -47,7 +47,7 @@ const Charts = (() => {
     const room = el.parentElement ? el.parentElement.clientWidth - 24 : 560;
     const opts = {
       title,
-      width: width || Math.max(260, Math.min(maxWidth, room)),
+      width: width || Math.max(200, Math.min(maxWidth, room)),
       height,
       legend: {show: legend},
       scales: {x: {time: false, distr: xLog ? 3 : 1}, y: {distr: yLog ? 3 : 1}},

@@ -16,16 +16,16 @@ one of them renders conversations with the same template and special tokens.
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import logging
 from collections.abc import Sequence
 
 from marin.chat.cache import build_sft_cache
 from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
-from marin.storage import join, write_atomic
+from marin.storage import join
 from marin.storage.records import OnError
-from marin.tokenize.inputs import expand_record_paths
 from marin.tokenize.special import SpecialStringPolicy, check_policy
+from marin.tokenize.step import build_split_caches, cache_options
 from marin.tokenize.tokenizer import load_tokenizer
 from marin.validation import check
 
@@ -52,9 +52,8 @@ class SftTokenizeConfig:
     long_document_tokens: int = 4096
     """Conversations longer than this (e.g. the training sequence length) are kept and counted."""
     special_strings: SpecialStringPolicy = "text"
-    """A conversation whose contents hold a special token's string (a forged ``<|eot_id|>``): 'text'
-    encodes the string as ordinary text (only the template emits control tokens), 'drop' leaves the
-    conversation out; both count such conversations in the ledger (``special_string_documents``)."""
+    """A conversation holding a special token's string (a forged ``<|eot_id|>``): 'text' or 'drop'
+    (``marin.tokenize.special``); only the template emits control tokens."""
 
     def __post_init__(self):
         check("SftTokenizeConfig", "train_paths", self.train_paths, lambda v: len(v) > 0, "at least one path")
@@ -73,31 +72,15 @@ def tokenize_chat(config: SftTokenizeConfig) -> None:
     tokenizer_dir = join(config.output_path, TOKENIZER_DIR)
     chat = ChatTokenizer(with_chat_tokens(load_tokenizer(config.tokenizer)), template=config.template)
     chat.save(tokenizer_dir, model_max_length=config.model_max_length)
-    summary = {"tokenizer": tokenizer_dir, "vocab_size": chat.tokenizer.get_vocab_size()}
-    for split, paths in (("train", config.train_paths), ("validation", config.validation_paths)):
-        if not paths:
-            continue
-        ledger = build_sft_cache(
-            expand_record_paths(list(paths)),
-            join(config.output_path, split),
-            tokenizer_dir,
-            num_workers=config.num_workers,
-            batch_size=config.batch_size,
-            on_error=config.on_error,
-            long_document_tokens=config.long_document_tokens,
-            special_strings=config.special_strings,
-        )
-        summary[split] = {
-            k: ledger[k]
-            for k in (
-                "num_documents",
-                "num_tokens",
-                "num_masked_tokens",
-                "special_string_documents",
-                "dropped_documents",
-                "skipped_records",
-                "long_documents",
-                "max_document_tokens",
-            )
-        }
-    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
+    build = functools.partial(
+        build_sft_cache,
+        tokenizer_dir=tokenizer_dir,
+        **cache_options(config),
+    )
+    build_split_caches(
+        config.output_path,
+        {"train": config.train_paths, "validation": config.validation_paths},
+        build,
+        summary={"tokenizer": tokenizer_dir, "vocab_size": chat.tokenizer.get_vocab_size()},
+        extra_keys=("num_masked_tokens",),
+    )

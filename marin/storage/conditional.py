@@ -6,7 +6,8 @@ over by exactly one executor once stale. All three reduce to two operations:
     blob = create_only(url, data)                  # None if something is already there
     blob = replace_if_version(url, data, version)  # None if the file changed since `version` was read
 
-``version`` is an opaque token: locally a digest of the content read under ``flock`` on the directory;
+``version`` is an opaque token: locally a digest of the content, checked and swapped under a per-file
+lock that a frozen holder cannot keep (``marin.storage.local_lock``);
 on GCS the object's generation (``ifGenerationMatch``), on S3 its ETag (``If-None-Match: *`` /
 ``If-Match``); the object-store backends live in ``marin.storage.object_stores``. Where a filesystem
 offers no conditional write (``memory://``, or a bucket whose store ignores or rejects preconditions, as
@@ -16,16 +17,15 @@ safe for one executor, not for several processes. docs/storage.md tabulates what
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
-import fcntl
 import hashlib
 import logging
 import os
 import threading
 import uuid
 
+from marin.storage import local_lock
 from marin.storage.fence import check_fence
 from marin.storage.paths import filesystem, is_local, local_path
 from marin.storage.urls import OBJECT_STORE_FOR_SCHEME, scheme_of, split_url
@@ -104,8 +104,9 @@ def _digest(data: bytes) -> str:
 
 class _LocalBackend:
     """POSIX: ``link(2)`` publishes a fully written temp file only if the name is free (create-only);
-    compare-and-swap runs under an exclusive ``flock`` on the parent directory, so racing processes
-    on one machine (or on a filesystem with working flock) serialize."""
+    compare-and-swap commits under ``marin.storage.local_lock``, a per-file lock that a waiter breaks when
+    its holder is frozen or dead, voiding the holder's pending write, so racing processes on one machine
+    (or on a filesystem with atomic ``rename``) serialize and a stopped process blocks no one for long."""
 
     name = "local"
 
@@ -130,23 +131,31 @@ class _LocalBackend:
         return VersionedBlob(data, _digest(data))
 
     def replace(self, url: str, data: bytes, version: str) -> VersionedBlob | None:
-        path = local_path(url)
-        with self._dir_lock(path):
-            current = self.read(url)
-            if current is None or current.version != version:
-                return None
-            tmp = self._write_temp(path, data)
-            os.replace(tmp, path)
-        return VersionedBlob(data, _digest(data))
+        return VersionedBlob(data, _digest(data)) if self._swap(url, data, version) else None
 
     def delete(self, url: str, version: str) -> bool:
+        return self._swap(url, None, version)
+
+    def _swap(self, url: str, data: bytes | None, version: str) -> bool:
+        """Replace (``data``) or delete (None) ``url`` if it is at ``version``; True if this call did. A lock
+        broken under us (we were frozen or slow) voided our write: look at the file again."""
         path = local_path(url)
-        with self._dir_lock(path):
-            current = self.read(url)
+        while True:
+            current = self.read(url)  # outside the lock first: a stale version needs no lock
             if current is None or current.version != version:
                 return False
-            os.unlink(path)
-        return True
+            with local_lock.acquire(path, data) as held:
+                current = self.read(url)
+                if current is None or current.version != version:
+                    return False
+                try:
+                    if data is None:
+                        held.commit_delete()
+                    else:
+                        held.commit_replace()
+                    return True
+                except local_lock.LockBroken:
+                    logger.info("the lock on %s was broken before we wrote; trying again", path)
 
     @staticmethod
     def _write_temp(path: str, data: bytes) -> str:
@@ -154,16 +163,6 @@ class _LocalBackend:
         with open(tmp, "wb") as f:
             f.write(data)
         return tmp
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _dir_lock(path: str):
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
 
 
 class _ProcessLocalBackend:

@@ -28,8 +28,11 @@ from marin.validation import check
 T = TypeVar("T")
 
 SpecialStringPolicy = Literal["text", "drop"]
-"""What a data step does with a row whose text contains a special token's string: ``"text"`` encodes it as
-ordinary text (the default), ``"drop"`` leaves the row out; both count such rows in the ledger."""
+"""What a data step does with a row (a document, a conversation) whose text contains a special token's
+string (``<|endoftext|>`` quoted on a web page, a forged ``<|eot_id|>`` in a message): ``"text"`` encodes it
+as ordinary text (the default), ``"drop"`` leaves the row out; both count such rows in the cache ledger
+(``special_string_documents``; ``dropped_documents``). Both cache builders apply it through
+``marin.tokenize.shards.ShardWriter.admit``."""
 
 SPECIAL_STRING_POLICIES = ("text", "drop")
 

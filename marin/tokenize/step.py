@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
@@ -38,9 +40,7 @@ class TokenizeConfig:
     long_document_tokens: int = 4096
     """Documents longer than this (e.g. the training sequence length) are kept and counted in the ledger."""
     special_strings: SpecialStringPolicy = "text"
-    """A document containing a special token's string (``<|endoftext|>`` quoted on a web page): 'text'
-    encodes that string as ordinary text (never the control token), 'drop' leaves the document out; both
-    count such documents in the ledger (``special_string_documents``)."""
+    """A document holding a special token's string: 'text' or 'drop' (``marin.tokenize.special``)."""
 
     def __post_init__(self):
         # check() skips executor placeholders: the executor re-validates the concrete config.
@@ -53,35 +53,53 @@ class TokenizeConfig:
 
 def tokenize_corpus(config: TokenizeConfig) -> None:
     tokenizer = load_tokenizer(config.tokenizer)
-    summary = {}
-    for split, paths in (("train", config.train_paths), ("validation", config.validation_paths)):
+    build = functools.partial(
+        build_cache,
+        tokenizer=tokenizer,
+        tokenizer_name=config.tokenizer,
+        eos_token=config.eos_token,
+        text_key=config.text_key,
+        **cache_options(config),
+    )
+    build_split_caches(config.output_path, {"train": config.train_paths, "validation": config.validation_paths}, build)
+
+
+CACHE_OPTIONS = ("num_workers", "batch_size", "on_error", "long_document_tokens", "special_strings")
+"""Fields of the tokenize and SFT tokenize configs that both cache builders take as they are."""
+
+
+def cache_options(config: Any) -> dict[str, Any]:
+    """``CACHE_OPTIONS`` of a tokenize or SFT tokenize config, as the cache builders' keyword arguments."""
+    return {name: getattr(config, name) for name in CACHE_OPTIONS}
+
+
+SUMMARY_KEYS = (
+    "num_documents",
+    "num_tokens",
+    "empty_documents",
+    "special_string_documents",
+    "dropped_documents",
+    "skipped_records",
+    "long_documents",
+    "max_document_tokens",
+)
+"""What ``summary.json`` reports of each split's cache ledger."""
+
+
+def build_split_caches(
+    output_path: str,
+    splits: dict[str, Sequence[str]],
+    build: Callable[..., dict],
+    summary: dict | None = None,
+    extra_keys: tuple[str, ...] = (),
+) -> dict:
+    """One cache per split with paths, ``build(files, cache_url)`` (the tokenize and SFT steps' shared
+    shell); then ``summary.json``: ``summary``'s entries and each split's ``SUMMARY_KEYS`` + ``extra_keys``."""
+    summary = dict(summary or {})
+    for split, paths in splits.items():
         if not paths:
             continue
-        files = expand_record_paths(list(paths))
-        ledger = build_cache(
-            files,
-            join(config.output_path, split),
-            tokenizer,
-            tokenizer_name=config.tokenizer,
-            eos_token=config.eos_token,
-            text_key=config.text_key,
-            num_workers=config.num_workers,
-            batch_size=config.batch_size,
-            on_error=config.on_error,
-            long_document_tokens=config.long_document_tokens,
-            special_strings=config.special_strings,
-        )
-        summary[split] = {
-            k: ledger[k]
-            for k in (
-                "num_documents",
-                "num_tokens",
-                "empty_documents",
-                "special_string_documents",
-                "dropped_documents",
-                "skipped_records",
-                "long_documents",
-                "max_document_tokens",
-            )
-        }
-    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
+        ledger = build(expand_record_paths(list(paths)), join(output_path, split))
+        summary[split] = {k: ledger[k] for k in (*SUMMARY_KEYS, *extra_keys)}
+    write_atomic(join(output_path, "summary.json"), json.dumps(summary, indent=2))
+    return summary

@@ -253,6 +253,65 @@ def test_a_200_step_dag_fits_the_page_and_zooms_within_its_box(page, server, lab
     assert page.evaluate(f"{right} <= document.documentElement.clientWidth")
 
 
+SPLIT_WORDS = r"""(root) => {
+  // Words and numbers (text between spaces and path separators) drawn over more than one line.
+  const split = [], walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("pre, script, style, .record")) continue;  // record text wraps as text does
+    for (const m of node.data.matchAll(/[^\s\/_=,;:()\[\]·-]+/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+      const where = node.parentElement.tagName.toLowerCase();
+      if (lines.size > 1) split.push(`${m[0]} in <${where}> "${node.data.slice(0, 80)}"`);
+    }
+  }
+  return split;
+}"""
+
+
+def laid_out_whole(page):
+    """The page fits its window and no word or number on it is split over two lines ("9 2 0 . 2 k")."""
+    assert fits_the_viewport(page), page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert page.eval_on_selector("main", SPLIT_WORDS) == []
+
+
+@pytest.fixture(scope="module")
+def phone(browser, server):
+    """A 390 x 844 phone that honours the page's viewport (a page without one is laid out 980 px wide)."""
+    page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    yield page
+    page.close()
+
+
+def test_every_page_fits_a_phone_without_splitting_words_or_numbers(phone, server, lab):
+    from urllib.parse import quote
+
+    def visit(path, ready="main", name=None):
+        phone.goto(server + path)
+        phone.wait_for_selector(ready)
+        assert phone.evaluate("window.innerWidth") == 390, "the page must declare a device-width viewport"
+        laid_out_whole(phone)
+        if name:
+            shot(phone, name)
+
+    runs = [lab["runs"][n] for n in ("checkpoints/r-small", "checkpoints/r-wide", "checkpoints/r-target")]
+    visit(f"/training?path={quote(lab['runs']['checkpoints/r-small'], safe='')}", "div.chart canvas", "phone_training")
+    visit(f"/training?path={quote(lab['train'], safe='')}", "#results")
+    visit("/compare/runs?" + "&".join(f"step={quote(r, safe='')}" for r in runs), "#charts[data-drawn] canvas")
+    visit("/leaderboard", "table.leaderboard", "phone_leaderboard")
+    visit(f"/experiment?path={quote(lab['research_record'], safe='')}", "svg.dag")
+    visit(f"/fit?path={quote(lab['fit'], safe='')}", "div.chart canvas")
+    visit(f"/browse?path={quote(lab['raw'], safe='')}")
+    visit(f"/records?path={quote(lab['raw'] + '/docs.jsonl', safe='')}", "#summary")
+
+
+def test_a_long_experiment_path_leaves_the_leaderboards_numbers_whole_on_a_desktop(page, server):
+    page.goto(server + "/leaderboard")
+    laid_out_whole(page)
+
+
 @pytest.mark.slow
 def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run, browser):
     """The real thing: the quickstart's outputs, its experiment page, its training curves."""

@@ -14,7 +14,7 @@ from data_browser.app import create_app
 from data_browser.config import BrowserConfig
 from data_browser.config_diff import differing_fields
 from data_browser.runs import fill_by_step
-from tests.data_browser.research_lab import ACTUAL, NO_MINIMUM, PREDICTED
+from tests.data_browser.research_lab import ACTUAL, CALLER_FILE, NO_MINIMUM, PREDICTED
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +157,22 @@ def test_compare_survives_damaged_and_missing_runs(client, lab, tmp_path):
     assert c.get(f"/compare/runs?step={quote(lab['secret'], safe='')}").status_code == 403
 
 
+def test_compare_names_runs_that_do_not_exist_and_never_counts_them(client, lab):
+    real = [lab["runs"]["checkpoints/r-small"], lab["runs"]["checkpoints/r-wide"]]
+    ghost = f"{lab['prefix']}/checkpoints/r-never-ran-0000"
+    query = "&".join(f"step={quote(p, safe='')}" for p in (real[0], ghost, real[1]))
+    page, api = client.get(f"/compare/runs?{query}"), client.get(f"/api/compare/runs?{query}")
+    assert page.status_code == api.status_code == 200
+    assert [r["path"] for r in api.json()["runs"]] == real and api.json()["missing"] == [ghost]
+    html = page.text.replace("<wbr>", "")
+    assert "2 run(s) overlaid" in html and f"not found: {ghost}" in html
+    alone = f"step={quote(ghost, safe='')}"
+    page, api = client.get(f"/compare/runs?{alone}"), client.get(f"/api/compare/runs?{alone}")
+    assert page.status_code == api.status_code == 404
+    assert api.json() == {"error": f"not found: no such run: {ghost}"} and "run(s) overlaid" not in page.text
+    assert ghost in page.text.replace("<wbr>", "")
+
+
 def test_leaderboard_ranks_runs_per_heldout_fingerprint(client, lab):
     [section] = client.get("/api/leaderboard").json()["sections"]
     boards = {(b["heldout"], b["documents"]): b for b in section["boards"]}
@@ -168,7 +184,11 @@ def test_leaderboard_ranks_runs_per_heldout_fingerprint(client, lab):
     ]
     assert [e["run"] for e in boards[("stories", 40)]["entries"]] == ["checkpoints/r-bigbatch"]  # other documents
     html = client.get("/leaderboard").text
-    assert html.count('class="entry"') == 4 and 'action="/compare/runs"' in html and "experiments/research.py" in html
+    assert (
+        html.count('class="entry"') == 4
+        and 'action="/compare/runs"' in html
+        and CALLER_FILE in html.replace("<wbr>", "")
+    )
 
 
 def test_fit_page_shows_laws_and_the_prediction_against_the_actual_loss(client, lab):

@@ -22,7 +22,6 @@ a heartbeat age of 2.5 s.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -53,13 +52,13 @@ from marin.execution.status import LEASE_FILE, read_events
 from marin.storage import (
     delete,
     join,
+    local_lock,
     local_path,
     read_bytes,
     read_text,
     read_versioned,
     write_atomic,
 )
-from marin.storage.conditional import _LocalBackend, backend_name
 from tests.chaos.fault_steps import ReaderConfig, read_trace, reader_step
 from tests.execution.zombie_dag import PART_S, PARTS, writer_files, writer_step
 from tests.stores import on_stores
@@ -73,8 +72,9 @@ CANCEL_BOUND_S = FAST.fence_stop_after_s + FAST.fence_check_s + 1.5
 slack for a loaded 2-core machine (Ray's kill, the store's latency)."""
 
 
-def launch(ray_address, prefix, calls, log):
+def launch(ray_address, prefix, calls, log, freeze_in_lock=""):
     env = {**os.environ, "RAY_ADDRESS": ray_address, "ZOMBIE_CALLS": str(calls), "PYTHONPATH": str(ROOT)}
+    env["ZOMBIE_FREEZE_IN_LOCK"] = str(freeze_in_lock)
     return subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "execution" / "zombie_dag.py"), "--prefix", prefix, *FLAGS],
         cwd=ROOT,
@@ -93,16 +93,21 @@ def wait_for(predicate, what, timeout=120, proc=None, log=None):
         time.sleep(0.02)
 
 
-def pause(pids, output_path):
-    """SIGSTOP ``pids``, outside the local store's lock on the lease's directory. A process stopped while it
-    held that lock (a heartbeat's compare-and-swap holds it ~1 ms in every 250) blocks every other writer of
-    the lease until it resumes: the take-over below then waits for the paused process, which only resumes
-    after it (a hang seen once in a full run). The pause these tests are about falls between writes."""
-    lease = join(output_path, LEASE_FILE)
-    local = backend_name(lease) == "local"
-    with _LocalBackend._dir_lock(local_path(lease)) if local else contextlib.nullcontext():
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+def pause(pids):
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+
+
+def freeze_inside_the_lease_lock(proc, trigger, output_path, log):
+    """Make the executor ``proc`` (launched with ``freeze_in_lock=trigger``) stop itself while it holds the
+    local store's lock on its lease, mid-heartbeat: the others must still take the lease over (issue 36)."""
+    Path(trigger).touch()
+    wait_for(lambda: stopped(proc.pid), "the executor to stop inside its lease's lock", proc=proc, log=log)
+    assert os.path.isdir(local_path(join(output_path, LEASE_FILE)) + ".lock")
+
+
+def stopped(pid):
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def output_of(prefix, calls):
@@ -136,16 +141,24 @@ def is_gone(pid):
 
 @on_stores("local", "s3")
 def test_a_paused_executors_task_stops_before_takeover_and_the_executor_writes_nothing_after(
-    tmp_path, ray_address, store_prefix
+    tmp_path, ray_address, store_prefix, monkeypatch
 ):
+    """On local disk the executor is paused at the worst moment: inside the store's lock on its lease, in a
+    heartbeat about to rewrite it. The new holder breaks that lock (after ``LOCK_BREAK_AFTER_S``, 1 s here)."""
+    monkeypatch.setattr(local_lock, "LOCK_BREAK_AFTER_S", 1.0)
     expected = writer_files()  # what an undisturbed run writes
     calls, log = tmp_path / "calls", tmp_path / "a.log"
     out = output_of(store_prefix, calls)
-    a = launch(ray_address, store_prefix, calls, log)
+    local = store_name(store_prefix) == "local"
+    trigger = tmp_path / "freeze-now" if local else ""
+    a = launch(ray_address, store_prefix, calls, log, freeze_in_lock=trigger)
     try:
         wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes", proc=a, log=log)
         zombie = read_trace(str(calls), "starts")[0]["pid"]
-        pause([a.pid], out)  # a long pause: heartbeats stop, the task runs on
+        if local:  # a long pause: heartbeats stop, the task runs on
+            freeze_inside_the_lease_lock(a, trigger, out, log)
+        else:
+            pause([a.pid])
         stopped_at = time.time()
         result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
         assert result.ran == [result.plan.steps[0].identity]
@@ -218,7 +231,7 @@ def test_a_frozen_executor_and_task_resume_after_the_commit_and_write_nothing(tm
         # write in flight across the pause is the case the manifest test covers.
         wait_for(lambda: len(read_trace(str(calls), "writes")) >= 2, "the first writes", proc=a, log=log)
         zombie = read_trace(str(calls), "starts")[0]["pid"]
-        pause([zombie, a.pid], out)
+        pause([zombie, a.pid])
         result = Executor(prefix=store_prefix, lease=FAST, poll_s=0.1).run([writer_step(str(calls))])
         committed = contents(out)
         resumed_at = time.time()

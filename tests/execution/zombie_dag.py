@@ -5,7 +5,8 @@
 ``slow_writer`` writes ``part-NN.json`` one at a time, then ``result.json``; the content depends only on
 the config, so every complete run writes the same files (``writer_files``). Each write leaves a trace line
 (pid, time, part) in ``<ZOMBIE_CALLS>/writes.jsonl`` *after* it returned, so the test can tell who wrote
-what, and when.
+what, and when. With ``ZOMBIE_FREEZE_IN_LOCK=<file>`` the executor stops itself inside its lease's lock
+(local store) once that file exists.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import os
 import time
 
 from marin.execution import ExecutorStep, executor_main, this_output_path
+from marin.execution.status import LEASE_FILE
 from marin.storage import join, write_atomic
 from tests.chaos.fault_steps import read_trace, trace
+from tests.storage.frozen_holder import stop_inside_the_lock
 
 PARTS = 24
 PART_S = 0.25
@@ -57,7 +60,22 @@ def writer_step(calls_dir: str) -> ExecutorStep:
     )
 
 
+def freeze_in_the_lease_lock_once(trigger: str) -> None:
+    """Once ``trigger`` exists, stop this process inside the local store's lock on a lease, in a heartbeat
+    that has read the lease it is about to rewrite (the trigger is removed first: one stop)."""
+
+    def triggered(url: str) -> bool:
+        if not url.endswith(LEASE_FILE) or not os.path.exists(trigger):
+            return False
+        os.remove(trigger)
+        return True
+
+    stop_inside_the_lock(triggered)
+
+
 if __name__ == "__main__":
+    if os.environ.get("ZOMBIE_FREEZE_IN_LOCK"):
+        freeze_in_the_lease_lock_once(os.environ["ZOMBIE_FREEZE_IN_LOCK"])
     executor_main(steps=[writer_step(os.environ["ZOMBIE_CALLS"])])
 
 
