@@ -42,9 +42,9 @@ from marin.quality import (
     filter_documents,
     train_classifier,
 )
-from marin.scaling.fit import SURFACE_OBJECTIVE
 from marin.scaling.ladder import LadderPoint, LadderRules, isoflop_grid, target_point
-from marin.scaling.step import FitLadderConfig, LadderRunRef, fit_ladder_step
+from marin.scaling.step import INTERVALS, FitLadderConfig, LadderRunRef, fit_ladder_step
+from marin.scaling.surface import SURFACE_OBJECTIVE
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
 from marin.tokenize.special import SpecialStringPolicy
 from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
@@ -563,6 +563,7 @@ def default_scaling_ladder(
     train: SimpleTrainConfig,
     heldout: str = "heldout",
     bootstrap_samples: int = 1000,
+    skip_invalid_runs: bool = False,
 ) -> ScalingLadder:
     """An isoFLOP ladder over ``family`` at ``budgets`` (``marin.scaling.ladder``), trained on ``tokenized``'s
     ``train/`` cache and evaluated on its ``validation/`` cache (named ``heldout`` in the results), an
@@ -573,7 +574,8 @@ def default_scaling_ladder(
     (precision, seed, cadences) with the rules' steps, batch, learning rate and schedule; its config depends
     on its own budget and size only, so adding a budget adds steps and reruns none. The fit depends on the
     target only ``nonblocking()``: it predicts without waiting for the target and names where its actual
-    loss will be."""
+    loss will be. ``skip_invalid_runs``: a run whose loss is NaN or infinite is left out of the fit (and listed
+    in ``fit.json``) instead of failing it."""
 
     def run(point: LadderPoint, run_name: str) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
         config = dataclasses.replace(
@@ -617,7 +619,9 @@ def default_scaling_ladder(
                 target_ref, run_path=target_ref.run_path.nonblocking(), eval_path=target_ref.eval_path.nonblocking()
             ),
             bootstrap_samples=versioned(bootstrap_samples),
+            skip_invalid_runs=versioned(skip_invalid_runs),
             objective=versioned(SURFACE_OBJECTIVE),
+            intervals=versioned(INTERVALS),
         ),
         description=f"isoFLOP fit of {len(grid)} runs at {len(budgets)} budgets; predicts {target.name}",
     )
