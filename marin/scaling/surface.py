@@ -69,7 +69,7 @@ def check_runs(n: np.ndarray, d: np.ndarray, y: np.ndarray, names: Sequence[str]
         if len(bad):
             i = int(bad[0])
             run = repr(names[i]) if names is not None else f"#{i}"
-            raise FitError(f"run {run} has {what} {values[i]!r}: the surface needs positive finite values")
+            raise FitError(f"run {run} has {what} {float(values[i])!r}: the surface needs positive finite values")
     if len(y) < 6:
         raise FitError(f"{len(y)} runs: the loss surface has 5 parameters and needs at least 6")
     for values, what, term in ((n, "model sizes", "A/N^alpha"), (d, "token counts", "B/D^beta")):
