@@ -8,6 +8,8 @@ from pathlib import Path
 from marin.scaling.step import FitLadderConfig, LadderRunRef
 from marin.scaling.surface import compute_optimal, surface
 
+FIT_V1 = Path(__file__).resolve().parents[1] / "data" / "scaling" / "fit_v1.json"
+"""A ``fit.json`` as format 1 wrote it (``tests/data/scaling/README.md``)."""
 TRUE = (1.69, 406.4, 0.34, 410.7, 0.28)
 """Hoffmann et al.'s fitted law (their approach 3): E, A, alpha, B, beta."""
 

@@ -5,7 +5,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +12,7 @@ from marin.scaling.fit import Run, Target, fit_ladder
 from marin.scaling.heldout import HeldoutError, bits_per_byte, heldout_bpb
 from marin.scaling.record import FORMAT_VERSION, FitRecord, RecordError
 from marin.scaling.surface import compute_optimal, surface
-from tests.scaling.ladder_store import TRUE, write_results
-
-V1 = Path(__file__).resolve().parents[1] / "data" / "scaling" / "fit_v1.json"
+from tests.scaling.ladder_store import FIT_V1, TRUE, write_results
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +45,7 @@ def test_what_the_fit_writes_reads_back_equal_and_each_key_means_one_thing(recor
 def test_a_format_1_file_reads_with_its_keys_renamed():
     """A store written before format 2: ``laws.loss.alpha`` held gamma, ``prediction.budget`` held 6·N·D, and
     every interval was the bootstrap's alone."""
-    old = json.loads(V1.read_text())
+    old = json.loads(FIT_V1.read_text())
     record = FitRecord.from_json(old)
     assert record.laws.loss.gamma == old["laws"]["loss"]["alpha"] and record.laws.loss.interval["gamma"]
     assert record.laws.surface.alpha == old["laws"]["surface"]["alpha"]
