@@ -255,6 +255,8 @@ def fit_section(report: ExperimentReport, links: Links) -> list[str]:
             "for extrapolation by the backtest.",
         ]
         lines += [f"- ⚠️ `fit.json` {part}: {message}" for part, message in s.fit_errors.items()]
+        if "file" in s.fit_errors:  # not a fit at all: nothing more to show
+            continue
         lines += [f"- left out: `{r.run}` ({r.reason})" for r in fit.skipped]
         lines += laws_table(fit.laws) + budgets_table(fit.budgets)
         lines += prediction_table(fit.prediction, fit.heldout) + backtest_lines(fit.backtest, level)
