@@ -364,7 +364,8 @@ def upgrade_v1(document: dict[str, Any]) -> dict[str, Any]:
     """A format-1 ``fit.json`` (before 2026-11) as format 2: ``laws.loss.alpha`` -> ``gamma``,
     ``prediction.budget`` (which held 6·N·D) -> ``flops``, the prediction's and the backtest's bootstrap-only
     intervals -> ``bootstrap_interval`` (format 1 had no calibrated interval), ``backtest.inside`` ->
-    ``inside_bootstrap``. Parts of another shape are left as they are, for the checks to name."""
+    ``inside_bootstrap``; a surface without ``objective`` was fitted by least squares. Parts of another shape
+    are left as they are, for the checks to name."""
     out = {**document, "format_version": FORMAT_VERSION}
     laws = document.get("laws")
     if isinstance(laws, dict) and isinstance(laws.get("loss"), dict):
@@ -374,6 +375,9 @@ def upgrade_v1(document: dict[str, Any]) -> dict[str, Any]:
             loss["interval"] = {("gamma" if k == "alpha" else k): v for k, v in interval.items()}
         loss["form"] = "E + A * C^-gamma"
         out["laws"] = {**laws, "loss": loss}
+    if isinstance(laws, dict) and isinstance(laws.get("surface"), dict) and "objective" not in laws["surface"]:
+        # fitted before the objective was recorded (707832e): by least squares on the loss
+        out["laws"] = {**out.get("laws", laws), "surface": {**laws["surface"], "objective": "least-squares"}}
     prediction = document.get("prediction")
     if isinstance(prediction, dict):
         out["prediction"] = {k: v for k, v in prediction.items() if k not in ("budget", "interval")} | {

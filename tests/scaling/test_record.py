@@ -60,6 +60,8 @@ def test_a_format_1_file_reads_with_its_keys_renamed():
         r["interval"] for r in old["backtest"]["runs"]
     ]
     assert len(record.runs) == 15 and record.runs[0].eval_path.startswith("/old/store/")
+    del old["laws"]["surface"]["objective"]  # written before the objective was recorded: least squares then
+    assert FitRecord.from_json(old).laws.surface.objective == "least-squares"
 
 
 def test_damaged_parts_are_named_and_the_rest_is_read(record):
