@@ -7,14 +7,16 @@ holds them as one CSV (made by ``--extract`` from a clone of their repository):
 
     git clone https://github.com/mlfoundations/scaling /tmp/open_lm_scaling   # commit a003c49
     python benchmarks/scaling_public_fit.py --extract /tmp/open_lm_scaling    # rewrites runs.csv
-    python benchmarks/scaling_public_fit.py                                   # the table below
+    python benchmarks/scaling_public_fit.py --table                           # the C4 table of docs/scaling.md
+    python benchmarks/scaling_public_fit.py --losses all --splits all       # the coverage table
 
-Per training set and evaluation loss, ``marin.scaling.fit.fit_loss_surface`` is fitted on the four sizes
-below 1B (every multiplier, nothing hand-picked) and predicts the 1.4B and 6.9B runs; beside it the
-peer, the same surface fitted by plain least squares on the loss (this repository's fit before it took
-Hoffmann et al.'s Huber objective in log space). Printed: each prediction's relative error, whether the
-run fell inside its 90% prediction interval, and the mean absolute error per method. Errors are
-(actual - predicted) / actual, as the experiment report writes them: positive when the run did worse.
+Per training set and evaluation loss, ``marin.scaling.surface.fit_loss_surface`` is fitted on the runs
+below a split (``size:1e9``: the four sizes below 1B, every multiplier, nothing hand-picked; ``compute:1e19``:
+every run under 1e19 FLOPs) and predicts every run above it; beside it the peer, the same surface fitted
+by plain least squares on the loss (this repository's fit before it took Hoffmann et al.'s Huber objective
+in log space). Printed per split: the mean absolute error per method, and how many runs fell inside their
+calibrated 90% interval and inside the bootstrap interval alone (``--table``: each prediction). Errors
+are (actual - predicted) / actual, as the experiment report writes them: positive when the run did worse.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from marin.scaling.fit import EXPONENT_BOUNDS, EXPONENT_GRID, fit_loss_surface, surface
+from marin.scaling.surface import EXPONENT_BOUNDS, EXPONENT_GRID, fit_loss_surface, surface
 
 RUNS_CSV = Path(__file__).resolve().parents[1] / "tests" / "data" / "open_lm_scaling" / "runs.csv"
 LOSSES = (
@@ -108,36 +110,77 @@ def least_squares_peer(n: np.ndarray, d: np.ndarray, y: np.ndarray) -> np.ndarra
     return np.array([p[0], math.exp(p[1]), p[2], math.exp(p[3]), p[4]])
 
 
-def predictions(rows: list[dict], dataset: str, loss: str, samples: int = 200, seed: int = 0) -> list[dict]:
-    """For each run of ``dataset`` at 1B+ parameters: the fit's and the peer's predicted ``loss``."""
-    fitted = [r for r in rows if r["dataset"] == dataset and r["params"] < FIT_BELOW and math.isfinite(r[loss])]
+SPLITS = {"size": lambda r: r["params"], "compute": lambda r: 6 * r["params"] * r["tokens"]}
+ALL_SPLITS = ("size:1e9", "size:2e8", "compute:1e18", "compute:1e19", "compute:1e20")
+"""Held-out runs: the 1B+ models (Gadre et al.'s own split), the 412M+ ones, and every run above 1e18, 1e19 or
+1e20 FLOPs (a ladder's next budgets: more tokens per parameter as well as larger models)."""
+
+
+def predictions(
+    rows: list[dict], dataset: str, loss: str, split: str = "size:1e9", samples: int = 200, seed: int = 0
+) -> list[dict]:
+    """For each run of ``dataset`` above ``split`` (``size:<N>`` or ``compute:<FLOPs>``): the fit's and the
+    peer's predicted ``loss``, from the runs below it."""
+    axis, cut = split.split(":")
+    key = SPLITS[axis]
+    usable = [r for r in rows if r["dataset"] == dataset and math.isfinite(r[loss])]
+    fitted = [r for r in usable if key(r) < float(cut)]
     n, d, y = (np.array([r[k] for r in fitted]) for k in ("params", "tokens", loss))
-    rng = np.random.default_rng(seed)
-    shape = fit_loss_surface(n, d, y, samples=samples, rng=rng)
+    shape = fit_loss_surface(n, d, y, samples=samples, rng=np.random.default_rng(seed))
     peer = least_squares_peer(n, d, y)
     out = []
-    for r in rows:
-        if r["dataset"] != dataset or r["params"] < FIT_BELOW or not math.isfinite(r[loss]):
+    for r in usable:
+        if key(r) < float(cut):
             continue
-        predicted, interval = shape.predict(r["params"], r["tokens"], rng, 0.9)
+        p = shape.predict(r["params"], r["tokens"], level=0.9)
         out.append(
             {
                 "model": r["model"],
                 "multiplier": r["multiplier"],
                 "actual": r[loss],
-                "predicted": predicted,
-                "interval": interval,
-                "error": (r[loss] - predicted) / r[loss],  # the report's sign: + when the run did worse
+                "predicted": p.loss,
+                "interval": p.interval,
+                "bootstrap_interval": p.bootstrap_interval,
+                "extrapolation": p.extrapolation,
+                "error": (r[loss] - p.loss) / r[loss],  # the report's sign: + when the run did worse
                 "peer_error": (r[loss] - float(surface(peer, r["params"], r["tokens"]))) / r[loss],
             }
         )
     return out
 
 
+def inside(p: dict, key: str = "interval") -> bool:
+    return p[key] is not None and p[key][0] <= p["actual"] <= p[key][1]
+
+
+def summary(split: str, every: list[dict]) -> str:
+    """One line per split: errors, and how many runs each kind of interval held."""
+    calibrated = [p for p in every if p["interval"] is not None]
+    widths = [math.log(p["interval"][1] / p["interval"][0]) for p in calibrated]
+    return (
+        f"| {split} | {len(every)} | {np.mean([abs(p['error']) for p in every]):.2%} | "
+        f"{np.mean([abs(p['peer_error']) for p in every]):.2%} | "
+        f"{sum(inside(p) for p in calibrated)}/{len(calibrated)} | {len(every) - len(calibrated)} | "
+        f"{sum(inside(p, 'bootstrap_interval') for p in every)}/{len(every)} | "
+        f"{np.median(widths) if widths else math.nan:.3f} |"
+    )
+
+
+def row(dataset: str, loss: str, p: dict) -> str:
+    span = "not calibrated" if p["interval"] is None else "[{:.3f}, {:.3f}]".format(*p["interval"])
+    return (
+        f"| {dataset} | {loss} | {p['model']} | {20 * p['multiplier']:g} | {p['actual']:.3f} | "
+        f"{p['predicted']:.3f} {span} | {p['error']:+.1%} | {p['peer_error']:+.1%} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--extract", type=Path, help="a clone of github.com/mlfoundations/scaling: rewrite runs.csv")
-    parser.add_argument("--losses", nargs="+", default=["c4_val"], choices=LOSSES)
+    parser.add_argument("--losses", nargs="+", default=["c4_val"], choices=[*LOSSES, "all"])
+    parser.add_argument("--splits", nargs="+", default=["size:1e9"])
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--table", action="store_true", help="print every prediction")
     args = parser.parse_args()
     if args.extract:
         rows = extract(args.extract)
@@ -148,24 +191,22 @@ def main() -> None:
         print(f"wrote {len(rows)} runs to {RUNS_CSV}")
         return
     rows = load()
-    print("| train set | eval loss | model | tokens/param | actual | predicted (90% interval) | error | peer (LSQ) |")
-    print("|---|---|---|---|---|---|---|---|")
-    errors, peer_errors, inside = [], [], 0
-    for loss in args.losses:
-        for dataset in sorted({r["dataset"] for r in rows}):
-            for p in predictions(rows, dataset, f"loss_{loss}"):
-                lo, hi = p["interval"]
-                inside += lo <= p["actual"] <= hi
-                errors.append(abs(p["error"]))
-                peer_errors.append(abs(p["peer_error"]))
-                print(
-                    f"| {dataset} | {loss} | {p['model']} | {20 * p['multiplier']:g} | {p['actual']:.3f} | "
-                    f"{p['predicted']:.3f} [{lo:.3f}, {hi:.3f}] | {p['error']:+.1%} | {p['peer_error']:+.1%} |"
-                )
+    losses = LOSSES if "all" in args.losses else args.losses
+    lines = []
+    for split in ALL_SPLITS if "all" in args.splits else args.splits:
+        every = []
+        for loss in losses:
+            for dataset in sorted({r["dataset"] for r in rows}):
+                for p in predictions(rows, dataset, f"loss_{loss}", split, samples=args.samples):
+                    every.append(p)
+                    if args.table:
+                        print(row(dataset, loss, p))
+        lines.append(summary(split, every))
     print(
-        f"\nmean |error|: Huber in log space {np.mean(errors):.2%}, least squares {np.mean(peer_errors):.2%}; "
-        f"inside the 90% interval: {inside}/{len(errors)}"
+        "| fitted below | runs predicted | mean abs error | least squares | inside calibrated 90% | not calibrated "
+        "| inside bootstrap 90% | median ln(high/low) |\n|---|---|---|---|---|---|---|---|"
     )
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

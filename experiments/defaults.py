@@ -42,9 +42,9 @@ from marin.quality import (
     filter_documents,
     train_classifier,
 )
-from marin.scaling.fit import SURFACE_OBJECTIVE
 from marin.scaling.ladder import LadderPoint, LadderRules, isoflop_grid, target_point
-from marin.scaling.step import FitLadderConfig, LadderRunRef, fit_ladder_step
+from marin.scaling.step import INTERVALS, FitLadderConfig, LadderRunRef, fit_ladder_step
+from marin.scaling.surface import SURFACE_OBJECTIVE
 from marin.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize_corpus, train_tokenizer
 from marin.tokenize.special import SpecialStringPolicy
 from marin.tokenize.tokenizer import DEFAULT_SPECIAL_TOKENS
@@ -563,6 +563,7 @@ def default_scaling_ladder(
     train: SimpleTrainConfig,
     heldout: str = "heldout",
     bootstrap_samples: int = 1000,
+    skip_invalid_runs: bool = False,
 ) -> ScalingLadder:
     """An isoFLOP ladder over ``family`` at ``budgets`` (``marin.scaling.ladder``), trained on ``tokenized``'s
     ``train/`` cache and evaluated on its ``validation/`` cache (named ``heldout`` in the results), an
@@ -573,52 +574,33 @@ def default_scaling_ladder(
     (precision, seed, cadences) with the rules' steps, batch, learning rate and schedule; its config depends
     on its own budget and size only, so adding a budget adds steps and reruns none. The fit depends on the
     target only ``nonblocking()``: it predicts without waiting for the target and names where its actual
-    loss will be."""
+    loss will be. ``skip_invalid_runs``: a run whose loss is NaN or infinite is left out of the fit (and listed
+    in ``fit.json``) instead of failing it."""
 
-    def run(point: LadderPoint, run_name: str) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
-        config = dataclasses.replace(
-            train,
-            num_train_steps=point.steps,
-            batch_size=point.batch_size,
-            learning_rate=point.learning_rate,
-            schedule="wsd",
-            warmup=rules.warmup,
-            decay=rules.decay,
-            min_lr_ratio=rules.min_lr_ratio,
+    def run(point: LadderPoint, label: str) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
+        return _ladder_run(
+            f"{name}-{label}", point, tokenized, tokenizer=tokenizer, train=train, rules=rules, heldout=heldout
         )
-        checkpoint = default_train(run_name, {heldout: tokenized}, point.model, config, validation={})
-        evaluation = default_eval(
-            run_name, checkpoint, tokenizer=tokenizer, validation={heldout: tokenized / "validation"}, model=point.model
-        )
-        ref = LadderRunRef(
-            run=checkpoint.name,
-            run_path=output_path_of(checkpoint),
-            eval_path=output_path_of(evaluation),
-            budget=point.budget,
-            params=point.params,
-            tokens=point.tokens,
-        )
-        return checkpoint, evaluation, ref
 
-    def budget_label(budget: float) -> str:
-        return f"{budget:.3g}".replace("+", "")
-
-    grid = [run(p, f"{name}-{budget_label(p.budget)}-{p.label}") for p in isoflop_grid(budgets, family, rules)]
+    grid = [run(p, f"{_budget_label(p.budget)}-{p.label}") for p in isoflop_grid(budgets, family, rules)]
     point = target_point(target_budget, target_model, rules)
-    target, target_eval, target_ref = run(point, f"{name}-target-{budget_label(target_budget)}-{point.label}")
+    target, target_eval, target_ref = run(point, f"target-{_budget_label(target_budget)}-{point.label}")
+    config = FitLadderConfig(
+        runs=tuple(ref for _, _, ref in grid),
+        heldout=versioned(heldout),
+        output_path=this_output_path(),
+        target=dataclasses.replace(
+            target_ref, run_path=target_ref.run_path.nonblocking(), eval_path=target_ref.eval_path.nonblocking()
+        ),
+        bootstrap_samples=versioned(bootstrap_samples),
+        skip_invalid_runs=versioned(skip_invalid_runs),
+        objective=versioned(SURFACE_OBJECTIVE),
+        intervals=versioned(INTERVALS),
+    )
     fit = ExecutorStep(
         name=f"analysis/{name}-fit",
         fn=fit_ladder_step,
-        config=FitLadderConfig(
-            runs=tuple(ref for _, _, ref in grid),
-            heldout=versioned(heldout),
-            output_path=this_output_path(),
-            target=dataclasses.replace(
-                target_ref, run_path=target_ref.run_path.nonblocking(), eval_path=target_ref.eval_path.nonblocking()
-            ),
-            bootstrap_samples=versioned(bootstrap_samples),
-            objective=versioned(SURFACE_OBJECTIVE),
-        ),
+        config=config,
         description=f"isoFLOP fit of {len(grid)} runs at {len(budgets)} budgets; predicts {target.name}",
     )
     return ScalingLadder(
@@ -628,3 +610,44 @@ def default_scaling_ladder(
         target=target,
         target_eval=target_eval,
     )
+
+
+def _budget_label(budget: float) -> str:
+    return f"{budget:.3g}".replace("+", "")
+
+
+def _ladder_run(
+    run_name: str,
+    point: LadderPoint,
+    tokenized: ExecutorStep,
+    *,
+    tokenizer: Input,
+    train: SimpleTrainConfig,
+    rules: LadderRules,
+    heldout: str,
+) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
+    """One ladder run: its training step (``train`` with the rules' steps, batch, rate and schedule), its eval
+    on ``heldout``, and the analysis step's reference to both."""
+    config = dataclasses.replace(
+        train,
+        num_train_steps=point.steps,
+        batch_size=point.batch_size,
+        learning_rate=point.learning_rate,
+        schedule="wsd",
+        warmup=rules.warmup,
+        decay=rules.decay,
+        min_lr_ratio=rules.min_lr_ratio,
+    )
+    checkpoint = default_train(run_name, {heldout: tokenized}, point.model, config, validation={})
+    evaluation = default_eval(
+        run_name, checkpoint, tokenizer=tokenizer, validation={heldout: tokenized / "validation"}, model=point.model
+    )
+    ref = LadderRunRef(
+        run=checkpoint.name,
+        run_path=output_path_of(checkpoint),
+        eval_path=output_path_of(evaluation),
+        budget=point.budget,
+        params=point.params,
+        tokens=point.tokens,
+    )
+    return checkpoint, evaluation, ref

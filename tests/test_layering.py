@@ -20,6 +20,7 @@ DATA_STEPS = {
     "marin.chat",
 }
 TOKEN_CACHE_FORMAT = {"marin.tokenize.reader", "marin.tokenize.cache_format"}
+FIT_RECORD = {"marin.scaling.record", "marin.scaling.heldout"}  # fit.json's schema and the held-out loss: numpy-free
 ALLOWED = {
     **{leaf: set() for leaf in LEAVES},
     "marin.storage": set(),
@@ -31,10 +32,10 @@ ALLOWED = {
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.scaling": GROUND | {"marin.trainer"},  # model sizes from the trainer's configs; fits on stored evals
-    "marin.report": GROUND | {"marin.execution"},  # reads the executor's records (and fit.json, as files)
+    "marin.report": GROUND | {"marin.execution"} | FIT_RECORD,  # the executor's records, fit.json through its record
     # reads what the executor writes (and SFT caches in the token-cache format, and the leaderboard, which is
     # read from the same files); never the trainer
-    "data_browser": GROUND | {"marin.execution", "marin.report.leaderboard"} | TOKEN_CACHE_FORMAT,
+    "data_browser": GROUND | {"marin.execution", "marin.report.leaderboard"} | TOKEN_CACHE_FORMAT | FIT_RECORD,
 }
 
 
@@ -82,6 +83,8 @@ def test_imports_only_run_downward():
         ("marin.export.step", "marin.evaluation.step"),
         ("data_browser.app", "marin.trainer.checkpoint"),
         ("marin.validation", "marin.execution.step"),
+        ("data_browser.fit", "marin.scaling.fit"),
+        ("marin.report.render", "marin.scaling.surface"),
     ],
 )
 def test_the_table_refuses_the_leaks_it_exists_for(source, target):

@@ -1,6 +1,7 @@
 """A scaling ladder's fit (``/fit?path=<analysis step>``, JSON at ``/api/fit``): the isoFLOP points and
 parabolas per budget, the N*(C), D*(C) and loss laws with their intervals, and the target run's predicted
-against its actual loss (``fit.py``); the analysis step's own plots at ``/fit/plot``."""
+against its actual loss (``fit.py``); the analysis step's own plots at ``/fit/plot``. The JSON is
+``{"path", "fit": {"url", "record": <fit.json as marin.scaling.record reads it>, "errors", "actual"}}``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from data_browser.readers import ReadFailure, read_bounded
 from data_browser.runs import PALETTE
 from data_browser.step_files import FIT_FILE, step_files
 from data_browser.web import BrowserState, State, page
+from marin.scaling.record import FitRecord
 from marin.storage import exists, join
 
 router = APIRouter()
@@ -25,19 +27,19 @@ def _log_space(low: float, high: float, n: int = SAMPLES) -> list[float]:
     return [10 ** (a + (b - a) * i / (n - 1)) for i in range(n)]
 
 
-def isoflop_chart(fit: fits.Fit) -> dict | None:
+def isoflop_chart(fit: FitRecord) -> dict | None:
     """Loss against log10(params): each budget's runs as points and its fitted parabola, one colour each."""
-    budgets = sorted({b.budget for b in fit.budgets or []} | {r.budget for r in fit.runs or []})
+    budgets = sorted({b.budget for b in fit.budgets} | {r.budget for r in fit.runs})
     if not budgets:
         return None
     series = []
     for i, budget in enumerate(budgets):
         color, label = PALETTE[i % len(PALETTE)], f"C={budget:.3g}"
-        runs = [r for r in fit.runs or [] if math.isclose(r.budget, budget, rel_tol=1e-9) and r.params > 0]
+        runs = [r for r in fit.runs if math.isclose(r.budget, budget, rel_tol=1e-9) and r.params > 0]
         xs = [math.log10(r.params) for r in runs]
         if runs:
             series.append({"label": label, "color": color, "points": True, "x": xs, "y": [r.loss for r in runs]})
-        parabola = next((b for b in fit.budgets or [] if math.isclose(b.budget, budget, rel_tol=1e-9)), None)
+        parabola = next((b for b in fit.budgets if math.isclose(b.budget, budget, rel_tol=1e-9)), None)
         has_optimum = (parabola.params_opt or 0) > 0 if parabola else False
         if parabola and (xs or has_optimum):
             center = math.log10(parabola.params_opt) if has_optimum else sum(xs) / len(xs)
@@ -55,60 +57,42 @@ def isoflop_chart(fit: fits.Fit) -> dict | None:
     }
 
 
-def law_chart(fit: fits.Fit, key: str) -> dict | None:
-    """N*(C) (``params``), D*(C) (``tokens``) or the loss law against the budget, log-log but for loss."""
-    law = {"params": fit.params_law, "tokens": fit.tokens_law, "loss": fit.loss_law}[key]
-    budgets = [b for b in fit.budgets or [] if b.budget > 0]
+LAW_TITLES = {"params": "N*(C): loss-optimal params", "tokens": "D*(C): loss-optimal tokens"}
+
+
+def law_chart(fit: FitRecord, actual: fits.Actual | None, key: str) -> dict | None:
+    """N*(C) (``params``), D*(C) (``tokens``) or the loss law against compute, log-log but for loss. The
+    target sits at its own compute (6·N·D), where the laws are evaluated."""
+    law = {"params": fit.laws.params_opt, "tokens": fit.laws.tokens_opt, "loss": fit.laws.loss}[key]
+    budgets = [b for b in fit.budgets if b.budget > 0]
     if law is None and not budgets:
         return None
-    value = {"params": lambda b: b.params_opt, "tokens": lambda b: b.tokens_opt, "loss": lambda b: b.loss_opt}[key]
-    points = [(b.budget, value(b)) for b in budgets if value(b) is not None]
-    series = [
-        {
-            "label": "per budget (fit)",
-            "color": PALETTE[0],
-            "points": True,
-            "x": [p[0] for p in points],
-            "y": [p[1] for p in points],
-        }
-    ]
+    points = [(b.budget, getattr(b, f"{key}_opt")) for b in budgets if getattr(b, f"{key}_opt") is not None]
+    series = [_points("per budget (fit)", PALETTE[0], points)]
     target = fit.prediction
-    ends = [p[0] for p in points] + ([target.budget] if target and target.budget > 0 else [])
+    ends = [p[0] for p in points] + ([target.flops] if target and target.flops > 0 else [])
     if law is not None and ends:
         grid = _log_space(min(ends), max(ends)) if min(ends) < max(ends) else [min(ends)]
         series.append({"label": "law", "color": PALETTE[1], "x": grid, "y": [law.at(c) for c in grid]})
-    predicted = {
-        "params": target and target.params,
-        "tokens": target and target.tokens,
-        "loss": target and target.loss,
-    }[key]
-    if predicted:
-        series.append(
-            {"label": "target (predicted)", "color": PALETTE[3], "points": True, "x": [target.budget], "y": [predicted]}
-        )
-    if key == "loss" and fit.actual and fit.actual.loss is not None:
-        series.append(
-            {
-                "label": "target (actual)",
-                "color": PALETTE[2],
-                "points": True,
-                "x": [target.budget],
-                "y": [fit.actual.loss],
-            }
-        )
-    titles = {
-        "params": "N*(C): loss-optimal params",
-        "tokens": "D*(C): loss-optimal tokens",
-        "loss": f"{fit.metric or 'loss'} law",
-    }
-    return {"key": key, "title": titles[key], "xLabel": "FLOPs", "xLog": True, "yLog": key != "loss", "series": series}
+    if target:
+        predicted = {"params": target.params, "tokens": target.tokens, "loss": target.loss}[key]
+        series.append(_points("target (predicted)", PALETTE[3], [(target.flops, predicted)]))
+        if key == "loss" and actual and actual.loss is not None:
+            series.append(_points("target (actual)", PALETTE[2], [(target.flops, actual.loss)]))
+    title = LAW_TITLES.get(key, f"{fit.metric or 'loss'} law")
+    return {"key": key, "title": title, "xLabel": "FLOPs", "xLog": True, "yLog": key != "loss", "series": series}
+
+
+def _points(label: str, color: str, points: list[tuple[float, float]]) -> dict:
+    return {"label": label, "color": color, "points": True, "x": [p[0] for p in points], "y": [p[1] for p in points]}
 
 
 def _fit_page(state: BrowserState, data: dict) -> dict:
-    fit = data["fit"]
-    charts = [isoflop_chart(fit)] + [law_chart(fit, k) for k in ("params", "tokens", "loss")]
+    view: fits.FitView = data["fit"]
+    fit = view.record
+    charts = [isoflop_chart(fit)] + [law_chart(fit, view.actual, k) for k in ("params", "tokens", "loss")]
     plots = [p for p in fit.plots if p.endswith(".png") and "/" not in p and state.allowed(join(data["path"], p))]
-    steps = [r.run_path for r in fit.runs or []] + [fit.prediction.run_path if fit.prediction else None]
+    steps = [r.run_path for r in fit.runs] + [fit.prediction.run_path if fit.prediction else None]
     steps += [fit.prediction.eval_path if fit.prediction else None]
     return {
         "charts": [c for c in charts if c],
@@ -124,18 +108,18 @@ def fit_data(state: State, path: str) -> dict:
     if not exists(url):
         raise FileNotFoundError(f"{url} (not the output of a ladder's analysis step)")
     try:
-        fit = fits.parse_fit(url, read_json(url, limit))
+        view = fits.read_fit(url, read_json(url, limit))
     except (ReadFailure, OSError) as e:
-        fit = fits.Fit(url, errors={"file": str(e)})
+        view = fits.FitView(url, FitRecord(), errors={"file": str(e)})
 
     def target_results(results_url: str):
         if not state.allowed(results_url):
             raise ReadFailure(f"{results_url}: outside the browser's roots, not read")
         return read_json(state.resolve(results_url), limit)
 
-    if fit.prediction is not None:
-        fit.actual = fits.actual_loss(fit.prediction, fit.heldout, target_results)
-    return {"path": path, "fit": fit}
+    if view.record.prediction is not None:
+        view.actual = fits.actual_loss(view.record.prediction, view.record.heldout, target_results)
+    return {"path": path, "fit": view}
 
 
 @router.get("/fit/plot")

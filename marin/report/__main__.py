@@ -17,7 +17,7 @@ from marin.logs import configure_logging
 from marin.report import Links, ReportError, post_report, write_leaderboard, write_report
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m marin.report", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "experiments",
@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         help="issue to update (default: N of experiments/expN_*.py; else --post creates one)",
     )
     parser.add_argument("--post", action="store_true", help="create or update the GitHub issue with gh")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(logging.WARNING)
 

@@ -28,6 +28,7 @@ import os
 from typing import Any
 
 from marin.execution.status import state_summary
+from marin.scaling.record import FIT_FILE, FitRecord
 from marin.storage import exists, glob, join, read_text
 
 logger = logging.getLogger(__name__)
@@ -65,8 +66,10 @@ class StepReport:
     """``metrics.jsonl`` columns by metric name (``train/loss``, ``eval/<set>/bpb``, ...)."""
     results: dict[str, Any] | None = None
     """``results.json`` of an eval step."""
-    fit: dict[str, Any] | None = None
-    """``fit.json`` of a scaling ladder's analysis step (``marin.scaling.step``)."""
+    fit: FitRecord | None = None
+    """``fit.json`` of a scaling ladder's analysis step (``marin.scaling.record``); damaged parts left empty."""
+    fit_errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    """What is wrong with each damaged part of ``fit.json`` (``marin.scaling.record.FitRecord.from_json``)."""
     wandb_url: str | None = None
 
     @property
@@ -208,6 +211,7 @@ def step_report(entry: dict[str, Any]) -> StepReport:
     path = entry["output_path"]
     state, message, started, finished = read_state(path)
     tracker = _read_json(join(path, "tracker.json")) or {}
+    fit_document, fit_errors = _read_json(join(path, FIT_FILE)), {}
     return StepReport(
         name=entry["name"],
         identity=entry["identity"],
@@ -219,7 +223,8 @@ def step_report(entry: dict[str, Any]) -> StepReport:
         finished=finished,
         curves=read_curves(path),
         results=_read_json(join(path, "results.json")),
-        fit=_read_json(join(path, "fit.json")),
+        fit=None if fit_document is None else FitRecord.from_json(fit_document, fit_errors),
+        fit_errors=fit_errors,
         wandb_url=tracker.get("wandb_url"),
     )
 

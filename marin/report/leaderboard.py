@@ -23,11 +23,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin.execution.status import state_summary
 from marin.report.collect import find_record, read_curves
+from marin.scaling.heldout import RESULTS_FILE, HeldoutError, bits_per_byte
 from marin.storage import exists, glob, join, read_text
 
 logger = logging.getLogger(__name__)
@@ -93,15 +95,6 @@ def read_records(root: str, experiments: Sequence[str] | None = None) -> list[tu
     return records
 
 
-def heldout_bpb(eval_path: str, heldout: str) -> float | None:
-    """Bits per byte on ``heldout`` in an eval step's ``results.json``; None until the eval has run (or when
-    its results are damaged or lack the set)."""
-    results = read_json(join(eval_path, "results.json"))
-    scores = ((results or {}).get("validation") or {}).get(heldout)
-    value = scores.get("bits_per_byte") if isinstance(scores, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def tokens_per_step(config: Any) -> int | None:
     """``trainer.batch_size × model.seq_len`` of a training step's resolved config (None when either is
     missing): the tokens of a run whose log predates the trainer's ``throughput/total_tokens``."""
@@ -147,14 +140,15 @@ def record_entries(
         runs = [steps[d] for d in ev.get("dependencies", []) if d in steps and fn_is(steps[d], TRAIN_FN)]
         if not runs or not (readable(ev["output_path"]) and readable(runs[0]["output_path"])):
             continue
-        results = read_json(join(ev["output_path"], "results.json"))
+        results = read_json(join(ev["output_path"], RESULTS_FILE))
         if not results or not isinstance(results.get("validation"), dict):
             continue
         run = runs[0]  # an eval scores one checkpoint
         tokens, flops = training_totals(run["output_path"])
         wall = wall_seconds(run["output_path"])
         for name, scores in results["validation"].items():
-            if not isinstance(scores, dict) or not isinstance(scores.get("bits_per_byte"), (int, float)):
+            bpb = _finite_bpb(results, name, join(ev["output_path"], RESULTS_FILE))
+            if bpb is None:
                 continue
             entry = LeaderboardEntry(
                 experiment=record.get("caller_file") or record.get("script") or url,
@@ -166,10 +160,23 @@ def record_entries(
                 tokens=tokens,
                 flops=flops,
                 wall_seconds=wall,
-                bpb=float(scores["bits_per_byte"]),
+                bpb=bpb,
             )
             out.append(((name, int(scores.get("documents", 0)), int(scores.get("bytes", 0))), entry))
     return out
+
+
+def _finite_bpb(results: dict[str, Any], name: str, url: str) -> float | None:
+    """A set's bits per byte (``marin.scaling.heldout``); None, logged, where it is missing or not finite."""
+    try:
+        value = bits_per_byte(results, name, where=url)
+    except HeldoutError as e:
+        logger.warning("not on the leaderboard: %s", e)
+        return None
+    if not math.isfinite(value):
+        logger.warning("not on the leaderboard: %s validation[%r].bits_per_byte is %r", url, name, value)
+        return None
+    return value
 
 
 def mark_frontier(entries: list[LeaderboardEntry]) -> None:

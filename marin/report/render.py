@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import re
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from marin.report.collect import ExperimentReport
-from marin.report.leaderboard import Board, heldout_bpb
+from marin.report.leaderboard import Board
+from marin.scaling.heldout import HeldoutError, heldout_bpb
+from marin.scaling.record import Backtest, BudgetFit, Laws, Prediction
 
 STATE_ICONS = {
     "SUCCESS": "✅",
@@ -228,89 +232,127 @@ def evals_section(report: ExperimentReport, links: Links) -> list[str]:
     return lines
 
 
-def _span(interval: list[float] | None, fmt: str = ".3g") -> str:
+def _span(interval: Sequence[float] | None, fmt: str = ".3g") -> str:
     return f"[{interval[0]:{fmt}}, {interval[1]:{fmt}}]" if interval else "–"
 
 
 def fit_section(report: ExperimentReport, links: Links) -> list[str]:
     """Each scaling ladder's fit: the laws with their intervals and the prediction against the target's
-    measured loss, once the target has been evaluated."""
-    fits = [s for s in report.steps if s.fit]
+    measured loss, once the target has been evaluated; a damaged part of ``fit.json`` is named, not skipped."""
+    fits = [s for s in report.steps if s.fit is not None]
     if not fits:
         return []
     lines = ["## Scaling fit"]
     for s in fits:
-        fit = s.fit
-        level = fit.get("bootstrap", {}).get("level", 0.9)
-        laws = fit["laws"]
+        fit, level = s.fit, s.fit.bootstrap.level if s.fit.bootstrap else 0.9
+        samples = f" ({fit.bootstrap.samples} samples)" if fit.bootstrap else ""
         lines += [
             "",
             f"### {_link(f'`{s.name}`', links.browser('fit', s.output_path))}",
             "",
-            f"{len(fit['runs'])} runs at {len(fit['budgets'])} budgets; loss: {fit['heldout']} bits/byte; "
-            f"N = model FLOPs per token / 6. Intervals: {level:.0%} bootstrap ({fit['bootstrap']['samples']} samples).",
-            "",
-            "| law | fit | interval of the exponent |",
-            "|---|---|---|",
+            f"{len(fit.runs)} runs at {len(fit.budgets)} budgets; loss: {fit.heldout} bits/byte; "
+            f"N = model FLOPs per token / 6. Intervals: {level:.0%} bootstrap{samples}, the prediction's widened "
+            "for extrapolation by the backtest.",
         ]
-        for key, label in (("params_opt", "N*(C)"), ("tokens_opt", "D*(C)")):
-            law = laws[key]
-            if law is None:
-                lines.append(f"| {label} | not fitted: {laws.get('note', '')} | – |")
-                continue
-            formula = f"{law['coefficient']:.3g} · C^{law['exponent']:.3f}"
-            lines.append(f"| {label} | {formula} | {_span(law['interval']['exponent'])} |")
-        loss = laws["loss"]
-        formula = f"{loss['E']:.3f} + {loss['A']:.3g} · C^-{loss['alpha']:.3f}"
-        lines.append(f"| L*(C) | {formula} | {_span(loss['interval']['alpha'])} |")
-        lines += [
-            "",
-            "| budget (FLOPs) | N* | D* | L* | N* interval | bracketed by the runs |",
-            "|---|---|---|---|---|---|",
-        ]
-        for b in fit["budgets"]:
-            if b["params_opt"] is None:
-                lines.append(f"| {b['budget']:.3g} | – | – | – | – | {b.get('note', 'no minimum')} |")
-                continue
-            lines.append(
-                f"| {b['budget']:.3g} | {b['params_opt']:.3g} | {b['tokens_opt']:.3g} | {b['loss_opt']:.4f} | "
-                f"{_span(b['params_opt_interval'])} | {'yes' if b['bracketed'] else 'no: extrapolated'} |"
-            )
-        prediction = fit.get("prediction")
-        if prediction:
-            actual = heldout_bpb(prediction["eval_path"], fit["heldout"]) if prediction.get("eval_path") else None
-            lo, hi = prediction["interval"] or (None, None)
-            lines += [
-                "",
-                "| target | budget | N | D | predicted | interval | actual | relative error |",
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            measured = f"{actual:.4f}" if actual is not None else "not run yet"
-            error = f"{(actual - prediction['loss']) / actual:+.2%}" if actual is not None else "–"
-            inside = "" if actual is None or lo is None else (" (inside)" if lo <= actual <= hi else " (outside)")
-            lines.append(
-                f"| `{prediction['run']}` | {prediction['budget']:.3g} | {prediction['params']:.3g} | "
-                f"{prediction['tokens']:.3g} | {prediction['loss']:.4f} | {_span(prediction['interval'], '.4f')} | "
-                f"{measured}{inside} | {error} |"
-            )
-        lines += backtest_lines(fit.get("backtest"), level)
+        lines += [f"- ⚠️ `fit.json` {part}: {message}" for part, message in s.fit_errors.items()]
+        if "file" in s.fit_errors:  # not a fit at all: nothing more to show
+            continue
+        lines += [f"- left out: `{r.run}` ({r.reason})" for r in fit.skipped]
+        lines += laws_table(fit.laws) + budgets_table(fit.budgets)
+        lines += prediction_table(fit.prediction, fit.heldout) + backtest_lines(fit.backtest, level)
     return lines
 
 
-def backtest_lines(check: dict | None, level: float) -> list[str]:
-    """The ladder's check on itself: its largest budget predicted from the smaller ones."""
-    if not check:
+def laws_table(laws: Laws) -> list[str]:
+    lines = ["", "| law | fit | interval of the exponent |", "|---|---|---|"]
+    for law, label in ((laws.params_opt, "N*(C)"), (laws.tokens_opt, "D*(C)")):
+        if law is None:
+            lines.append(f"| {label} | not fitted: {laws.note or ''} | – |")
+        else:
+            lines.append(
+                f"| {label} | {law.coefficient:.3g} · C^{law.exponent:.3f} | {_span(law.interval.get('exponent'))} |"
+            )
+    if laws.loss is not None:
+        loss = laws.loss
+        formula = f"{loss.E:.3f} + {loss.A:.3g} · C^-{loss.gamma:.3f}"
+        lines.append(f"| L*(C) | {formula} | {_span(loss.interval.get('gamma'))} |")
+    return lines
+
+
+def budgets_table(budgets: list[BudgetFit]) -> list[str]:
+    lines = [
+        "",
+        "| budget (FLOPs) | N* | D* | L* | N* interval | bracketed by the runs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b in budgets:
+        if b.params_opt is None:
+            lines.append(f"| {b.budget:.3g} | – | – | – | – | {b.note or 'no minimum'} |")
+            continue
+        lines.append(
+            f"| {b.budget:.3g} | {b.params_opt:.3g} | {b.tokens_opt:.3g} | {b.loss_opt:.4f} | "
+            f"{_span(b.params_opt_interval)} | {'yes' if b.bracketed else 'no: extrapolated'} |"
+        )
+    return lines
+
+
+def target_actual(prediction: Prediction, heldout: str | None) -> tuple[float | None, str]:
+    """The target's measured loss (``marin.scaling.heldout``) and how to show it."""
+    if not prediction.eval_path or heldout is None:
+        return None, "not run yet"
+    try:
+        actual = heldout_bpb(prediction.eval_path, heldout)
+    except FileNotFoundError:
+        return None, "not run yet"
+    except HeldoutError as e:
+        return None, f"unreadable ({e})"
+    return (actual, f"{actual:.4f}") if math.isfinite(actual) and actual > 0 else (None, f"{actual!r}")
+
+
+def prediction_table(prediction: Prediction | None, heldout: str | None) -> list[str]:
+    if prediction is None:
         return []
-    if "runs" not in check:
-        return ["", f"Backtest: not run ({check.get('note', 'no note')})."]
-    runs = check["runs"]
-    worst = max(runs, key=lambda r: abs(r["error"]))
+    actual, measured = target_actual(prediction, heldout)
+    interval = prediction.interval
+    shown = (
+        _span(interval, ".4f")
+        if interval
+        else f"not calibrated (bootstrap {_span(prediction.bootstrap_interval, '.4f')})"
+    )
+    error = f"{(actual - prediction.loss) / actual:+.2%}" if actual is not None else "–"
+    inside = (
+        ""
+        if actual is None or not interval
+        else (" (inside)" if interval[0] <= actual <= interval[1] else " (outside)")
+    )
     return [
         "",
-        f"Backtest (before trusting the target): fitted on the {check['fitted_runs']} runs below "
-        f"{check['budget']:.3g} FLOPs, the surface predicts that budget's {len(runs)} runs "
-        f"{check['mean_abs_error']:.1%} off on average (worst {worst['error']:+.1%}, `{worst['run']}`); "
-        f"{check['inside']} of {len(runs)} inside their {level:.0%} intervals.",
+        "| target | FLOPs | N | D | predicted | interval | actual | relative error |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| `{prediction.run}` | {prediction.flops:.3g} | {prediction.params:.3g} | {prediction.tokens:.3g} | "
+        f"{prediction.loss:.4f} | {shown} | {measured}{inside} | {error} |",
+    ]
+
+
+def backtest_lines(check: Backtest | None, level: float) -> list[str]:
+    """The ladder's check on itself: its top budget octave predicted from the smaller budgets."""
+    if check is None:
+        return []
+    if check.note is not None or not check.runs:
+        return ["", f"Backtest: not run, so the interval is not calibrated ({check.note or 'no runs'})."]
+    worst = max(check.runs, key=lambda r: abs(r.error))
+    held_out = ", ".join(f"{b:.3g}" for b in check.held_out_budgets)
+    widening = (
+        f"; intervals widen by {check.widening:.4f} in log loss per e-fold past the runs"
+        if check.widening is not None
+        else ""
+    )
+    return [
+        "",
+        f"Backtest (before trusting the target): fitted on the {check.fitted_runs} runs below "
+        f"{held_out} FLOPs, the surface predicts that budget's {len(check.runs)} runs "
+        f"{check.mean_abs_error:.1%} off on average (worst {worst.error:+.1%}, `{worst.run}`); "
+        f"{check.inside_bootstrap} of {len(check.runs)} inside their {level:.0%} bootstrap intervals{widening}.",
     ]
 
 

@@ -1,13 +1,16 @@
 """A research loop's outputs, written as the executor and the steps write them (no training needed): training
-runs that differ in config, their evals, a scaling ladder's ``fit.json`` with its target run, and a 200-step
-experiment for the DAG layout. Part of the ``lab`` fixture store (conftest.py)."""
+runs that differ in config, their evals, a scaling ladder's ``fit.json`` (written by the real analysis step)
+with its target run, and a 200-step experiment for the DAG layout. Part of the ``lab`` fixture store (conftest.py)."""
 
+import dataclasses
 import hashlib
 import json
-import struct
 import time
-import zlib
 from pathlib import Path
+
+from marin.scaling.step import LadderRunRef, fit_ladder_step
+from marin.scaling.surface import compute_optimal, surface
+from tests.scaling.ladder_store import ladder_config
 
 MODEL = {"hidden_dim": 64, "num_layers": 2, "num_heads": 4, "seq_len": 128, "vocab_size": 512}
 TRAINER = {"batch_size": 8, "num_train_steps": 50, "seed": 0}
@@ -27,7 +30,7 @@ HELDOUT = {
     "perplexity": 7.4,
     "unigram_bits_per_byte": 2.5,
 }
-PREDICTED, ACTUAL = 1.19, 1.21
+ACTUAL = 1.21
 NO_MINIMUM = "the loss curves downward over these sizes: no minimum (add smaller and larger sizes)"
 
 
@@ -91,109 +94,33 @@ def results(bpb, params, heldout=HELDOUT):
     return {"checkpoint_step": 50, "params": params, "validation": {"stories": {**heldout, "bits_per_byte": bpb}}}
 
 
-def fit_document(target, target_eval):
-    budgets, runs = [], []
-    for i, budget in enumerate((1e12, 3e12, 1e13)):
-        a, center, floor = 0.5, 5.0 + 0.3 * i, 1.4 - 0.1 * i
-        b, c = -2 * a * center, floor + a * center**2
-        for x in (center - 0.5, center, center + 0.5):
-            params = 10**x
-            runs.append(
-                {
-                    "budget": budget,
-                    "run": f"checkpoints/ladder-{i}-{x:.1f}",
-                    "run_path": f"/nowhere/ladder-{i}",
-                    "eval_path": f"/nowhere/eval-{i}",
-                    "params": round(params),
-                    "tokens": budget / (6 * params),
-                    "flops": budget,
-                    "loss": a * x * x + b * x + c + 0.01,
-                }
-            )
-        budgets.append(
-            {
-                "budget": budget,
-                "quadratic": [a, b, c],
-                "params_opt": 10**center,
-                "tokens_opt": budget / (6 * 10**center),
-                "loss_opt": floor,
-                "params_opt_interval": [10 ** (center - 0.1), 10 ** (center + 0.1)],
-            }
-        )
-    budgets.append({"budget": 3e13, "quadratic": [-0.1, 1.0, 0.0], "params_opt": None, "tokens_opt": None,
-                    "loss_opt": None, "params_opt_interval": None, "bracketed": False, "note": NO_MINIMUM})  # fmt: skip
-    return {
-        "kind": "isoflop_fit",
-        "metric": "bpb",
-        "heldout": "stories",
-        "runs": runs,
-        "budgets": budgets,
-        "laws": {
-            "params_opt": {
-                "coefficient": 0.0063,
-                "exponent": 0.6,
-                "interval": {"exponent": [0.55, 0.65], "coefficient": [0.004, 0.009]},
-            },
-            "tokens_opt": {
-                "coefficient": 26.4,
-                "exponent": 0.4,
-                "interval": {"exponent": [0.35, 0.45], "coefficient": [18.0, 37.0]},
-            },
-            "loss": {
-                "form": "E + A * C^-alpha",
-                "E": 0.9,
-                "A": 18.0,
-                "alpha": 0.13,
-                "interval": {"E": [0.8, 1.0], "A": [12.0, 25.0], "alpha": [0.1, 0.16]},
-            },
-            "surface": {
-                "form": "E + A / N^alpha + B / D^beta",
-                "E": 1.0,
-                "A": 400.0,
-                "alpha": 0.34,
-                "B": 900.0,
-                "beta": 0.28,
-                "interval": {"E": [0.9, 1.1], "A": None},
-                "residual_rms": 0.003,
-            },  # fmt: skip
-        },
-        "prediction": {
-            "run": "checkpoints/r-target",
-            "run_path": str(target),
-            "eval_path": str(target_eval),
-            "budget": 6e13,
-            "params": 1.16e6,
-            "tokens": 8.6e6,
-            "loss": PREDICTED,
-            "interval": [1.14, 1.24],
-            "level": 0.9,
-        },
-        "bootstrap": {"samples": 1000, "seed": 0},
-        "backtest": {
-            "budget": 1e13,
-            "fitted_runs": 6,
-            "mean_abs_error": 0.0125,
-            "inside": 2,
-            "level": 0.9,
-            "runs": [
-                {"run": r["run"], "params": r["params"], "tokens": r["tokens"], "actual": r["loss"]}
-                | {"predicted": r["loss"] * (1 - e), "interval": [r["loss"] - 0.01, r["loss"] + 0.01], "error": e}
-                for r, e in zip(runs[6:], (0.01, -0.0075, 0.02), strict=True)
-            ],
-        },
-        "plots": ["isoflop.png", "laws.png"],
-    }
+LADDER_LAW = (0.8, 20.0, 0.3, 20.0, 0.3)
+"""E, A, alpha, B, beta of the lab's ladder (bits per byte): its target, 4x past the ladder, lands near ACTUAL."""
+TARGET_BUDGET = 1.2e14
 
 
-def tiny_png(width=40, height=20):
-    """A real PNG (grey), as the analysis step's matplotlib would write one, only smaller."""
+def ladder_loss(name: str, params: float, tokens: float) -> float:
+    """The law at each run; at 1e12 the middle size does worse than both neighbours: no minimum there."""
+    bump = {"x0.333333": -0.06, "x3": -0.06}.get(name.rsplit("-", 1)[1], 0.0) if "-1e+12-" in name else 0.0
+    return float(surface(LADDER_LAW, params, tokens)) + bump
 
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    rows = b"".join(b"\0" + b"\x90" * width for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+def write_fit(prefix, fit, target, target_eval):
+    """The ladder's evals (beside the browser's root, so not linked) and its ``fit.json``, written by the real
+    analysis step into ``fit``; ``laws.png`` is then removed: a plot listed but missing is not shown."""
+    n_t, d_t, _ = compute_optimal(LADDER_LAW, TARGET_BUDGET)
+    ref = LadderRunRef("checkpoints/r-target", str(target), str(target_eval), TARGET_BUDGET, n_t, d_t)
+    config = ladder_config(
+        Path(prefix).parent / "ladder",
+        budgets=(1e12, 3e12, 1e13, 3e13),
+        factors=(1 / 3, 1, 3),
+        theta=LADDER_LAW,
+        loss=ladder_loss,
+        target=ref,
+        samples=40,
+    )
+    fit_ladder_step(dataclasses.replace(config, output_path=str(fit)))
+    (fit / "laws.png").unlink()
 
 
 CALLER_FILE = "/home/researcher/src/marin/experiments/exp1234_isoflop_ladder_fineweb_edu_long_context_wsd.py"
@@ -230,11 +157,12 @@ def write_research(prefix):
             ),
         ]
         runs[name], evals[name] = out, ev
-    fit = write_step(prefix, "analysis/ladder-fit", "experiments.ladder.analyze", {"target": "r-target"})
-    (fit / "fit.json").write_text(json.dumps(fit_document(runs["checkpoints/r-target"], evals["checkpoints/r-target"])))
-    (fit / "isoflop.png").write_bytes(tiny_png())  # laws.png is listed but missing: not shown
+    fit = write_step(prefix, "analysis/ladder-fit", "marin.scaling.step.fit_ladder_step", {"target": "r-target"})
+    write_fit(prefix, fit, runs["checkpoints/r-target"], evals["checkpoints/r-target"])
     steps.append(
-        step_entry("analysis/ladder-fit", "experiments.ladder.analyze", fit, [s["identity"] for s in steps[::2]])
+        step_entry(
+            "analysis/ladder-fit", "marin.scaling.step.fit_ladder_step", fit, [s["identity"] for s in steps[::2]]
+        )
     )
     record = Path(prefix) / "experiments" / "research-5e1f.json"
     record.write_text(

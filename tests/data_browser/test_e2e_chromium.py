@@ -213,9 +213,12 @@ def test_leaderboard_sorts_by_column_and_compares_the_checked_runs(page, server,
 
 
 def test_fit_page_shows_the_ladder_and_the_prediction_against_the_actual(page, server, lab):
+    import json
     from urllib.parse import quote
 
-    from tests.data_browser.research_lab import ACTUAL, PREDICTED
+    from tests.data_browser.research_lab import ACTUAL
+
+    predicted = json.loads(open(f"{lab['fit']}/fit.json").read())["prediction"]["loss"]  # the real writer's
 
     page.goto(f"{server}/browse?path={quote(lab['fit'], safe='')}")
     page.click("#fit-link")
@@ -223,11 +226,11 @@ def test_fit_page_shows_the_ladder_and_the_prediction_against_the_actual(page, s
     assert page.eval_on_selector_all("div.chart", "els => els.map(e => e.dataset.chart)") == [
         "isoflop", "params", "tokens", "loss"]  # fmt: skip
     isoflop = page.eval_on_selector("div.chart[data-chart='isoflop']", "e => e.uplot.series.map(s => s.label)")
-    assert isoflop[1:3] == ["C=1e+12", "C=1e+12 fit"] and len(isoflop) == 7  # points and parabola per budget
-    assert page.locator("#predicted").inner_text() == f"{PREDICTED:.4f}"
+    assert isoflop[1:3] == ["C=1e+12", "C=1e+12 fit"] and len(isoflop) == 9  # points and parabola per budget
+    assert page.locator("#predicted").inner_text() == f"{predicted:.4f}"
     assert page.locator("#actual").inner_text() == f"{ACTUAL:.4f}"
-    assert page.locator("#relative-error").inner_text() == "+1.65%"
-    assert page.locator("img.plot").evaluate("img => img.complete && img.naturalWidth") == 40
+    assert page.locator("#relative-error").inner_text() == f"{(ACTUAL - predicted) / ACTUAL * 100:+.2f}%"
+    assert page.locator("img.plot").evaluate("img => img.complete && img.naturalWidth") > 100  # the step's own PNG
     assert fits_the_viewport(page)
     shot(page, "fit")
 

@@ -2,6 +2,7 @@
 order and its links, and a crawl showing that every link reachable from the index leads to a page."""
 
 import json
+import shutil
 from html import unescape
 from html.parser import HTMLParser
 from urllib.parse import parse_qs, quote, urlsplit
@@ -14,7 +15,8 @@ from data_browser.app import create_app
 from data_browser.config import BrowserConfig
 from data_browser.config_diff import differing_fields
 from data_browser.runs import fill_by_step
-from tests.data_browser.research_lab import ACTUAL, CALLER_FILE, NO_MINIMUM, PREDICTED
+from tests.data_browser.research_lab import ACTUAL, CALLER_FILE, NO_MINIMUM
+from tests.scaling.ladder_store import FIT_V1
 
 
 @pytest.fixture(scope="module")
@@ -192,19 +194,28 @@ def test_leaderboard_ranks_runs_per_heldout_fingerprint(client, lab):
 
 
 def test_fit_page_shows_laws_and_the_prediction_against_the_actual_loss(client, lab):
-    fit = get(client, "/api/fit", path=lab["fit"]).json()["fit"]
-    assert fit["errors"] == {} and len(fit["budgets"]) == 4 and len(fit["runs"]) == 9
-    assert fit["actual"]["loss"] == ACTUAL and fit["actual"]["relative_error"] == pytest.approx(
-        (ACTUAL - PREDICTED) / ACTUAL
+    """The page reads the fit.json the analysis step writes (research_lab runs the real writer): it used to refuse
+    its ``laws.surface.objective`` string and drop the surface from the table."""
+    written = json.loads(open(f"{lab['fit']}/fit.json").read())
+    predicted, interval = written["prediction"]["loss"], written["prediction"]["interval"]
+    view = get(client, "/api/fit", path=lab["fit"]).json()["fit"]
+    fit = view["record"]
+    assert view["errors"] == {} and fit == written and len(fit["budgets"]) == 4 and len(fit["runs"]) == 12
+    assert view["actual"]["loss"] == ACTUAL and view["actual"]["relative_error"] == pytest.approx(
+        (ACTUAL - predicted) / ACTUAL
     )
     html = unescape(get(client, "/fit", path=lab["fit"]).text)
-    assert f'id="predicted">{PREDICTED:.4f}<' in html and f'id="actual">{ACTUAL:.4f}<' in html
-    assert 'id="relative-error">+1.65%<' in html and "90% interval" in html and "inside the interval" in html
-    assert "E = 0.9000, A = 18, alpha = 0.1300" in html and "isoflop.png" in html and "laws.png" not in html
-    assert NO_MINIMUM in html and "surface: E + A / N^alpha + B / D^beta" in html and "A n/a" in html
-    assert fit["backtest"]["budget"] == 1e13 and [r["error"] for r in fit["backtest"]["runs"]] == [0.01, -0.0075, 0.02]
-    assert 'the surface predicts that budget\'s 3 runs <b id="backtest-error">1.2%</b> off on average' in html
-    assert "2 of 3 inside their intervals" in html and "+2.00%" in html and "-0.75%" in html
+    assert f'id="predicted">{predicted:.4f}<' in html and f'id="actual">{ACTUAL:.4f}<' in html
+    assert f'id="relative-error">{(ACTUAL - predicted) / ACTUAL * 100:+.2f}%<' in html and "90% interval" in html
+    assert f'id="predicted-interval">[{interval[0]:.4f}, {interval[1]:.4f}]<' in html and "inside the interval" in html
+    loss = fit["laws"]["loss"]
+    assert f"E = {loss['E']:.4f}" in html and f"gamma = {loss['gamma']:.4f}" in html and "fit-error" not in html
+    assert 'data-law="surface"' in html and "huber-log-0.001" in html and "isoflop.png" in html
+    assert NO_MINIMUM in html and "laws.png" not in html  # listed, but removed from the directory
+    backtest = fit["backtest"]
+    assert backtest["held_out_budgets"] == [3e13] and len(backtest["runs"]) == 3
+    assert f'<b id="backtest-error">{backtest["mean_abs_error"] * 100:.1f}%</b>' in html
+    assert f'id="widening">{backtest["widening"]:.4f}<' in html
     assert get(client, "/fit/plot", path=lab["fit"], name="isoflop.png").content[:4] == b"\x89PNG"
     assert get(client, "/fit/plot", path=lab["fit"], name="fit.json").status_code == 422
 
@@ -212,7 +223,7 @@ def test_fit_page_shows_laws_and_the_prediction_against_the_actual_loss(client, 
 def test_damaged_fit_parts_are_errors_in_place_and_a_missing_target_eval_is_not_run_yet(lab, tmp_path):
     document = json.loads(open(f"{lab['fit']}/fit.json").read())
     document["budgets"][1]["quadratic"] = [1, 2]
-    document["laws"]["loss"]["alpha"] = "fast"
+    document["laws"]["loss"]["gamma"] = "fast"
     document["prediction"]["eval_path"] = str(tmp_path / "not-yet")
     document["backtest"]["runs"][0]["error"] = None
     step = tmp_path / "fit-1"
@@ -221,19 +232,41 @@ def test_damaged_fit_parts_are_errors_in_place_and_a_missing_target_eval_is_not_
     c = TestClient(create_app(BrowserConfig(roots=[str(tmp_path)])))
     r = get(c, "/fit", path=step)
     assert r.status_code == 200
-    fit = get(c, "/api/fit", path=step).json()["fit"]
-    assert fit["errors"] == {
-        "budgets": f"{step}/fit.json: budgets[1].quadratic must be [a, b, c], got [1, 2]",
-        "laws.loss": f"{step}/fit.json: laws.loss.alpha must be a finite number, got 'fast'",
+    view = get(c, "/api/fit", path=step).json()["fit"]
+    fit = view["record"]
+    assert view["errors"] == {
+        "budgets": f"{step}/fit.json: budgets[1].quadratic must be a list of 3 numbers, got [1, 2]",
+        "laws.loss": f"{step}/fit.json: laws.loss.gamma must be a finite number, got 'fast'",
         "backtest": f"{step}/fit.json: backtest.runs[0].error must be a finite number, got None",
     }
-    assert fit["params_law"]["exponent"] == 0.6 and fit["actual"]["status"] == "not run yet"
+    assert fit["laws"]["params_opt"] == document["laws"]["params_opt"] and view["actual"]["status"] == "not run yet"
     assert 'id="actual" colspan="2">not run yet<' in r.text
     (step / "fit.json").write_text('{"kind": "isoflop_fit", "runs": [')
     r = get(c, "/fit", path=step)
     assert r.status_code == 200 and f"{step}/fit.json: not valid JSON" in unescape(r.text)
     del document["prediction"]
-    document["backtest"] = {"note": "3 runs below the largest budget: the backtest's surface needs at least 6"}
+    document["backtest"] = {"note": "the backtest cannot fit the 3 runs below the top budget octave"}
     (step / "fit.json").write_text(json.dumps(document))
     html = unescape(get(c, "/fit", path=step).text)
-    assert "No prediction in this fit." in html and "Backtest not run: 3 runs below the largest budget" in html
+    assert (
+        "No prediction in this fit." in html
+        and "the backtest cannot fit the 3 runs below the top budget octave" in html
+    )
+
+
+def test_a_fit_written_by_format_1_still_shows(tmp_path):
+    """Stores written before format 2 (``laws.loss.alpha``, ``prediction.budget`` as 6·N·D, bootstrap-only
+    intervals) read through the record's upgrade: the page shows them, with the interval marked uncalibrated."""
+    step = tmp_path / "old-fit"
+    step.mkdir()
+    shutil.copy(FIT_V1, step / "fit.json")
+    c = TestClient(create_app(BrowserConfig(roots=[str(tmp_path)])))
+    view = get(c, "/api/fit", path=step).json()["fit"]
+    old = json.loads(FIT_V1.read_text())
+    assert view["errors"] == {} and view["record"]["laws"]["loss"]["gamma"] == old["laws"]["loss"]["alpha"]
+    html = unescape(get(c, "/fit", path=step).text)
+    assert 'id="predicted-interval">not calibrated<' in html and "fit-error" not in html
+    assert (
+        f"gamma = {old['laws']['loss']['alpha']:.4f}" in html
+        and "outside the browser's roots" in view["actual"]["status"]
+    )

@@ -21,6 +21,7 @@ from marin.report import Links, ReportError, write_report
 from marin.report.__main__ import main as report_main
 from marin.report.collect import same_file
 from marin.report.render import backtest_lines, format_duration, https_remote, issue_number, split_docstring
+from marin.scaling.record import Backtest, BacktestRun
 from tests.report.steps import TinyConfig, tiny_fn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -409,18 +410,19 @@ def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path, monkeypatch
 
 
 def test_the_backtest_line_gives_the_mean_and_worst_error_and_the_coverage():
-    check = {
-        "budget": 4e12,
-        "fitted_runs": 10,
-        "mean_abs_error": 0.089,
-        "inside": 4,
-        "runs": [
-            {"run": "checkpoints/l-4e12-h32", "error": 0.196},
-            {"run": "checkpoints/l-4e12-h64", "error": -0.021},
-            *({"run": f"checkpoints/l-4e12-h{w}", "error": 0.05} for w in (24, 48, 96)),
-        ],
-    }
+    runs = [("checkpoints/l-4e12-h32", 0.196), ("checkpoints/l-4e12-h64", -0.021)]
+    runs += [(f"checkpoints/l-4e12-h{w}", 0.05) for w in (24, 48, 96)]
+    check = Backtest(
+        held_out_budgets=[4e12],
+        fitted_runs=10,
+        mean_abs_error=0.089,
+        inside_bootstrap=4,
+        widening=0.0123,
+        runs=[BacktestRun(run, 1e5, 1e6, 1.0, 1.0 - error, error) for run, error in runs],
+    )
     [_, line] = backtest_lines(check, 0.9)
     assert "fitted on the 10 runs below 4e+12 FLOPs" in line and "5 runs 8.9% off on average" in line
-    assert "worst +19.6%, `checkpoints/l-4e12-h32`" in line and "4 of 5 inside their 90% intervals" in line
+    assert "worst +19.6%, `checkpoints/l-4e12-h32`" in line and "4 of 5 inside their 90% bootstrap intervals" in line
+    assert "widen by 0.0123 in log loss per e-fold" in line
     assert backtest_lines(None, 0.9) == []
+    assert "not calibrated (too few runs)" in backtest_lines(Backtest(note="too few runs"), 0.9)[1]
