@@ -54,6 +54,9 @@ class TextStream:
             return
         before = self.decode(self.ids[self.prefix : self.read])
         after = self.decode(self.ids[self.prefix :])
+        if after == before and not after.endswith(INCOMPLETE) and not final:
+            self.ids.pop()  # no text at all (a special token left out): keep the window short
+            return
         if len(after) <= len(before) or (after.endswith(INCOMPLETE) and not final):
             return
         start = len(self.text)

@@ -1,5 +1,5 @@
 """``python -m marin.inference.sample``: greedy text equal to the engine's, cut before stop strings and stop
-token ids."""
+token ids; a refused value named by its flag."""
 
 import pytest
 
@@ -45,14 +45,3 @@ def test_cli_stops_before_stop_strings_and_stop_token_ids(tiny_export, capsys):
     # a value the sampling parameters refuse is named by its flag
     with pytest.raises(SystemExit, match="--top_p"):
         main(base + ["--top_p", "0"])
-
-
-def test_the_benchmarks_one_at_a_time_peer_generates_the_engines_greedy_tokens(tiny_export):
-    """``benchmarks/one_at_a_time.py`` (the serving benchmark's peer, the lab's first KV-cache generator)."""
-    from benchmarks.one_at_a_time import generate
-
-    _, cfg, params = tiny_export
-    prompts = [[5, 17, 42, 7], [9], [1, 2, 3, 4, 5, 6, 7, 8, 9]]  # different lengths in one batch
-    engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=16))
-    want = [r.tokens for r in engine.generate(prompts, SamplingParams(max_tokens=12, temperature=0))]
-    assert generate(cfg, params, prompts, 12) == want
