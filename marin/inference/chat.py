@@ -121,23 +121,16 @@ def main(argv=None) -> None:
     configure_logging(logging.WARNING)
 
     from marin.chat.template import ChatTokenizer
-    from marin.inference import InvalidRequest, SamplingParams, load_model, place_params
+    from marin.inference import load_model, place_params
+    from marin.inference.sampling_params import from_flags
 
     chat = ChatTokenizer.load(chat_tokenizer_dir(args.checkpoint, args.tokenizer))
     cfg, params, _ = load_model(args.checkpoint)
     if args.max_new_tokens >= cfg.seq_len:
         raise SystemExit(f"--max_new_tokens {args.max_new_tokens} leaves no room for a prompt in seq_len {cfg.seq_len}")
-    try:
-        sampling = SamplingParams(
-            max_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-        )
-    except InvalidRequest as error:
-        flag = {"max_tokens": "max_new_tokens", "stop_token_ids": "stop_token_id"}.get(error.param, error.param)
-        raise SystemExit(f"--{flag}: {error}") from error
+    sampling = from_flags(
+        max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
+    )
     session = ChatSession(cfg, place_params(cfg, params), chat, sampling, system=args.system)
     interactive = not args.message and sys.stdin.isatty()
     for text in _turns(args):

@@ -37,8 +37,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     configure_logging(logging.WARNING)
 
-    from marin.inference import InvalidRequest, SamplingParams, load_model, place_params
+    from marin.inference import load_model, place_params
     from marin.inference.engine import Engine, EngineConfig
+    from marin.inference.sampling_params import from_flags
     from marin.tokenize import eos_id, load_tokenizer, text_encoder
 
     cfg, params, _ = load_model(args.checkpoint, None)
@@ -46,19 +47,15 @@ def main(argv=None) -> None:
     eos = eos_id(tokenizer)
     prompt = [eos, *text_encoder(tokenizer).encode(args.prompt, add_special_tokens=False).ids]
     engine = Engine(cfg, place_params(cfg, params), EngineConfig(slots=args.num_samples), end_tokens=(eos,))
-    try:
-        sampling = SamplingParams(
-            max_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            stop=tuple(args.stop),
-            stop_token_ids=tuple(args.stop_token_id),
-        )
-    except InvalidRequest as error:
-        flag = {"max_tokens": "max_new_tokens", "stop_token_ids": "stop_token_id"}.get(error.param, error.param)
-        raise SystemExit(f"--{flag}: {error}") from error
+    sampling = from_flags(
+        max_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=tuple(args.stop),
+        stop_token_ids=tuple(args.stop_token_id),
+    )
     # sample i draws with seed + i: the samples differ, and each is reproducible on its own
     each = [sampling.with_seed_offset(i) for i in range(args.num_samples)]
     for result in engine.generate([prompt] * args.num_samples, each, detokenize=tokenizer.decode):

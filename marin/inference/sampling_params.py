@@ -138,6 +138,15 @@ def _check_token_ids(ids) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def from_flags(**fields) -> SamplingParams:
+    """For the CLIs (``marin.inference.sample``, ``chat``): a refused value exits naming its flag."""
+    try:
+        return SamplingParams(**fields)
+    except InvalidRequest as error:
+        flag = {"max_tokens": "max_new_tokens", "stop_token_ids": "stop_token_id"}.get(error.param, error.param)
+        raise SystemExit(f"--{flag}: {error}") from error
+
+
 def packed_row(params: SamplingParams, seed: int) -> tuple:
     """The request's row of the engine's ``SamplingRows``: temperature, top_k, top_p, seed in the dtypes the
     programs take (float32, int32, float32, uint32)."""

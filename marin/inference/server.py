@@ -330,6 +330,11 @@ async def _api_error(_, error: ApiError):
     return error.response()
 
 
+async def _internal_error(_, error: Exception):
+    """A bug of the server's own still answers in OpenAI's shape (Starlette logs it)."""
+    return ApiError(500, f"internal error: {type(error).__name__}", None, "server_error").response()
+
+
 def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_):
@@ -340,6 +345,7 @@ def create_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="marin inference server", lifespan=lifespan)
     app.state.model, app.state.api_key = model, api_key
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(Exception, _internal_error)
     app.add_api_route("/", index, methods=["GET"])
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/v1/models", models, methods=["GET"])
