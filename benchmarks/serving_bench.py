@@ -197,20 +197,20 @@ def peer_server(
 
 
 def peer_one_at_a_time(export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int) -> dict:
-    from marin.inference import GenerationConfig, generate, load_model, place_params
+    from benchmarks.one_at_a_time import generate
+    from marin.inference import load_model, place_params
 
     cfg, params, _ = load_model(export)
     params = place_params(cfg, params)
-    gen = GenerationConfig(max_new_tokens=max_tokens, temperature=0)
     serial = threading.Lock()
 
     def ask(prompt, start):
         with serial:
-            generate(cfg, params, [prompt], gen)
+            generate(cfg, params, [prompt], max_tokens)
         return None
 
     for width in range(16, 129, 16):  # warm-up: one program per prompt bucket
-        generate(cfg, params, [[1] * width], gen)
+        generate(cfg, params, [[1] * width], max_tokens)
     out = {}
     for c in concurrency:
         records, wall = run_closed_loop(workload(c, per_client, vocab), ask)

@@ -119,7 +119,8 @@ def _rate(flags: list[bool]) -> dict[str, float]:
 def generate_replies(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, turns: list[Turn], config) -> list[str]:
     """Greedy replies, continuously batched through the serving engine (``config.batch_size`` slots); a
     reply gets the context left after its prompt when that is less than ``max_new_tokens``."""
-    from marin.inference.engine import Engine, EngineConfig, SamplingParams
+    from marin.inference.engine import Engine, EngineConfig
+    from marin.inference.sampling_params import SamplingParams
 
     engine = Engine(cfg, params, EngineConfig(slots=config.batch_size), end_tokens=(chat.eot_id,))
     params_each = [

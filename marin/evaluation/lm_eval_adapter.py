@@ -127,7 +127,7 @@ class MarinLM(TemplateLM):
         return totals
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from marin.inference.engine import SamplingParams
+        from marin.inference.sampling_params import SamplingParams
 
         eos_text = self.tokenizer.decode([self.eos], skip_special_tokens=False)
         submitted = []

@@ -57,12 +57,15 @@ def chat_tokenizer_dir(checkpoint: str, tokenizer: str | None) -> str:
 class ChatSession:
     """A conversation with a loaded model: ``reply(text)`` adds a user turn and returns the assistant's."""
 
-    def __init__(self, cfg, params, chat, gen, system: str | None = None):
-        from marin.inference.engine import Engine, EngineConfig, SamplingParams
+    def __init__(self, cfg, params, chat, sampling, system: str | None = None):
+        """``sampling``: a ``SamplingParams`` (its ``max_tokens`` is the longest reply); replies end at the
+        chat template's end-of-turn token and at the tokenizer's end-of-text token."""
+        from marin.inference.engine import Engine, EngineConfig
+        from marin.tokenize import eos_id
 
-        self.cfg, self.params, self.chat, self.gen = cfg, params, chat, gen
-        self.engine = Engine(cfg, params, EngineConfig(slots=1))  # the serving engine, one conversation
-        self.sampling = SamplingParams.of(gen)
+        self.cfg, self.params, self.chat, self.sampling = cfg, params, chat, sampling
+        end_tokens = (chat.eot_id, eos_id(chat.tokenizer))
+        self.engine = Engine(cfg, params, EngineConfig(slots=1), end_tokens)  # the serving engine, one conversation
         self.system = system
         self.reset()
 
@@ -71,7 +74,7 @@ class ChatSession:
 
     def prompt_ids(self) -> list[int]:
         """The rendered conversation; oldest exchanges dropped while it leaves no room for the reply."""
-        budget = self.cfg.seq_len - self.gen.max_new_tokens
+        budget = self.cfg.seq_len - self.sampling.max_tokens
         head = 1 if self.system else 0
         while True:
             ids = self.chat.encode_prompt(self.messages).tolist()
@@ -111,29 +114,24 @@ def main(argv=None) -> None:
     parser.add_argument("--system", default=None, help="system prompt")
     parser.add_argument("--max_new_tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    parser.add_argument("--top_k", type=int, default=None)
-    parser.add_argument("--top_p", type=float, default=None)
+    parser.add_argument("--top_k", type=int, default=0, help="0: off")
+    parser.add_argument("--top_p", type=float, default=1.0, help="1: off")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     configure_logging(logging.WARNING)
 
     from marin.chat.template import ChatTokenizer
-    from marin.inference import GenerationConfig, load_model, place_params
-    from marin.tokenize import eos_id
+    from marin.inference import load_model, place_params
+    from marin.inference.sampling_params import from_flags
 
     chat = ChatTokenizer.load(chat_tokenizer_dir(args.checkpoint, args.tokenizer))
     cfg, params, _ = load_model(args.checkpoint)
     if args.max_new_tokens >= cfg.seq_len:
         raise SystemExit(f"--max_new_tokens {args.max_new_tokens} leaves no room for a prompt in seq_len {cfg.seq_len}")
-    gen = GenerationConfig(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        stop_tokens=(chat.eot_id, eos_id(chat.tokenizer)),
+    sampling = from_flags(
+        max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )
-    session = ChatSession(cfg, place_params(cfg, params), chat, gen, system=args.system)
+    session = ChatSession(cfg, place_params(cfg, params), chat, sampling, system=args.system)
     interactive = not args.message and sys.stdin.isatty()
     for text in _turns(args):
         if text in ("/exit", "/quit"):

@@ -18,6 +18,14 @@ warm-up nothing recompiles (``compilations()`` counts).
 Log-probabilities are the model's own (log-softmax of the logits, before temperature, top-k and top-p), as
 OpenAI-compatible servers report them. ``prompt_logprobs`` (echo) scores every prompt token given the ones
 before it: lm-eval's log-likelihood requests through the server are exactly this.
+
+One request's failure is its own. Its values are checked when it is submitted (``SamplingParams`` holds only
+what the programs represent); its host-side work in a step (building its inputs, decoding its text, calling
+its listener) fails only it; and when a program fails, a program that held one request fails that request,
+while the requests of a program that held several are stepped alone until each has produced, alone, the
+token that program was producing (the one that fails alone is the cause). If the failed program had consumed
+the cache (its buffers are donated), the requests in the slots feed their prompt and generated tokens again
+(``Request.restart``) and go on: same tokens as if nothing had happened.
 """
 
 from __future__ import annotations
@@ -25,16 +33,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import secrets
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 
+from marin.inference.request import Request, Result, TokenLogprob
+from marin.inference.sampling_params import InvalidRequest, SamplingParams
 from marin.inference.slots import (
-    TOP_LOGPROBS,
     SamplingRows,
     attention_span,
     cache_positions,
@@ -48,6 +55,19 @@ from marin.inference.slots import (
 from marin.trainer.model.config import LlamaConfig
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineStopped",
+    "InvalidRequest",
+    "QueueFull",
+    "Request",
+    "Result",
+    "SamplingParams",
+    "TokenLogprob",
+    "compilations",
+]
 
 
 class QueueFull(RuntimeError):
@@ -80,136 +100,15 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be a power of two >= 16{' or 0' * off}, got {size}")
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int = 16
-    temperature: float = 1.0
-    """0 means greedy (argmax)."""
-    top_p: float = 1.0
-    top_k: int = 0
-    """0 means off."""
-    seed: int | None = None
-    """Same seed, same prompt, same parameters: same tokens, whatever else runs beside it."""
-    stop: tuple[str, ...] = ()
-    """Generation ends before the first occurrence of any of these in the generated text (not included)."""
-    stop_token_ids: tuple[int, ...] = ()
-    """Generation ends at one of these (the token is not part of the text)."""
-    ignore_eos: bool = False
-    """Do not stop at the engine's end tokens (benchmarks: fixed output lengths)."""
-    logprobs: int | None = None
-    """Return each generated token's log-probability and this many alternatives (0..5)."""
-    prompt_logprobs: int | None = None
-    """Return each prompt token's log-probability given the tokens before it, and this many alternatives."""
-
-    @staticmethod
-    def of(gen) -> SamplingParams:
-        """The engine's form of a ``marin.inference.GenerationConfig`` (its stop tokens end generation)."""
-        return SamplingParams(
-            max_tokens=gen.max_new_tokens,
-            temperature=gen.temperature,
-            top_p=gen.top_p if gen.top_p is not None else 1.0,
-            top_k=gen.top_k or 0,
-            seed=gen.seed,
-            stop_token_ids=tuple(gen.stop_tokens),
-        )
-
-    def __post_init__(self):
-        checks = [
-            ("max_tokens", self.max_tokens >= 0, "an integer >= 0"),
-            ("temperature", 0 <= self.temperature, "a number >= 0"),
-            ("top_p", 0 < self.top_p <= 1, "a number in (0, 1]"),
-            ("top_k", self.top_k >= 0, "an integer >= 0"),
-            ("logprobs", self.logprobs is None or 0 <= self.logprobs <= TOP_LOGPROBS, f"0..{TOP_LOGPROBS}"),
-            (
-                "prompt_logprobs",
-                self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= TOP_LOGPROBS,
-                f"0..{TOP_LOGPROBS}",
-            ),
-        ]
-        for name, ok, expected in checks:
-            if not ok:
-                raise InvalidRequest(name, f"{name} must be {expected}, got {getattr(self, name)!r}")
-
-
-class InvalidRequest(ValueError):
-    """A request the engine cannot run; ``param`` names the offending field."""
-
-    def __init__(self, param: str, message: str):
-        super().__init__(message)
-        self.param = param
-
-
-@dataclasses.dataclass
-class TokenLogprob:
-    token: int
-    logprob: float | None  # None for the first prompt token (nothing conditions it)
-    top: list[tuple[int, float]]  # the most likely tokens there, best first
-
-
-@dataclasses.dataclass
-class Result:
-    tokens: list[int]
-    """Generated tokens up to the stop (a stop token is not included)."""
-    text: str
-    finish_reason: str  # "stop" | "length" | "cancelled"
-    logprobs: list[TokenLogprob] | None
-    prompt_logprobs: list[TokenLogprob] | None
-    prompt_tokens: int
-    time_to_first_token: float | None
-
-
-class Request:
-    """One submitted generation. ``on_event`` (if given) is called from the engine's thread with
-    ``("token", index)`` for each new generated token and ``("done", result)`` at the end."""
-
-    def __init__(self, prompt: list[int], params: SamplingParams, detokenize, on_event, end_tokens):
-        self.prompt = prompt
-        self.params = params
-        self.detokenize = detokenize
-        self.on_event = on_event
-        self.end_tokens = () if params.ignore_eos else tuple(end_tokens)
-        self.seed = params.seed if params.seed is not None else secrets.randbits(32)
-        self.tokens: list[int] = []
-        self.token_logprobs: list[TokenLogprob] = []
-        self.prompt_logprobs: list[TokenLogprob] = [TokenLogprob(prompt[0], None, [])]
-        self.fed = 0  # prompt tokens already in the cache
-        self.slot: int | None = None
-        self.text = ""
-        self.cancelled = False
-        self.submitted = time.perf_counter()
-        self.first_token_at: float | None = None
-        self._done = threading.Event()
-        self._result: Result | None = None
-
-    def cancel(self) -> None:
-        """Stop generating: the engine frees the slot at its next step (safe from any thread)."""
-        self.cancelled = True
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> Result:
-        if not self._done.wait(timeout):
-            raise TimeoutError("the request did not finish in time")
-        if isinstance(self._result, BaseException):
-            raise self._result
-        return self._result
-
-    def _emit(self, *event) -> None:
-        if self.on_event is not None:
-            try:
-                self.on_event(*event)
-            except Exception:  # a listener's failure (a closed connection) never stops the engine
-                logger.exception("request listener failed")
-                self.cancel()
-
-
 def _bucket(n: int, most: int) -> int:
     size = 16
     while size < n and size < most:
         size *= 2
     return min(size, most)
+
+
+def _is_token(t) -> bool:
+    return isinstance(t, (int, np.integer)) and not isinstance(t, bool)
 
 
 class Engine:
@@ -223,7 +122,7 @@ class Engine:
         self.cfg, self.config = cfg, config
         self.params = split_layers(params)  # one weight dict per layer: read in place by the steps
         self.end_tokens = tuple(end_tokens)
-        self.cache = init_slot_cache(cfg, config.slots, config.prefill_chunk, params["embed"].dtype)
+        self.cache = self._new_cache()
         self.scratch = cache_positions(self.cache) - 1
         self.slots: list[Request | None] = [None] * config.slots
         self.waiting: collections.deque[Request] = collections.deque()
@@ -236,6 +135,32 @@ class Engine:
 
     # ---- submission (any thread) -------------------------------------------------------------------
 
+    def check(self, prompt: Sequence[int], params: SamplingParams, detokenize=None) -> list[int]:
+        """The prompt as a list of ints, if this engine can run it with ``params``; else ``InvalidRequest``
+        naming the field. ``submit`` checks; callers submitting several requests at once check them all
+        first."""
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        prompt = list(prompt)
+        vocab, context = self.cfg.vocab_size, self.cfg.seq_len
+        if not prompt:
+            raise InvalidRequest("prompt", "the prompt needs at least one token")
+        if not all(_is_token(t) and 0 <= t < vocab for t in prompt):
+            raise InvalidRequest("prompt", f"prompt token ids must be integers in [0, {vocab})")
+        if len(prompt) > context:
+            raise InvalidRequest("prompt", f"the prompt has {len(prompt)} tokens; the model's context is {context}")
+        if len(prompt) + params.max_tokens > context:
+            raise InvalidRequest(
+                "max_tokens",
+                f"the prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds the model's "
+                f"context of {context} tokens",
+            )
+        if any(t >= vocab for t in params.stop_token_ids):
+            raise InvalidRequest("stop_token_ids", f"stop_token_ids must be token ids in [0, {vocab})")
+        if params.stop and detokenize is None:
+            raise InvalidRequest("stop", "stop strings need a tokenizer to decode the generated text")
+        return [int(t) for t in prompt]
+
     def submit(
         self,
         prompt: Sequence[int],
@@ -244,20 +169,9 @@ class Engine:
         detokenize: Callable[[list[int]], str] | None = None,
         on_event: Callable | None = None,
     ) -> Request:
-        prompt = [int(t) for t in prompt]
-        if not prompt:
-            raise InvalidRequest("prompt", "the prompt needs at least one token")
-        if not all(0 <= t < self.cfg.vocab_size for t in prompt):
-            raise InvalidRequest("prompt", f"prompt token ids must be in [0, {self.cfg.vocab_size})")
-        if len(prompt) + params.max_tokens > self.cfg.seq_len:
-            raise InvalidRequest(
-                "max_tokens",
-                f"the prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds the model's "
-                f"context of {self.cfg.seq_len} tokens",
-            )
-        if params.stop and detokenize is None:
-            raise InvalidRequest("stop", "stop strings need a tokenizer to decode the generated text")
-        request = Request(prompt, params, detokenize, on_event, self.end_tokens)
+        """Queue a request (``InvalidRequest`` if it cannot run, ``QueueFull``, ``EngineStopped``).
+        ``detokenize`` (ids -> text) gives the result its text and makes ``params.stop`` usable."""
+        request = Request(self.check(prompt, params, detokenize), params, detokenize, on_event, self.end_tokens)
         with self._lock:
             if self._stopping:
                 raise EngineStopped("the engine is shutting down")
@@ -283,22 +197,23 @@ class Engine:
     def step(self) -> None:
         """Admit, feed one prefill chunk, decode one token for every generating slot."""
         self.steps += 1
-        with self._lock:
-            for r in [*self.slots, *self.waiting]:
-                if r is not None and r.cancelled:
-                    self._finish(r, "cancelled")
-            while self.waiting and None in self.slots:
-                r = self.waiting.popleft()
-                r.slot = self.slots.index(None)
-                self.slots[r.slot] = r
-        prefilling = [r for r in self.slots if r is not None and r.fed < len(r.prompt)]
-        decoding = [r for r in self.slots if r is not None and r.fed == len(r.prompt) and r.tokens]
+        self._admit()
+        active = [r for r in self.slots if r is not None]
+        suspects = [r for r in active if r.suspect_until is not None]
+        if suspects:  # after a program of several requests failed: one of them at a time
+            r = min(suspects, key=lambda r: r.submitted)
+            if (self._prefill(r) if r.prefilling else self._decode([r])) and len(r.tokens) >= r.suspect_until:
+                r.suspect_until = None  # it produced, alone, the token the failed program was producing
+            return
+        prefilling = [r for r in active if r.prefilling]
+        decoding = [r for r in active if not r.prefilling and r.tokens]
         oldest = min(prefilling, key=lambda r: r.submitted) if prefilling else None
         if oldest is not None and decoding and self._mixed_chunk:
             self._mixed(oldest, decoding)
             return
         if oldest is not None:
             self._prefill(oldest)
+            decoding = [r for r in decoding if self.slots[r.slot] is r and not r.prefilling]  # (a failure restarts)
         if decoding:
             self._decode(decoding)
 
@@ -361,7 +276,8 @@ class Engine:
         self._thread.start()
 
     def stop(self, cancel: bool = True, timeout: float | None = 30) -> None:
-        """Refuse new requests; cancel the running ones (or, with ``cancel=False``, let them finish)."""
+        """Refuse new requests; cancel the running ones (or, with ``cancel=False``, let them finish); wait up
+        to ``timeout`` seconds for the thread to end (0: do not wait)."""
         with self._lock:
             self._stopping = True
             if cancel:
@@ -381,49 +297,112 @@ class Engine:
                     return
             try:
                 self.step()
-            except Exception as error:  # a failed step fails its requests, never the engine's thread
+            except Exception as error:  # an engine bug (requests' own failures stay inside step): never die
                 logger.exception("engine step failed")
                 for r in [*self.slots, *self.waiting]:
                     if r is not None:
-                        self._finish(r, "error", error)
-                self.cache = init_slot_cache(
-                    self.cfg, self.config.slots, self.config.prefill_chunk, self.params["embed"].dtype
-                )
+                        self._fail(r, error)
+                self.cache = self._new_cache()
 
-    # ---- internals -----------------------------------------------------------------------------------
+    # ---- internals: admission, failures ----------------------------------------------------------
+
+    def _new_cache(self):
+        return init_slot_cache(self.cfg, self.config.slots, self.config.prefill_chunk, self.params["embed"].dtype)
+
+    def _admit(self) -> None:
+        with self._lock:
+            for r in [*self.slots, *self.waiting]:
+                if r is not None and r.cancelled:
+                    self._finish(r, "cancelled")
+            while self.waiting and None in self.slots:
+                r = self.waiting.popleft()
+                r.slot = self.slots.index(None)
+                self.slots[r.slot] = r
+
+    def _release(self, r: Request) -> None:
+        with self._lock:
+            if r.slot is not None and self.slots[r.slot] is r:
+                self.slots[r.slot] = None
+            if r in self.waiting:
+                self.waiting.remove(r)
+
+    def _finish(self, r: Request, reason: str) -> None:
+        self._release(r)
+        try:
+            r.finish(reason)
+        except Exception as error:  # its text failed to decode: its failure, nobody else's
+            logger.exception("finishing a request failed")
+            r.finish("error", error)
+
+    def _fail(self, r: Request, error: BaseException) -> None:
+        self._release(r)
+        r.finish("error", error)
+
+    def _guard(self, r: Request, work: Callable, *args) -> None:
+        """Host-side work of one request; if it raises, that request fails and the step goes on."""
+        try:
+            work(r, *args)
+        except Exception as error:
+            logger.exception("a request failed in an engine step")
+            self._fail(r, error)
+
+    def _run(self, requests: list[Request], program, *args):
+        """``program(*args)`` (its last output is the new cache) with the rest of its outputs on the host; on
+        failure, None: a lone request fails, several become suspects, a consumed cache is rebuilt and every
+        request in a slot feeds its tokens again."""
+        try:
+            *outputs, cache = program(*args)
+            outputs = jax.device_get(outputs)  # a failure while the program runs surfaces here
+        except Exception as error:
+            logger.exception("an engine program failed (%d request(s) in it)", len(requests))
+            if any(x.is_deleted() for x in jax.tree.leaves(self.cache)):
+                self.cache = self._new_cache()
+                for r in self.slots:
+                    if r is not None:
+                        r.restart()
+            if len(requests) == 1:
+                self._fail(requests[0], error)
+            else:
+                for r in requests:
+                    r.suspect_until = len(r.tokens) + 1
+            return None
+        self.cache = cache
+        return outputs
+
+    # ---- internals: the programs' inputs and outputs --------------------------------------------------
 
     def _rows(self, requests: list[Request | None]) -> SamplingRows:
-        def row(r):
-            if r is None:
-                return (0.0, 0, 1.0, 0, 0)
-            p = r.params
-            return (p.temperature, p.top_k, p.top_p, r.seed, len(r.tokens))
-
-        return SamplingRows.of([row(r) for r in requests])
+        """Each request's packed sampling row and how many tokens it generated (None: a greedy filler row)."""
+        return SamplingRows.of([(0.0, 0, 1.0, 0, 0) if r is None else (*r.row, len(r.tokens)) for r in requests])
 
     @property
     def _mixed_chunk(self) -> int:
         return min(self.config.mixed_chunk, self.config.prefill_chunk)
 
     def _chunk(self, r: Request, size: int):
-        """The next ``size`` tokens of r's prompt (zero-padded), the tokens after them (the targets whose
+        """The next ``size`` tokens r feeds (zero-padded), the tokens after them (the targets whose
         log-probabilities echo reports), and how many are real."""
-        valid = min(len(r.prompt) - r.fed, size)
+        valid = min(len(r.feed) - r.fed, size)
         tokens, targets = np.zeros(size, np.int32), np.zeros(size, np.int32)
-        tokens[:valid] = r.prompt[r.fed : r.fed + valid]
-        nxt = r.prompt[r.fed + 1 : r.fed + valid + 1]
+        tokens[:valid] = r.feed[r.fed : r.fed + valid]
+        nxt = r.feed[r.fed + 1 : r.fed + valid + 1]
         targets[: len(nxt)] = nxt
         return tokens, targets, valid, nxt
 
-    def _prefill(self, r: Request) -> None:
-        size = _bucket(len(r.prompt) - r.fed, self.config.prefill_chunk)
+    def _scored(self, r: Request) -> bool:
+        return r.params.prompt_logprobs is not None and not r.replaying
+
+    def _prefill(self, r: Request) -> bool:
+        size = _bucket(len(r.feed) - r.fed, self.config.prefill_chunk)
         tokens, targets, valid, nxt = self._chunk(r, size)
         span = attention_span(r.fed + size, self.scratch + 1)
-        scored = r.params.prompt_logprobs is not None
-        out, self.cache = prefill_chunk(
-            self.cfg, self.params, self.cache, r.slot, tokens, targets, r.fed, valid, scored, self._rows([r]), span
-        )
-        self._fed(r, out[:4], nxt, valid, lambda: jax.device_get(out.next), 0)
+        args = (self.cache, r.slot, tokens, targets, r.fed, valid, self._scored(r), self._rows([r]), span)
+        outputs = self._run([r], prefill_chunk, self.cfg, self.params, *args)
+        if outputs is None:
+            return False
+        (out,) = outputs
+        self._guard(r, self._fed, out[:4], nxt, valid, out.next, 0)
+        return True
 
     def _decode_inputs(self, decoding: list[Request]):
         """Each decoding slot's last token and its position (other rows: the scratch position), for the
@@ -437,111 +416,76 @@ class Engine:
         rows = self._rows([r if r in decoding else None for r in self.slots[:width]])
         return tokens, positions, rows, max(positions[r.slot] for r in decoding) + 1
 
-    def _decode(self, decoding: list[Request]) -> None:
+    def _decode(self, decoding: list[Request]) -> bool:
         tokens, positions, rows, needed = self._decode_inputs(decoding)
         span = attention_span(needed, self.scratch + 1)
-        out, self.cache = decode_slots(self.cfg, self.params, self.cache, tokens, positions, rows, span)
-        out = jax.device_get(out)
+        outputs = self._run(decoding, decode_slots, self.cfg, self.params, self.cache, tokens, positions, rows, span)
+        if outputs is None:
+            return False
+        (out,) = outputs
         for r in decoding:
-            self._accept(r, out, r.slot)
+            self._guard(r, self._accept, out, r.slot)
+        return True
 
     def _mixed(self, r: Request, decoding: list[Request]) -> None:
         """A prefill chunk of r and a decoding step of ``decoding`` in one program."""
         self.mixed_steps += 1
-        size = self._mixed_chunk
-        tokens, targets, valid, nxt = self._chunk(r, size)
+        tokens, targets, valid, nxt = self._chunk(r, self._mixed_chunk)
         decode_tokens, positions, rows, needed = self._decode_inputs(decoding)
-        span = attention_span(max(needed, r.fed + size), self.scratch + 1)
-        scores, out, self.cache = mixed_step(
+        span = attention_span(max(needed, r.fed + self._mixed_chunk), self.scratch + 1)
+        chunk_args = (r.slot, tokens, targets, r.fed, valid, self._scored(r), self._rows([r]))
+        outputs = self._run(
+            [r, *decoding],
+            mixed_step,
             self.cfg,
             self.params,
             self.cache,
-            r.slot,
-            tokens,
-            targets,
-            r.fed,
-            valid,
-            r.params.prompt_logprobs is not None,
-            self._rows([r]),
+            *chunk_args,
             decode_tokens,
             positions,
             rows,
             span,
         )
-        out = jax.device_get(out)  # row 0: r's next token; row 1 + i: decoding slot i's
-        self._fed(r, scores, nxt, valid, lambda: out, 0)
+        if outputs is None:
+            return
+        scores, out = outputs  # out's row 0: r's next token; row 1 + i: decoding slot i's
+        self._guard(r, self._fed, scores, nxt, valid, out, 0)
         for d in decoding:
-            self._accept(d, out, 1 + d.slot)
+            self._guard(d, self._accept, out, 1 + d.slot)
 
     def _fed(self, r: Request, scores, nxt: list[int], valid: int, sampled, row: int) -> None:
-        """After a chunk of r's prompt went in: record its prompt log-probabilities (when asked), and once
-        the whole prompt is in, take the first generated token (row ``row`` of ``sampled()``)."""
-        if r.params.prompt_logprobs is not None:
-            logp, _, top_lp, top_tok = jax.device_get(scores)
+        """After a chunk went in: record its prompt log-probabilities (when asked), and once everything r
+        feeds is in, take the first generated token (row ``row`` of ``sampled``), or after a replay go on
+        decoding."""
+        if self._scored(r):
+            logp, _, top_lp, top_tok = scores
             n = r.params.prompt_logprobs
             for i, token in enumerate(nxt):
                 top = list(zip(top_tok[i, :n].tolist(), top_lp[i, :n].tolist()))
                 r.prompt_logprobs.append(TokenLogprob(token, float(logp[i]), top))
         r.fed += valid
-        if r.fed == len(r.prompt):
-            if r.params.max_tokens == 0:
-                self._finish(r, "length")
-            else:
-                self._accept(r, sampled(), row)
+        if r.fed < len(r.feed):
+            return
+        if r.replaying:
+            r.replaying = False
+        elif r.params.max_tokens == 0:
+            self._finish(r, "length")
+        else:
+            self._accept(r, sampled, row)
 
     def _accept(self, r: Request, out, row: int) -> None:
-        """Record the token sampled for ``r`` (row ``row`` of ``out``) and finish the request if it stops."""
+        """Record the token sampled for ``r`` (row ``row`` of ``out``) and finish the request if it ends."""
         if r.cancelled:
             self._finish(r, "cancelled")
             return
-        token = int(out.token[row])
-        if r.first_token_at is None:
-            r.first_token_at = time.perf_counter()
-        if token in r.end_tokens or token in r.params.stop_token_ids:
-            self._finish(r, "stop")
-            return
-        r.tokens.append(token)
+        token, entry = int(out.token[row]), None
         if r.params.logprobs is not None:
             n = r.params.logprobs
             top = list(zip(out.top_token[row, :n].tolist(), out.top_logprob[row, :n].tolist()))
-            r.token_logprobs.append(TokenLogprob(token, float(out.logprob[row]), top))
-        if r.params.stop:
-            r.text = r.detokenize(r.tokens)
-            cut = min((r.text.find(s) for s in r.params.stop if s in r.text), default=-1)
-            if cut >= 0:
-                r.text = r.text[:cut]
-                self._finish(r, "stop")
-                return
-        r._emit("token", len(r.tokens) - 1)
-        if len(r.tokens) >= r.params.max_tokens:
-            self._finish(r, "length")
-        elif len(r.prompt) + len(r.tokens) >= self.cfg.seq_len:
-            self._finish(r, "length")
-
-    def _finish(self, r: Request, reason: str, error: BaseException | None = None) -> None:
-        if r.slot is not None and self.slots[r.slot] is r:
-            self.slots[r.slot] = None
-        with self._lock:
-            if r in self.waiting:
-                self.waiting.remove(r)
-        if r.done:
-            return
-        if error is not None:
-            r._result = error
-        else:
-            if not r.params.stop and r.detokenize is not None:
-                r.text = r.detokenize(r.tokens)
-            r._result = Result(
-                tokens=list(r.tokens),
-                text=r.text,
-                finish_reason=reason,
-                logprobs=r.token_logprobs if r.params.logprobs is not None else None,
-                prompt_logprobs=r.prompt_logprobs if r.params.prompt_logprobs is not None else None,
-                prompt_tokens=len(r.prompt),
-                time_to_first_token=None if r.first_token_at is None else r.first_token_at - r.submitted,
-            )
-        r._done.set()
-        r._emit("done", r._result)
+            entry = TokenLogprob(token, float(out.logprob[row]), top)
+        reason = r.accept(token, entry, self.cfg.seq_len)
+        if reason is not None:
+            self._finish(r, reason)
 
 
 def compilations() -> int:

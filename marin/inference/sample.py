@@ -10,7 +10,6 @@ before the first stop token or stop string (searched in the generated text only,
 """
 
 import argparse
-import dataclasses
 import logging
 
 from marin.logs import configure_logging
@@ -23,8 +22,8 @@ def main(argv=None) -> None:
     parser.add_argument("--tokenizer", default=None)
     parser.add_argument("--max_new_tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
-    parser.add_argument("--top_k", type=int, default=None)
-    parser.add_argument("--top_p", type=float, default=None)
+    parser.add_argument("--top_k", type=int, default=0, help="0: off")
+    parser.add_argument("--top_p", type=float, default=1.0, help="1: off")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num_samples", type=int, default=1)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable), not printed")
@@ -39,7 +38,8 @@ def main(argv=None) -> None:
     configure_logging(logging.WARNING)
 
     from marin.inference import load_model, place_params
-    from marin.inference.engine import Engine, EngineConfig, SamplingParams
+    from marin.inference.engine import Engine, EngineConfig
+    from marin.inference.sampling_params import from_flags
     from marin.tokenize import eos_id, load_tokenizer, text_encoder
 
     cfg, params, _ = load_model(args.checkpoint, None)
@@ -47,16 +47,17 @@ def main(argv=None) -> None:
     eos = eos_id(tokenizer)
     prompt = [eos, *text_encoder(tokenizer).encode(args.prompt, add_special_tokens=False).ids]
     engine = Engine(cfg, place_params(cfg, params), EngineConfig(slots=args.num_samples), end_tokens=(eos,))
-    sampling = SamplingParams(
+    sampling = from_flags(
         max_tokens=args.max_new_tokens,
         temperature=args.temperature,
-        top_k=args.top_k or 0,
-        top_p=args.top_p if args.top_p is not None else 1.0,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
         stop=tuple(args.stop),
         stop_token_ids=tuple(args.stop_token_id),
     )
     # sample i draws with seed + i: the samples differ, and each is reproducible on its own
-    each = [dataclasses.replace(sampling, seed=args.seed + i) for i in range(args.num_samples)]
+    each = [sampling.with_seed_offset(i) for i in range(args.num_samples)]
     for result in engine.generate([prompt] * args.num_samples, each, detokenize=tokenizer.decode):
         print(args.prompt + result.text)
 

@@ -10,7 +10,9 @@ makes ``/v1/*`` require ``Authorization: Bearer KEY``. The model is called by ``
 the checkpoint directory's name) or by PATH itself, which lets lm-eval's ``local-completions`` load the
 tokenizer from PATH with ``model=PATH``. Before it listens, the server compiles every program a request can
 need (prefill chunk sizes and attention spans; ``--no_warmup`` skips it). On Ctrl-C or SIGTERM the server
-stops taking requests, lets the running ones finish for ``--graceful_seconds``, then cancels the rest.
+stops taking requests, lets the running ones finish for ``--graceful_seconds``, then cancels the rest: each
+of their clients gets its answer so far with ``finish_reason: "cancelled"`` (a stream ends with ``[DONE]``),
+and the process exits.
 See docs/serving.md.
 """
 
@@ -83,25 +85,27 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--max_waiting", type=int, default=256, help="queued requests beyond the slots (then 429)")
     parser.add_argument("--api_key", default=os.environ.get("MARIN_API_KEY"))
-    parser.add_argument("--graceful_seconds", type=int, default=30)
+    parser.add_argument(
+        "--graceful_seconds", type=float, default=30, help="on SIGTERM, how long running requests may finish"
+    )
     parser.add_argument(
         "--no_warmup", action="store_true", help="skip compiling every program at start (first requests wait)"
     )
     args = parser.parse_args(argv)
     configure_logging(logging.INFO)
 
-    import uvicorn
-
     from marin.inference.engine import EngineConfig
-    from marin.inference.server import create_app
+    from marin.inference.server import make_server
 
     config = EngineConfig(
         slots=args.slots, prefill_chunk=args.prefill_chunk, mixed_chunk=args.mixed_chunk, max_waiting=args.max_waiting
     )
     model = load_served_model(args.checkpoint, args.tokenizer, args.model_name, config, warmup=not args.no_warmup)
-    app = create_app(model, api_key=args.api_key)
+    server = make_server(
+        model, host=args.host, port=args.port, api_key=args.api_key, graceful_seconds=args.graceful_seconds
+    )
     logger.info("serving %s on http://%s:%d/v1", model.name, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_seconds)
+    server.run()
 
 
 if __name__ == "__main__":

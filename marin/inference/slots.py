@@ -26,15 +26,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin.inference.sampling_params import TOP_LOGPROBS
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.llama import apply_rope, mlp_block, output_projection, rms_norm, rope_frequencies
 
-TOP_LOGPROBS = 5
-"""Alternatives computed per position for ``logprobs``/``top_logprobs`` (OpenAI's completions API allows 5)."""
-
 
 class SamplingRows(NamedTuple):
-    """Per-row sampling parameters, one entry per row of the batch."""
+    """Per-row sampling parameters, one entry per row of the batch (each request's row is packed, and its
+    values checked, when it is submitted: ``sampling_params.packed_row``)."""
 
     temperature: jax.Array  # float32; 0 means greedy
     top_k: jax.Array  # int32; 0 means off

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from marin.chat import ChatTokenizer
-from marin.inference import GenerationConfig, export_hf, generate, load_model
+from marin.inference import SamplingParams, export_hf, load_model
 from marin.inference.chat import ChatSession, chat_tokenizer_dir
 from marin.trainer import (
     CheckpointConfig,
@@ -80,8 +80,8 @@ def _cli(*args, stdin=None):
 def _session(run, sft_dir, max_new_tokens=8):
     chat = ChatTokenizer.load(str(sft_dir / "tokenizer"))
     cfg, params, _ = load_model(str(run))
-    gen = GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, stop_tokens=(chat.eot_id,))
-    return ChatSession(cfg, jax.device_put(params), chat, gen), chat, cfg, params, gen
+    sampling = SamplingParams(max_tokens=max_new_tokens, temperature=0.0)
+    return ChatSession(cfg, jax.device_put(params), chat, sampling), chat, cfg, params
 
 
 def test_the_run_records_its_chat_tokenizer(sft_run, sft_dir):
@@ -117,7 +117,7 @@ def test_session_keeps_history_and_drops_the_oldest_turns_when_full(sft_run, sft
 def test_export_carries_the_template_and_generates_like_ours(sft_run, sft_dir, tmp_path):
     torch = pytest.importorskip("torch", reason="needs CPU torch (the export-test extra)")
     transformers = pytest.importorskip("transformers", reason="needs transformers (the export-test extra)")
-    _, chat, cfg, params, gen = _session(sft_run, sft_dir, max_new_tokens=12)
+    session, chat, cfg, params = _session(sft_run, sft_dir, max_new_tokens=12)
     export_hf(cfg, params, str(tmp_path / "hf"), tokenizer=str(sft_dir / "tokenizer"))
     assert chat_tokenizer_dir(str(tmp_path / "hf"), None) == str(tmp_path / "hf")
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
@@ -126,14 +126,15 @@ def test_export_carries_the_template_and_generates_like_ours(sft_run, sft_dir, t
     for conversation in CONVERSATIONS:
         out = hf_tok.apply_chat_template(conversation, tokenize=True, return_dict=True)
         assert list(out["input_ids"]) == chat.encode(conversation)[0].tolist()
-        prompt = chat.encode_prompt(conversation[:-1])
-        (ours,) = generate(cfg, jax.device_put(params), [prompt.tolist()], gen)
+        prompt = chat.encode_prompt(conversation[:-1]).tolist()[-(cfg.seq_len - 12) :]  # within the context
+        (result,) = session.engine.generate([prompt], session.sampling)
+        ours = result.tokens  # up to and including the end-of-turn token, as transformers returns it
         with torch.no_grad():
             theirs = model.generate(
-                torch.tensor([prompt.tolist()]),
+                torch.tensor([prompt]),
                 max_new_tokens=12,
                 do_sample=False,
-                eos_token_id=chat.eot_id,
+                eos_token_id=list(session.engine.end_tokens),  # end-of-turn and end-of-text, as the session
                 pad_token_id=chat.eot_id,
             )[0, len(prompt) :].tolist()
         assert np.array_equal(ours, theirs), (ours, theirs)

@@ -56,9 +56,9 @@ metric_list:
 """
 
 
-def write_tasks(directory, rolling_words=(5, 60, 250, 420)) -> None:
+def write_tasks(directory, rolling_words=(5, 60, 250, 420), extra_rolling=()) -> None:
     """Three task YAMLs and their JSONL data in ``directory`` (a pathlib.Path); the rolling task's documents
-    have ``rolling_words`` words each."""
+    have ``rolling_words`` words each, then the texts ``extra_rolling``."""
     rng = random.Random(0)
     choice = []
     for i, animal in enumerate(ANIMALS):
@@ -67,6 +67,7 @@ def write_tasks(directory, rolling_words=(5, 60, 250, 420)) -> None:
         choice.append({"context": context, "choices": choices, "gold": i % 4})
     words = "once upon a time there was a little dog the cow said moo and the crow said caw then they slept".split()
     rolling = [{"text": " ".join(rng.choice(words) for _ in range(n)).capitalize() + "."} for n in rolling_words]
+    rolling += [{"text": text} for text in extra_rolling]
     generate = [{"context": f"The {a} said", "answer": ""} for a in ANIMALS[:8]]
     for name, rows, template in (
         ("choice", choice, CHOICE_TASK),
@@ -76,3 +77,30 @@ def write_tasks(directory, rolling_words=(5, 60, 250, 420)) -> None:
         data = directory / f"{name}.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in rows))
         (directory / f"parity_{name}.yaml").write_text(template.format(data=data))
+
+
+def documents_followed_by_eos(export_dir: str, count: int = 3, candidates: int = 256) -> list[str]:
+    """Short documents after which the exported model's greedy next token is end-of-text: served with echo
+    and one generated token (what local-completions sends), generation stops there, and the generated entry
+    must still come back (lm-eval drops the last entry as the generated one)."""
+    import jax
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from marin.inference import load_model
+    from marin.trainer.model.llama import forward
+
+    cfg, params, _ = load_model(export_dir)
+    tokenizer = Tokenizer.from_file(f"{export_dir}/tokenizer.json")
+    eos = tokenizer.encode("x").ids[0]  # the export puts its document-start (= end-of-text) token first
+    rng = random.Random(1)
+    words = "once upon a time there was a little dog the cow said moo and the crow said caw".split()
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 12))).capitalize() for _ in range(candidates)]
+    rows = [[eos, *tokenizer.encode(text).ids] for text in texts]  # lm-eval's rolling prefix, then the document
+    batch = np.zeros((len(rows), max(map(len, rows))), np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    greedy = np.asarray(jax.jit(forward, static_argnums=0)(cfg, params, batch)).argmax(-1)
+    found = [text for text, row, g in zip(texts, rows, greedy) if g[len(row) - 1] == eos]
+    assert len(found) >= count, f"only {len(found)} of {candidates} candidate documents end where EOS is greedy"
+    return found[:count]

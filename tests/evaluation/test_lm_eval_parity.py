@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.evaluation.lm_eval_parity_tasks import write_tasks
+from tests.evaluation.lm_eval_parity_tasks import documents_followed_by_eos, write_tasks
 from tests.export.tiny_model import make_tiny_export
 from tests.requirements import require_module
 
@@ -33,8 +33,8 @@ def setup(tmp_path_factory):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = tmp_path_factory.mktemp("parity")
     (root / "tasks").mkdir()
-    write_tasks(root / "tasks")
-    make_tiny_export(str(root / "hf"))
+    make_tiny_export(str(root / "hf"), eos_scale=3.0)  # the model stops now and then, as a trained one does
+    write_tasks(root / "tasks", extra_rolling=documents_followed_by_eos(str(root / "hf")))
     manager = TaskManager(include_path=str(root / "tasks"), include_defaults=False)
     reference = _run(manager, "hf", f"pretrained={root / 'hf'},dtype=float32,device=cpu,max_length={WINDOW}", 8)
     return root, manager, reference
@@ -70,7 +70,8 @@ def _assert_same(reference, ours):
 
 
 def test_the_tasks_exercise_what_differed(setup):
-    """Contexts ending in a newline, choices of different lengths, documents several windows long."""
+    """Contexts ending in a newline, choices of different lengths, documents several windows long, documents
+    after which the model would stop (its greedy next token is end-of-text)."""
     import json
 
     root, _, reference = setup

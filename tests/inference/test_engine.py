@@ -1,13 +1,13 @@
-"""The continuous-batching engine: same tokens as one-at-a-time generation under any load, seeded sampling
-independent of the batch, exact prompt log-probabilities, stops, cancellation and a steady state that never
-recompiles."""
+"""The continuous-batching engine: same tokens as recomputing the whole sequence under any load, seeded
+sampling independent of the batch, exact prompt log-probabilities, stops, cancellation, a failure confined to
+its request, and a steady state that never recompiles."""
 
 import jax
 import numpy as np
 import pytest
 
-from marin.inference import GenerationConfig, generate
-from marin.inference.engine import Engine, EngineConfig, InvalidRequest, QueueFull, SamplingParams, compilations
+from marin.inference import InvalidRequest, SamplingParams
+from marin.inference.engine import Engine, EngineConfig, QueueFull, compilations
 from marin.trainer.model.llama import forward
 from tests.export.tiny_model import make_tiny_export
 
@@ -26,16 +26,27 @@ def _prompts(n, seed=0, longest=90):
     return [rng.integers(1, 300, size=int(rng.integers(1, longest))).tolist() for _ in range(n)]
 
 
-def test_greedy_under_load_equals_one_at_a_time(tiny):
+_forward = jax.jit(forward, static_argnums=0)
+
+
+def greedy_by_recomputation(cfg, params, prompt, n):
+    """n greedy tokens, the whole sequence recomputed for each (right-padded to the context: causal, so the
+    padding is unseen): no cache at all."""
+    tokens = list(prompt)
+    for _ in range(n):
+        padded = np.zeros((1, cfg.seq_len), np.int32)
+        padded[0, : len(tokens)] = tokens
+        tokens.append(int(np.argmax(_forward(cfg, params, padded)[0, len(tokens) - 1])))
+    return tokens[len(prompt) :]
+
+
+def test_greedy_under_load_equals_recomputation(tiny):
     """More requests than slots, mixed prompt and output lengths, requests joining while others decode:
-    every request gets exactly the tokens the lab's one-at-a-time generator gives it alone."""
+    every request gets exactly the greedy tokens of recomputing its whole sequence at every token."""
     cfg, params, _ = tiny
     prompts = _prompts(11)
     lengths = [3, 20, 7, 1, 15, 9, 30, 2, 12, 5, 25]
-    # alone: greedy continuations of the longest length, cut to each request's (one compiled program per
-    # prompt-length bucket instead of one per output length: greedy tokens do not depend on the limit)
-    longest = GenerationConfig(max_new_tokens=max(lengths), temperature=0)
-    alone = [generate(cfg, params, [p], longest)[0][:n] for p, n in zip(prompts, lengths)]
+    alone = [greedy_by_recomputation(cfg, params, p, n) for p, n in zip(prompts, lengths)]
     engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32))
     first = [engine.submit(p, SamplingParams(max_tokens=n, temperature=0)) for p, n in zip(prompts[:6], lengths)]
     for _ in range(5):  # the first wave is mid-flight (some prefilling, some decoding) when the rest arrive
@@ -122,14 +133,15 @@ def test_stops_end_generation_and_are_not_returned(tiny):
     )
     engine.run_until_idle()
     cut = tokens.index(tokens[5])
-    assert by_token.result().tokens == tokens[:cut] and by_token.result().finish_reason == "stop"
+    # the stop token is the last generated token (its logprob is reported); the text ends before it
+    assert by_token.result().tokens == tokens[: cut + 1] and by_token.result().finish_reason == "stop"
     assert by_string.result().text == text[: text.index(needle)] and by_string.result().finish_reason == "stop"
     # end tokens of the engine stop too, unless ignore_eos
     ended = Engine(cfg, params, EngineConfig(slots=1, prefill_chunk=32), end_tokens=(tokens[2],))
     a = ended.submit(prompt, SamplingParams(max_tokens=20, temperature=0))
     b = ended.submit(prompt, SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))
     ended.run_until_idle()
-    assert a.result().tokens == tokens[: tokens.index(tokens[2])]
+    assert a.result().tokens == tokens[: tokens.index(tokens[2]) + 1] and a.result().finish_reason == "stop"
     assert b.result().tokens == tokens
 
 
@@ -185,3 +197,102 @@ def test_steady_state_never_recompiles(tiny, mixed_chunk):
     engine.run_until_idle()
     assert compilations() == warm
     assert (engine.mixed_steps > 0) == bool(mixed_chunk)
+
+
+def _solo(cfg, params, prompt, sampling, detokenize=None):
+    engine = Engine(cfg, params, EngineConfig(slots=1, prefill_chunk=32))
+    request = engine.submit(prompt, sampling, detokenize=detokenize)
+    engine.run_until_idle()
+    return request.result()
+
+
+POISON = 4_000_000_000  # a valid seed; the failing programs below fail when a row carries it
+
+
+@pytest.mark.parametrize("consumes_cache", [False, True])
+def test_a_failing_program_fails_only_the_request_that_caused_it(tiny, monkeypatch, consumes_cache):
+    """A decoding program that fails whenever one particular request is in it (before it ran, or after it
+    consumed the donated cache): that request fails; every other request, decoding beside it or waiting,
+    finishes with exactly the tokens it gets alone (after a consumed cache, by feeding its tokens again)."""
+    import marin.inference.engine as engine_module
+
+    cfg, params, _ = tiny
+    real = engine_module.decode_slots
+
+    def decode_slots(cfg, params, cache, tokens, positions, rows, span):
+        if POISON in np.asarray(rows.seed).tolist():
+            if consumes_cache:
+                for x in jax.tree.leaves(cache):
+                    x.delete()
+            raise RuntimeError("injected program failure")
+        return real(cfg, params, cache, tokens, positions, rows, span)
+
+    monkeypatch.setattr(engine_module, "decode_slots", decode_slots)
+    prompts = _prompts(6, seed=21, longest=40)
+    each = [SamplingParams(max_tokens=12, temperature=0.8, seed=i, logprobs=1) for i in range(6)]
+    each[2] = SamplingParams(max_tokens=12, temperature=0.8, seed=POISON)
+    engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32, mixed_chunk=0))
+    requests = [engine.submit(p, s) for p, s in zip(prompts, each)]
+    engine.run_until_idle()
+    with pytest.raises(RuntimeError, match="injected"):
+        requests[2].result()
+    monkeypatch.setattr(engine_module, "decode_slots", real)
+    for i in (0, 1, 3, 4, 5):
+        alone = _solo(cfg, params, prompts[i], each[i])
+        assert requests[i].result().tokens == alone.tokens
+        assert [e.logprob for e in requests[i].result().logprobs] == pytest.approx(
+            [e.logprob for e in alone.logprobs], abs=1e-4
+        )
+    assert engine.free_slots() == 4 and not engine.busy
+
+
+def test_a_request_whose_text_fails_to_decode_fails_alone(tiny):
+    cfg, params, tokenizer = tiny
+    prompts = _prompts(3, seed=31, longest=20)
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+
+    def broken(ids):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected")
+
+    engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32))
+    good = [engine.submit(p, greedy, detokenize=tokenizer.decode) for p in prompts]
+    bad = engine.submit(prompts[0], greedy, detokenize=broken)
+    engine.run_until_idle()
+    with pytest.raises(UnicodeDecodeError):
+        bad.result()
+    for request, prompt in zip(good, prompts):
+        assert request.result().text == _solo(cfg, params, prompt, greedy, tokenizer.decode).text
+
+
+def test_extreme_valid_values_run_and_invalid_ones_never_reach_a_step(tiny):
+    """The edges of what the programs represent (uint32 seeds, int32 top_k, float32 temperatures) run; one
+    past them is refused when the parameters are made, naming the field."""
+    cfg, params, _ = tiny
+    engine = Engine(cfg, params, EngineConfig(slots=4, prefill_chunk=32))
+    edges = [
+        SamplingParams(max_tokens=3, temperature=1.0, seed=2**32 - 1),
+        SamplingParams(max_tokens=3, temperature=3e38, top_k=2**31 - 1, seed=0),
+        SamplingParams(max_tokens=3, temperature=1.2e-38, top_p=1e-9, seed=7),
+        SamplingParams(max_tokens=3, temperature=0.9, top_k=-1, seed=7),  # -1: off, stored as 0
+    ]
+    requests = [engine.submit([1, 2, 3], p) for p in edges]
+    engine.run_until_idle()
+    assert all(len(r.result().tokens) == 3 for r in requests) and edges[3].top_k == 0
+    for kwargs, field in [
+        (dict(seed=-1), "seed"),
+        (dict(seed=2**32), "seed"),
+        (dict(seed=2**64), "seed"),
+        (dict(top_k=10**12), "top_k"),
+        (dict(top_k=-2), "top_k"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=1e-50), "temperature"),  # float32 would make it 0: greedy
+        (dict(temperature=1e39), "temperature"),
+        (dict(top_p=float("nan")), "top_p"),
+        (dict(max_tokens=True), "max_tokens"),
+        (dict(logprobs=6), "logprobs"),
+        (dict(stop="\ud800"), "stop"),
+        (dict(stop_token_ids=(-1,)), "stop_token_ids"),
+    ]:
+        with pytest.raises(InvalidRequest) as error:
+            SamplingParams(**kwargs)
+        assert error.value.param == field, kwargs

@@ -4,7 +4,6 @@ streaming, stops, logprobs, every error shape, a full queue, disconnects, 16 con
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import threading
 import time
@@ -12,8 +11,10 @@ import time
 import httpx
 import pytest
 
-from marin.inference.engine import Engine, EngineConfig, SamplingParams
+from marin.inference import SamplingParams
 from tests.export.tiny_model import make_tiny_export
+from tests.inference.serving import client as _client
+from tests.inference.serving import offline, serving, wait_until
 from tests.requirements import require_module
 
 openai = require_module("openai", "the openai client (the dev extra)")
@@ -28,36 +29,14 @@ def exports(tmp_path_factory):
     return {"base": str(root / "base"), "chat": str(root / "chat")}
 
 
-@contextlib.contextmanager
-def serving(checkpoint: str, api_key: str | None = None, **engine):
-    from marin.inference.serve import load_served_model
-    from marin.inference.server import serve_on_loopback
-
-    model = load_served_model(checkpoint, engine_config=EngineConfig(**{"slots": 4, "prefill_chunk": 32, **engine}))
-    with serve_on_loopback(model, api_key=api_key) as (url, server):
-        yield url, model, server
-    assert not model.engine._thread.is_alive()  # shutdown stopped the engine's thread
-
-
 @pytest.fixture(scope="module")
 def base(exports):
     with serving(exports["base"]) as served:
         yield served
 
 
-def _client(url, key="unused"):
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
-
-
 def _offline(model, prompts, params) -> list[str]:
-    """The same requests through a fresh engine with one slot: one request at a time. ``params``: one for
-    all, or one per prompt."""
-    cfg, end = model.engine.cfg, model.engine.end_tokens
-    engine = Engine(cfg, model.engine.params, EngineConfig(slots=1, prefill_chunk=32, max_waiting=1000), end)
-    each = params if isinstance(params, list) else [params] * len(prompts)
-    requests = [engine.submit(p, q, detokenize=model.decode) for p, q in zip(prompts, each)]
-    engine.run_until_idle()
-    return [r.result().text for r in requests]
+    return [r.text for r in offline(model, prompts, params)]
 
 
 def test_completions_stream_stop_and_logprobs(base):
@@ -127,7 +106,7 @@ def test_bad_requests_get_openai_errors_naming_the_field(base):
     cases = [
         (dict(model="no-such-model", prompt="x"), "model"),
         (dict(model=model.name, prompt="x", max_tokens=500), "max_tokens"),
-        (dict(model=model.name, prompt="x", temperature=7), "temperature"),
+        (dict(model=model.name, prompt="x", temperature=-1), "temperature"),
         (dict(model=model.name, prompt="x", top_p=0), "top_p"),
         (dict(model=model.name, prompt="x", logprobs=9), "logprobs"),
         (dict(model=model.name, prompt="x", stop=[3]), "stop"),
@@ -167,7 +146,7 @@ def test_full_queue_answers_429_and_disconnects_free_slots(exports):
         assert error.value.status_code == 429
         for hog in hogs:
             hog.cancel()
-        _wait_until(lambda: httpx.get(f"{url}/health").json()["free_slots"] == 2)
+        wait_until(lambda: httpx.get(f"{url}/health").json()["free_slots"] == 2)
 
         # Each engine step now takes 10 ms (100 tokens: over a second), and every request is recorded.
         step, submit, seen = model.engine.step, model.engine.submit, []
@@ -179,21 +158,14 @@ def test_full_queue_answers_429_and_disconnects_free_slots(exports):
             lines = response.iter_lines()
             assert next(line for line in lines if line.startswith("data:"))
             assert httpx.get(f"{url}/health").json()["free_slots"] == 1
-        _wait_until(lambda: httpx.get(f"{url}/health").json()["free_slots"] == 2)
+        wait_until(lambda: httpx.get(f"{url}/health").json()["free_slots"] == 2)
         # so does a client that stops waiting for a non-streamed answer
         body["stream"] = False
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{url}/v1/completions", json=body, timeout=0.3)
-        _wait_until(lambda: httpx.get(f"{url}/health").json()["free_slots"] == 2)
+        wait_until(lambda: httpx.get(f"{url}/health").json()["free_slots"] == 2)
         assert [r.result().finish_reason for r in seen] == ["cancelled", "cancelled"]
         assert all(len(r.result().tokens) < 100 for r in seen)
-
-
-def _wait_until(condition, seconds=20):
-    deadline = time.time() + seconds
-    while not condition():
-        assert time.time() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def test_200_requests_from_16_clients_each_get_their_own_continuation(base):
@@ -215,9 +187,23 @@ def test_200_requests_from_16_clients_each_get_their_own_continuation(base):
     assert health["free_slots"] == 4 and health["waiting"] == 0
 
 
+def _hold_engine(engine, until: threading.Event, free=lambda: False) -> None:
+    """Before each step the engine waits for ``until`` unless ``free()``: no request can finish before the
+    test lets it, however fast the host."""
+    step = engine.step
+
+    def held():
+        while not free() and not until.is_set():
+            time.sleep(0.005)
+        step()
+
+    engine.step = held
+
+
 def test_shutdown_lets_running_requests_finish(exports):
-    results = {}
+    results, release = {}, threading.Event()
     with serving(exports["base"]) as (url, model, server):
+        _hold_engine(model.engine, release)
 
         def ask():
             body = {"model": model.name, "prompt": "x", "max_tokens": 60, "ignore_eos": True}
@@ -225,9 +211,60 @@ def test_shutdown_lets_running_requests_finish(exports):
 
         thread = threading.Thread(target=ask)
         thread.start()
-        _wait_until(lambda: model.engine.free_slots() < 4)
+        wait_until(lambda: model.engine.busy)  # queued, and held there
         server.should_exit = True  # what SIGTERM / Ctrl-C does
+        assert server.shutting_down.wait(10)
+        release.set()  # the request runs only once the shutdown has begun
         thread.join(60)
     response = results["response"]
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 60
     assert json.loads(response.text)["choices"][0]["finish_reason"] == "length"
+
+
+def test_shutdown_past_the_grace_period_answers_every_client(exports):
+    """A stream and a plain request still running when the graceful period ends each get an answer of their
+    own in OpenAI's shape: the text so far with finish_reason "cancelled" (the stream then [DONE]), and the
+    server and its engine stop."""
+    results, cancelled = {}, threading.Event()
+    with serving(exports["base"], graceful_seconds=0.3) as (url, model, server):
+        engine = model.engine
+        stop = engine.stop
+
+        def stop_then_release(cancel=True, timeout=30):
+            stop(cancel, 0)  # the requests are marked cancelled before the held engine steps again
+            cancelled.set()
+            stop(cancel, timeout)
+
+        engine.stop = stop_then_release
+
+        def both_queued_and_not_both_started():
+            requests = [r for r in [*engine.slots, *engine.waiting] if r is not None]
+            return len(requests) == 2 and not all(r.tokens for r in requests)
+
+        # each gets its first tokens, then nothing happens until the grace period ends
+        _hold_engine(engine, cancelled, both_queued_and_not_both_started)
+        body = {"model": model.name, "prompt": "x", "max_tokens": 100, "ignore_eos": True}
+
+        def plain():
+            results["plain"] = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+
+        def stream():
+            with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+                results["stream"] = [line for line in r.iter_lines() if line.startswith("data: ")]
+
+        threads = [threading.Thread(target=plain), threading.Thread(target=stream)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: [bool(r.tokens) for r in engine.slots if r is not None] == [True, True])
+        server.should_exit = True
+        for thread in threads:
+            thread.join(60)
+    plain = results["plain"]
+    assert plain.status_code == 200, plain.text
+    [choice] = plain.json()["choices"]
+    assert choice["finish_reason"] == "cancelled" and 0 < plain.json()["usage"]["completion_tokens"] < 100
+    lines = results["stream"]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "cancelled"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
