@@ -144,7 +144,7 @@ class MarinLM(TemplateLM):
                 temperature=float(kwargs.get("temperature", 0.0)) if sampled else 0.0,
                 top_p=float(kwargs.get("top_p") or 1.0) if sampled else 1.0,
                 top_k=int(kwargs.get("top_k") or 0) if sampled else 0,
-                seed=int(kwargs.get("seed", 1234)),
+                seed=1234 if kwargs.get("seed") is None else int(kwargs["seed"]),  # tasks may pass seed: null
                 stop=tuple(until),
             )
             prompt = self.tok_encode(context)[-(min(self.max_length, self.cfg.seq_len) - max_gen) :]

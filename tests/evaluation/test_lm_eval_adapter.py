@@ -55,6 +55,11 @@ def test_harness_requests_on_the_quickstart_model(quickstart_run):
         [inst("generate_until", ("Once upon a time", {"until": ["."], "max_gen_toks": 30}))]
     )
     assert generated and "." not in generated
+    # A task's generation_kwargs may say `seed: null`: the adapter's default seed, not a crash.
+    [same] = lm.generate_until(
+        [inst("generate_until", ("Once upon a time", {"until": ["."], "max_gen_toks": 30, "seed": None}))]
+    )
+    assert same == generated
 
 
 def test_registering_marin_keeps_lm_evals_own_models():
