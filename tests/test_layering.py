@@ -18,6 +18,7 @@ DATA_STEPS = {
     "marin.extract",
     "marin.quality",
     "marin.chat",
+    "marin.environments",  # RL prompt sets and rewards: data formats, never the trainer
 }
 TOKEN_CACHE_FORMAT = {"marin.tokenize.reader", "marin.tokenize.cache_format"}
 ALLOWED = {
@@ -30,6 +31,8 @@ ALLOWED = {
     "marin.inference": GROUND | {"marin.trainer"} | DATA_STEPS,
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
+    # post-training (DPO, RL) stands on the trainer and inference; neither imports it
+    "marin.posttrain": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.scaling": GROUND | {"marin.trainer"},  # model sizes from the trainer's configs; fits on stored evals
     "marin.report": GROUND | {"marin.execution"},  # reads the executor's records (and fit.json, as files)
     # reads what the executor writes (and SFT caches in the token-cache format, and the leaderboard, which is
@@ -82,6 +85,10 @@ def test_imports_only_run_downward():
         ("marin.export.step", "marin.evaluation.step"),
         ("data_browser.app", "marin.trainer.checkpoint"),
         ("marin.validation", "marin.execution.step"),
+        ("marin.trainer.loop", "marin.posttrain.rl"),
+        ("marin.inference.engine", "marin.posttrain.rl.loop"),
+        ("marin.environments.rewards", "marin.trainer.step"),
+        ("marin.posttrain.rl.loop", "marin.execution"),
     ],
 )
 def test_the_table_refuses_the_leaks_it_exists_for(source, target):
