@@ -156,6 +156,9 @@ class Result:
     prompt_logprobs: list[TokenLogprob] | None
     prompt_tokens: int
     time_to_first_token: float | None
+    stop_logprob: TokenLogprob | None = None
+    """With ``logprobs``: the end or stop token that finished the request (not in ``tokens``) and its
+    log-probability; an RL update trains on that choice too. None when it ended otherwise."""
 
 
 class Request:
@@ -172,6 +175,7 @@ class Request:
         self.tokens: list[int] = []
         self.token_logprobs: list[TokenLogprob] = []
         self.prompt_logprobs: list[TokenLogprob] = [TokenLogprob(prompt[0], None, [])]
+        self.stop_logprob: TokenLogprob | None = None
         self.fed = 0  # prompt tokens already in the cache
         self.slot: int | None = None
         self.text = ""
@@ -266,6 +270,19 @@ class Engine:
             self.waiting.append(request)
             self._wake.notify()
         return request
+
+    def update_params(self, params) -> None:
+        """Serve these weights from the next request on (same shapes and dtypes: nothing recompiles): an RL
+        loop refreshes its policy in place, without a reload from disk. The engine keeps references to the
+        arrays, so the caller must not donate or delete them. Only between requests: an idle engine."""
+        with self._lock:
+            if self.busy:
+                raise RuntimeError("update_params needs an idle engine (requests are waiting or running)")
+            new = split_layers(params)
+            old = jax.tree.map(lambda x: (x.shape, x.dtype), self.params)
+            if jax.tree.map(lambda x: (x.shape, x.dtype), new) != old:
+                raise ValueError("update_params: the new parameters' shapes or dtypes differ from the engine's")
+            self.params = new
 
     @property
     def busy(self) -> bool:
@@ -497,14 +514,18 @@ class Engine:
         token = int(out.token[row])
         if r.first_token_at is None:
             r.first_token_at = time.perf_counter()
-        if token in r.end_tokens or token in r.params.stop_token_ids:
-            self._finish(r, "stop")
-            return
-        r.tokens.append(token)
+        scored = None
         if r.params.logprobs is not None:
             n = r.params.logprobs
             top = list(zip(out.top_token[row, :n].tolist(), out.top_logprob[row, :n].tolist()))
-            r.token_logprobs.append(TokenLogprob(token, float(out.logprob[row]), top))
+            scored = TokenLogprob(token, float(out.logprob[row]), top)
+        if token in r.end_tokens or token in r.params.stop_token_ids:
+            r.stop_logprob = scored
+            self._finish(r, "stop")
+            return
+        r.tokens.append(token)
+        if scored is not None:
+            r.token_logprobs.append(scored)
         if r.params.stop:
             r.text = r.detokenize(r.tokens)
             cut = min((r.text.find(s) for s in r.params.stop if s in r.text), default=-1)
@@ -539,6 +560,7 @@ class Engine:
                 prompt_logprobs=r.prompt_logprobs if r.params.prompt_logprobs is not None else None,
                 prompt_tokens=len(r.prompt),
                 time_to_first_token=None if r.first_token_at is None else r.first_token_at - r.submitted,
+                stop_logprob=r.stop_logprob,
             )
         r._done.set()
         r._emit("done", r._result)
