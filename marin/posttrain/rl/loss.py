@@ -8,9 +8,10 @@
 Per completion token t of row i, with ratio r = exp(logp - old_logp) against the rollout policy's own
 log-probabilities (the engine's) and the row's advantage A::
 
-    loss_t = -min(r * A, clip(r, 1 - epsilon, 1 + epsilon_high) * A) + beta * (exp(ref - logp) - (ref - logp) - 1)
+    loss_t = -min(r * A, clip(r, 1 - epsilon, 1 + epsilon_high) * A) + beta * r * (exp(ref - logp) - (ref - logp) - 1)
 
-the second term being the k3 estimator of KL(policy || reference) (Schulman, "Approximating KL divergence").
+the second term being the k3 estimator of KL(policy || reference) (Schulman, "Approximating KL divergence"),
+weighted by r unless ``bias_correction_kl`` is off.
 Aggregation follows TRL's ``loss_type`` names (TRL 1.16, ``GRPOTrainer._compute_loss``):
 
 ==========  =======================================================  ========================================
@@ -52,6 +53,9 @@ class LossConfig:
     """Clip range above 1 (DAPO's clip-higher); None: ``epsilon``."""
     beta: float = 0.0
     """Weight of the k3 KL penalty to the reference model; 0 needs no reference model (TRL's default)."""
+    bias_correction_kl: bool = True
+    """Multiply each token's k3 term by its ratio r, which makes its gradient the unbiased reverse-KL gradient
+    for samples of the rollout policy (DeepSeek-V3.2; TRL's ``use_bias_correction_kl``, on by default)."""
     max_completion_tokens: int = 256
     """``dr_grpo``'s constant normalizer: the most tokens a completion may have."""
 
@@ -94,7 +98,9 @@ def token_logprobs(cfg: LlamaConfig, params: Any, batch: dict) -> tuple[jax.Arra
     return logp, entropy
 
 
-def grpo_loss(logp: jax.Array, entropy: jax.Array, batch: dict, config: LossConfig) -> tuple[jax.Array, jax.Array, dict]:
+def grpo_loss(
+    logp: jax.Array, entropy: jax.Array, batch: dict, config: LossConfig
+) -> tuple[jax.Array, jax.Array, dict]:
     """(loss sum, weight, sums of the statistics) over a (micro)batch: the loss is ``loss_sum / weight``.
 
     ``batch``: ``mask`` [rows, seq] (1 on completion targets), ``old_logp`` and, with ``beta > 0``, ``ref_logp``
@@ -108,6 +114,8 @@ def grpo_loss(logp: jax.Array, entropy: jax.Array, batch: dict, config: LossConf
     if config.beta:
         delta = batch["ref_logp"] - logp
         kl = jnp.exp(delta) - delta - 1
+        if config.bias_correction_kl:
+            kl = kl * ratio
         per_token = per_token + config.beta * kl
     token_sum = jnp.sum(per_token * mask, axis=-1)  # [rows]
     rows = batch["rows"].astype(jnp.float32)
