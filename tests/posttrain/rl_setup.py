@@ -15,11 +15,13 @@ from marin.trainer.optim import OptimizerConfig
 from marin.trainer.tracking import TrackerConfig
 from tests.export.tiny_model import TEXTS, make_tiny_export
 
-if "test_letter_o" not in REWARDS:
 
-    @register_reward("test_letter_o")
-    def letter_o(record, completion: str) -> float:
-        return completion.count("o") / max(len(completion), 1)
+def letter_o(record, completion: str) -> float:
+    return completion.count("o") / max(len(completion), 1)
+
+
+if "test_letter_o" not in REWARDS:
+    register_reward("test_letter_o")(letter_o)
 
 
 def make_policy(root: Path) -> tuple[str, str]:
