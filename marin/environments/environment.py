@@ -24,7 +24,7 @@ from typing import Any
 from marin.environments.rewards import ANSWER_FIELDS, get_reward
 from marin.storage.records import read_records
 from marin.tokenize.inputs import expand_record_paths
-from marin.validation import check
+from marin.validation import check, concrete
 
 POLICIES = ("raise", "skip")
 
@@ -61,7 +61,8 @@ class EnvironmentConfig:
 
     def __post_init__(self):
         check("EnvironmentConfig", "rewards", self.rewards, lambda v: len(v) > 0, "at least one (name, weight)")
-        for name, _ in self.rewards:
+        known, rewards = concrete(self.rewards)  # an experiment may wrap it in versioned()
+        for name, _ in rewards if known else ():
             get_reward(name)  # unknown names fail here, listing the known ones
         check("EnvironmentConfig", "weight", self.weight, lambda v: v > 0, "> 0")
         check("EnvironmentConfig", "on_reward_error", self.on_reward_error, lambda v: v in POLICIES, str(POLICIES))

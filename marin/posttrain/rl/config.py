@@ -22,7 +22,7 @@ from marin.trainer.model.config import LlamaConfig
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy
 from marin.trainer.tracking import TrackerConfig
-from marin.validation import check
+from marin.validation import check, concrete
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,7 +108,8 @@ class TrainRlConfig:
 
     def __post_init__(self):
         check("TrainRlConfig", "environments", self.environments, lambda v: len(v) > 0, "at least one environment")
-        rows = self.grpo.rows // self.grpo.num_minibatches
-        check(
-            "TrainRlConfig", "num_microbatches", self.num_microbatches, lambda v: rows % v == 0, f"a divisor of {rows}"
-        )
+        known, grpo = concrete(self.grpo)  # an experiment wraps it in versioned()
+        if known:
+            rows = grpo.rows // grpo.num_minibatches
+            ok = lambda v: rows % v == 0  # noqa: E731
+            check("TrainRlConfig", "num_microbatches", self.num_microbatches, ok, f"a divisor of {rows}")
