@@ -31,7 +31,8 @@ ALLOWED = {
     "marin.inference": GROUND | {"marin.trainer"} | DATA_STEPS,
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
-    # post-training (DPO, RL) stands on the trainer and inference; neither imports it
+    # preference optimization: the trainer's loop with its own objective, reference models through inference,
+    # pair caches from the chat package; nothing below imports it
     "marin.posttrain": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.scaling": GROUND | {"marin.trainer"},  # model sizes from the trainer's configs; fits on stored evals
     "marin.report": GROUND | {"marin.execution"},  # reads the executor's records (and fit.json, as files)
@@ -78,6 +79,10 @@ def test_imports_only_run_downward():
 @pytest.mark.parametrize(
     "source,target",
     [
+        ("marin.trainer.loop", "marin.posttrain.rl.loop"),  # RL (issue 38): neither trainer nor inference
+        ("marin.inference.engine", "marin.posttrain.rl.rollout"),
+        ("marin.environments.rewards", "marin.trainer.step"),  # rewards are data: never the trainer
+        ("marin.posttrain.rl.loop", "marin.execution"),
         ("marin.execution.ray_runner", "marin.trainer.distributed"),
         ("marin.tokenize.step", "marin.trainer.data"),
         ("marin.trainer.loop", "marin.execution"),
@@ -85,10 +90,6 @@ def test_imports_only_run_downward():
         ("marin.export.step", "marin.evaluation.step"),
         ("data_browser.app", "marin.trainer.checkpoint"),
         ("marin.validation", "marin.execution.step"),
-        ("marin.trainer.loop", "marin.posttrain.rl"),
-        ("marin.inference.engine", "marin.posttrain.rl.loop"),
-        ("marin.environments.rewards", "marin.trainer.step"),
-        ("marin.posttrain.rl.loop", "marin.execution"),
     ],
 )
 def test_the_table_refuses_the_leaks_it_exists_for(source, target):

@@ -16,7 +16,7 @@ from marin.environments import register_reward  # noqa: E402
 from marin.posttrain.rl.loop import train_rl  # noqa: E402
 from marin.posttrain.rl.loss import LossConfig  # noqa: E402
 from marin.trainer.checkpoint import CheckpointConfig  # noqa: E402
-from tests.posttrain.rl_setup import letter_o, rl_config  # noqa: E402
+from tests.posttrain.rl.rl_setup import letter_o, rl_config  # noqa: E402
 
 
 @register_reward("test_slow_letter_o")

@@ -7,7 +7,7 @@ import pytest
 
 from marin.posttrain.rl import batch as batch_module
 from marin.posttrain.rl.loop import train_rl
-from tests.posttrain.rl_setup import rl_config
+from tests.posttrain.rl.rl_setup import rl_config
 
 ITERATIONS = 8
 

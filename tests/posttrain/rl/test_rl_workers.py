@@ -15,7 +15,7 @@ from marin.posttrain.rl.config import RolloutConfig
 from marin.posttrain.rl.loop import load_prompts, train_rl
 from marin.posttrain.rl.rollout import SamplingConfig, generate_rollouts, plan_iteration
 from marin.posttrain.rl.workers import RolloutPool
-from tests.posttrain.rl_setup import make_policy, rl_config, with_rollout
+from tests.posttrain.rl.rl_setup import make_policy, rl_config, with_rollout
 
 SAMPLING = SamplingConfig(max_completion_tokens=12)
 

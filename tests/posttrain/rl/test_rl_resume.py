@@ -17,7 +17,7 @@ import pytest
 from marin.trainer.checkpoint import _read_array, list_checkpoints
 
 SCRIPT = Path(__file__).with_name("rl_resume_script.py")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ITERATIONS = 9
 FIRST_CHECKPOINT = 3
 

@@ -12,7 +12,7 @@ from marin.environments.rewards import REWARDS
 from marin.posttrain.rl.batch import EmptyCompletion, make_batch, score_groups
 from marin.posttrain.rl.loop import load_prompts
 from marin.posttrain.rl.rollout import Rollout, RolloutRequest, plan_iteration, prompt_counts, rollout_seed
-from tests.posttrain.rl_setup import make_policy
+from tests.posttrain.rl.rl_setup import make_policy
 
 
 @pytest.fixture(scope="module")
