@@ -660,14 +660,14 @@ def default_prompt_set(name: str, source: Input, *, max_rows: int | None = None)
     )
 
 
-def default_arithmetic_prompts(seed: int = 0) -> ExecutorStep:
-    """``environments/arithmetic``: the quickstart's addition questions in the instruct data's training
-    phrasings (never its held-out ones), answers ``a + b = c``."""
+def default_arithmetic_prompts(kind: str = "addition", seed: int = 0) -> ExecutorStep:
+    """``environments/<kind>``: the quickstart's addition or counting questions in the instruct data's training
+    phrasings (never its held-out ones), answered as the instruct data answers them."""
     return ExecutorStep(
-        name="environments/arithmetic",
+        name=f"environments/{kind}",
         fn=generate_arithmetic_prompts,
-        config=ArithmeticPromptsConfig(output_path=this_output_path(), seed=versioned(seed)),
-        description="addition prompts for RL, phrased as the training instructions",
+        config=ArithmeticPromptsConfig(output_path=this_output_path(), kind=versioned(kind), seed=versioned(seed)),
+        description=f"{kind} prompts for RL, phrased as the training instructions",
         resources=CPU_DATA,
     )
 

@@ -257,11 +257,11 @@ RL_OPTIMIZER = OptimizerConfig(learning_rate=3e-4, schedule="constant", warmup=0
 
 def rl_phase(sft: ExecutorStep, chat_tokenizer, held_out: dict, grpo: GrpoConfig = RL_GRPO) -> dict[str, ExecutorStep]:
     """Steps of the RL phase, keyed by role; ``sft`` is the instruct step it starts from."""
-    prompts = default_arithmetic_prompts()
+    prompts = {kind: default_arithmetic_prompts(kind) for kind in ("addition", "counting")}
     rl = default_rl(
         "quickstart-nano-rl",
         sft,
-        {"arithmetic": default_environment(prompts, rewards=(("exact", 1.0),))},
+        {kind: default_environment(step, rewards=(("exact", 1.0),)) for kind, step in prompts.items()},
         chat_tokenizer=chat_tokenizer,
         grpo=grpo,
         optimizer=RL_OPTIMIZER,
@@ -270,7 +270,7 @@ def rl_phase(sft: ExecutorStep, chat_tokenizer, held_out: dict, grpo: GrpoConfig
     evaluation = default_instruct_eval(
         "quickstart-nano-rl", rl, chat_tokenizer=chat_tokenizer, eval_sets=held_out, max_items=200, max_new_tokens=32
     )
-    return {"rl_prompts": prompts, "rl": rl, "instruct_eval_rl": evaluation}
+    return {**{f"rl_prompts_{k}": step for k, step in prompts.items()}, "rl": rl, "instruct_eval_rl": evaluation}
 
 
 def summarize_instruct(result) -> None:

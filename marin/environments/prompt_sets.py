@@ -2,8 +2,8 @@
 
     prepare_gsm8k(Gsm8kConfig(input_paths=("<download>/train.jsonl",), output_path=...))
     # prompts.jsonl   {"id": "gsm8k-0", "prompt": "Natalia sold clips to 48 ...", "answer": "72", "solution": "..."}
-    generate_arithmetic_prompts(ArithmeticPromptsConfig(output_path=...))
-    # prompts.jsonl   {"id": "arith-0", "prompt": "What is 3 + 4?", "answer": "3 + 4 = 7"}
+    generate_arithmetic_prompts(ArithmeticPromptsConfig(output_path=..., kind="addition"))
+    # prompts.jsonl   {"id": "addition-0", "prompt": "What is 3 + 4?", "answer": "3 + 4 = 7"}
 
 GSM8K (Cobbe et al., 2021; ``openai/grade-school-math``, MIT) is plain JSONL, one ``{"question", "answer"}`` per
 line, the answer a worked solution ending ``#### <number>``. The whole set comes through the downloader::
@@ -13,9 +13,9 @@ line, the answer a worked solution ending ``#### <number>``. The whole set comes
 and a slice of it ships with the tests (``tests/data/gsm8k_slice``, with its licence). A row whose answer has
 no ``####`` line is refused naming the file, row and field (``on_error="skip"`` counts and drops it).
 
-The arithmetic prompts are the quickstart's CPU-sized environment: the addition questions of the bundled
-instruction data (``marin.corpus.instruct``), asked with the *training* phrasings only, so no prompt is one of
-the held-out instructions the quickstart evaluates on (those use ``HELD_OUT_QUESTIONS``).
+The arithmetic prompts are the quickstart's CPU-sized environments: the addition and counting questions of the
+bundled instruction data (``marin.corpus.instruct``), asked with the *training* phrasings only, so no prompt is
+one of the held-out instructions the quickstart evaluates on (those use ``HELD_OUT_QUESTIONS``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import json
 import logging
 import random
 
-from marin.corpus.instruct import HELD_OUT_QUESTIONS, QUESTIONS
+from marin.corpus.domains import NUMBER_WORDS
+from marin.corpus.instruct import FACTS, HELD_OUT_QUESTIONS, QUESTIONS
 from marin.environments.answers import GSM8K_MARKER
 from marin.storage import join, write_atomic
 from marin.storage.records import ReadStats, read_records, write_records
@@ -84,39 +85,52 @@ def prepare_gsm8k(config: Gsm8kConfig) -> dict:
     return _write_prompt_set(config.output_path, records, {"source": "gsm8k", "skipped": stats.skipped})
 
 
+ARITHMETIC_KINDS = ("addition", "counting")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ArithmeticPromptsConfig:
     output_path: str
+    kind: str = "addition"
+    """"addition" (``What is 3 + 4?`` -> ``3 + 4 = 7``) or "counting" (``Count from four to seven.`` ->
+    ``four, five, six, seven``): the quickstart's arithmetic, as its instruction data asks it."""
     seed: int = 0
-    max_operand: int = 9
-    """Addends run over 0..max_operand (the quickstart's instructions use single digits)."""
 
     def __post_init__(self):
-        check("ArithmeticPromptsConfig", "max_operand", self.max_operand, lambda v: v >= 1, ">= 1")
+        check("ArithmeticPromptsConfig", "kind", self.kind, lambda v: v in ARITHMETIC_KINDS, str(ARITHMETIC_KINDS))
 
 
-def arithmetic_records(seed: int, max_operand: int) -> list[dict]:
-    """Every pair (a, b) asked once in each training phrasing, shuffled by ``seed``."""
-    rng = random.Random(f"{seed}-arithmetic-prompts")
-    pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
-    rows = [(template, a, b) for template in QUESTIONS["addition"] for a, b in pairs]
-    rng.shuffle(rows)
+def _facts(kind: str) -> list[tuple[dict, str]]:
+    """(template fields, reference reply) of every fact of ``kind`` the instruction data draws from."""
+    if kind == "addition":
+        return [({"a": a, "b": b}, f"{a} + {b} = {a + b}") for a, b in FACTS["addition"]]
     return [
-        {
-            "id": f"arith-{i}",
-            "prompt": template.format(a=a, b=b),
-            "answer": f"{a} + {b} = {a + b}",  # the reply the instruct data teaches: exact and numeric both read it
-        }
-        for i, (template, a, b) in enumerate(rows)
+        ({"a": NUMBER_WORDS[start], "b": NUMBER_WORDS[start + n]}, ", ".join(NUMBER_WORDS[start : start + n + 1]))
+        for start in FACTS["counting"]
+        for n in range(3, 7)  # the instruction data counts 3 to 6 steps on
     ]
 
 
+def arithmetic_records(seed: int, kind: str = "addition") -> list[dict]:
+    """Every fact of ``kind`` asked once in each training phrasing, shuffled by ``seed``; the answer is the
+    reply the instruct data teaches (``exact`` and, for sums, ``numeric`` rewards both read it)."""
+    rng = random.Random(f"{seed}-{kind}-prompts")
+    rows = [(template.format(**fields), reply) for template in QUESTIONS[kind] for fields, reply in _facts(kind)]
+    rng.shuffle(rows)
+    return [{"id": f"{kind}-{i}", "prompt": prompt, "answer": reply} for i, (prompt, reply) in enumerate(rows)]
+
+
+def held_out_phrasings(kind: str) -> set[str]:
+    """Every prompt the held-out instructions could ask about ``kind`` (their phrasings over every fact)."""
+    return {t.format(**fields) for t in HELD_OUT_QUESTIONS[kind] for fields, _ in _facts(kind)}
+
+
 def generate_arithmetic_prompts(config: ArithmeticPromptsConfig) -> dict:
-    records = arithmetic_records(config.seed, config.max_operand)
-    held_out = {t.format(a=a, b=b) for t in HELD_OUT_QUESTIONS["addition"] for a in range(10) for b in range(10)}
-    if held_out & {r["prompt"] for r in records}:  # the phrasings are disjoint by construction; kept so
+    records = arithmetic_records(config.seed, config.kind)
+    if held_out_phrasings(config.kind) & {r["prompt"] for r in records}:  # disjoint by construction; kept so
         raise RuntimeError("an RL prompt is phrased as a held-out instruction")
-    return _write_prompt_set(config.output_path, records, {"source": "arithmetic", "seed": config.seed})
+    summary = {"source": f"arithmetic/{config.kind}", "seed": config.seed}
+    return _write_prompt_set(config.output_path, records, summary)
 
 
 def _write_prompt_set(output_path: str, records: list[dict], summary: dict) -> dict:

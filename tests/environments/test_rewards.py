@@ -89,10 +89,10 @@ def test_parse_number_is_exact():
 
 
 def test_exact_and_format_rewards_on_the_quickstart_arithmetic():
-    record = arithmetic_records(0, 9)[0]
+    record = arithmetic_records(0, "addition")[0]
     sums, total = record["answer"].split(" = ")
     a, b = sums.split(" + ")
-    assert int(a) + int(b) == int(total) and f"{a} + {b}" in record["prompt"]
+    assert int(a) + int(b) == int(total) and a in record["prompt"] and b in record["prompt"]
     assert get_reward("exact")(record, f" {record['answer']} ") == 1.0
     assert get_reward("exact")(record, total) == 0.0
     assert get_reward("numeric")(record, total) == get_reward("numeric")(record, record["answer"]) == 1.0
@@ -102,13 +102,19 @@ def test_exact_and_format_rewards_on_the_quickstart_arithmetic():
 
 def test_arithmetic_prompts_are_never_phrased_as_the_held_out_instructions():
     from marin.corpus.instruct import InstructionsConfig, generate_instructions
-
-    generate_instructions(InstructionsConfig(output_path="memory://instr"))
     from marin.storage.records import read_records
 
-    held = {r["messages"][0]["content"] for r in read_records("memory://instr/validation/instructions.jsonl")}
-    prompts = [r["prompt"] for r in arithmetic_records(0, 9)]
-    assert len(prompts) == len(set(prompts)) == 300 and not held & set(prompts)
+    generate_instructions(InstructionsConfig(output_path="memory://instr"))
+    held = {r["messages"][0]["content"]: r for r in read_records("memory://instr/validation/instructions.jsonl")}
+    for kind, count in (("addition", 300), ("counting", 156)):
+        records = arithmetic_records(0, kind)
+        prompts = [r["prompt"] for r in records]
+        assert len(prompts) == len(set(prompts)) == count and not set(held) & set(prompts)
+        # the same facts and reply form as the held-out items of that kind: only the phrasing differs
+        replies = {r["answer"] for r in records}
+        assert {h["messages"][1]["content"] for h in held.values() if h["kind"] == kind} <= replies
+    counting = arithmetic_records(0, "counting")[0]
+    assert get_reward("exact")(counting, counting["answer"]) == 1.0 and counting["prompt"].startswith("Count")
 
 
 def _prompt_file(tmp_path, rows) -> str:

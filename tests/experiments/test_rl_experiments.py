@@ -36,6 +36,7 @@ def test_what_the_run_computes_moves_its_path_and_where_rollouts_run_does_not():
         _rl(optimizer=OptimizerConfig(learning_rate=1e-5)),
         _rl(environment=default_environment(default_arithmetic_prompts(), rewards=(("numeric", 1.0),))),
         _rl(environment=default_environment(default_arithmetic_prompts(seed=1), rewards=(("exact", 1.0),))),
+        _rl(environment=default_environment(default_arithmetic_prompts("counting"), rewards=(("exact", 1.0),))),
         _rl(environment=default_environment(default_arithmetic_prompts(), system_prompt="Be brief.")),
     ]
     paths = [_path(step) for step in moved]
@@ -47,7 +48,7 @@ def test_the_quickstart_rl_phase_starts_from_sft_and_is_evaluated_like_it():
     by_name = {s.name: s for s in plan.steps}
     rl = by_name[quickstart.STEPS["rl"].name]
     assert rl.inputs["initialize_from"] == by_name[SFT.name].output_path
-    assert {d.name for d in rl.deps} >= {"environments/arithmetic", SFT.name}
+    assert {d.name for d in rl.deps} >= {"environments/addition", "environments/counting", SFT.name}
     evaluation = by_name[quickstart.STEPS["instruct_eval_rl"].name]
     sft_eval = by_name[quickstart.STEPS["instruct_eval_sft"].name]
     assert evaluation.deps[0] is rl and evaluation.version["config"] == sft_eval.version["config"]
