@@ -11,6 +11,8 @@ Metric names (``metrics.jsonl``, W&B; the step is the number of completed iterat
 ``rl/clip_fraction``                      completion tokens whose ratio was clipped (TRL's region mean),
                                           over every optimizer step; ``rl/clip_low``, ``rl/clip_high``
 ``rl/kl``, ``rl/entropy``, ``rl/ratio``   per completion token, averaged over the optimizer steps
+``rl/first_step_ratio``                   the ratio on the iteration's first step: with no lag, the trainer's
+                                          over the engine's probability of the same tokens (1 + float noise)
 ``rl/skipped/<reason>``                   groups dropped (``reward_error``, ``empty_completion``);
                                           ``rl/skipped/long_prompt``: records left out of the prompt sets
 ``rl/empty_completions``, ``rl/policy_lag``  completions with no text; iterations between sampling and use
@@ -89,6 +91,7 @@ class IterationMetrics:
                     "rl/kl": total["kl"] / tokens,
                     "rl/entropy": total["entropy"] / tokens,
                     "rl/ratio": total["ratio"] / tokens,
+                    "rl/first_step_ratio": float(steps[0]["ratio"]) / max(float(steps[0]["tokens"]), 1.0),
                 }
             )
         if self._update_start is not None:
