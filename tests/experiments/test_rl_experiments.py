@@ -3,6 +3,10 @@ run does not), the quickstart's RL phase on prompts disjoint from its held-out i
 RL phase on GSM8K after its instruct phase."""
 
 import dataclasses
+import json
+from pathlib import Path
+
+import pytest
 
 from experiments import quickstart, tootsie_8b
 from experiments.defaults import default_arithmetic_prompts, default_environment, default_rl
@@ -48,7 +52,7 @@ def test_the_quickstart_rl_phase_starts_from_sft_and_is_evaluated_like_it():
     by_name = {s.name: s for s in plan.steps}
     rl = by_name[quickstart.STEPS["rl"].name]
     assert rl.inputs["initialize_from"] == by_name[SFT.name].output_path
-    assert {d.name for d in rl.deps} >= {"environments/addition", "environments/counting", SFT.name}
+    assert {d.name for d in rl.deps} >= {"environments/addition", SFT.name}
     evaluation = by_name[quickstart.STEPS["instruct_eval_rl"].name]
     sft_eval = by_name[quickstart.STEPS["instruct_eval_sft"].name]
     assert evaluation.deps[0] is rl and evaluation.version["config"] == sft_eval.version["config"]
@@ -65,3 +69,21 @@ def test_tootsie_declares_rl_on_gsm8k_after_its_instruct_phase():
     assert download.startswith("https://raw.githubusercontent.com/openai/grade-school-math/3101c7d")
     assert "GSM8K problems x 16 completions (GRPO" in tootsie_8b.describe()
     assert dataclasses.asdict(tootsie_8b.RL_GRPO)["off_policy_lag"] == 1
+
+
+@pytest.mark.slow
+def test_the_quickstart_rl_phase_improves_held_out_addition_beyond_seed_noise(quickstart_run):
+    """Exact match on the held-out instructions' addition items, SFT -> RL. Measured (docs/rl.md): 0.56 -> 0.68,
+    0.66, and (seed 2) over RL seeds 0-2 of this config; the spread across seeds is 0.02, the gain 0.10+.
+    The other kinds are not trained on; they may move by the drift a small model's RL update causes."""
+    paths = quickstart_run["paths"]
+    results = {
+        key: json.loads((Path(paths[key]) / "results.json").read_text())["instruct"]["instructions"]
+        for key in ("instruct_eval_sft", "instruct_eval_rl")
+    }
+    sft, rl = (results[k]["by_kind"]["addition"]["exact_match"] for k in ("instruct_eval_sft", "instruct_eval_rl"))
+    assert rl >= sft + 0.06, (sft, rl)
+    assert results["instruct_eval_rl"]["exact_match"]["value"] >= results["instruct_eval_sft"]["exact_match"]["value"]
+    metrics = [json.loads(line) for line in (Path(paths["rl"]) / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == quickstart.RL_GRPO.num_iterations and all(m["rl/first_step_ratio"] > 0.99 for m in metrics)
+    assert (Path(paths["rl"]) / "rollouts" / "iteration-000001.jsonl").exists()
