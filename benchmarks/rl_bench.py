@@ -219,7 +219,7 @@ def main() -> None:
     report = {
         "date": time.strftime("%Y-%m-%d"),
         "host": cpu_model(),
-        "config": vars(args) | {"prompts": len(PROMPTS)},
+        "config": {k: v for k, v in vars(args).items() if k not in ("side", "root", "out")} | {"prompts": len(PROMPTS)},
         "results": results,
         "iteration_speedup": ref["seconds_per_iteration"] / lab["seconds_per_iteration"],
         "rollout_speedup": (lab["rollout_tokens_per_s"] / ref["rollout_tokens_per_s"])

@@ -73,17 +73,18 @@ def test_tootsie_declares_rl_on_gsm8k_after_its_instruct_phase():
 
 @pytest.mark.slow
 def test_the_quickstart_rl_phase_improves_held_out_addition_beyond_seed_noise(quickstart_run):
-    """Exact match on the held-out instructions' addition items, SFT -> RL. Measured (docs/rl.md): 0.56 -> 0.68,
-    0.66, and (seed 2) over RL seeds 0-2 of this config; the spread across seeds is 0.02, the gain 0.10+.
-    The other kinds are not trained on; they may move by the drift a small model's RL update causes."""
+    """Exact match on the held-out instructions, SFT -> RL. Measured over four RL runs (docs/rl.md): overall
+    +0.015 to +0.045 (0.600 -> 0.625 for this one), addition +0.04 to +0.12; the other kinds are not trained
+    on and move by the drift a small model's RL update causes."""
     paths = quickstart_run["paths"]
     results = {
         key: json.loads((Path(paths[key]) / "results.json").read_text())["instruct"]["instructions"]
         for key in ("instruct_eval_sft", "instruct_eval_rl")
     }
     sft, rl = (results[k]["by_kind"]["addition"]["exact_match"] for k in ("instruct_eval_sft", "instruct_eval_rl"))
-    assert rl >= sft + 0.06, (sft, rl)
-    assert results["instruct_eval_rl"]["exact_match"]["value"] >= results["instruct_eval_sft"]["exact_match"]["value"]
+    assert rl >= sft + 0.03, (sft, rl)
+    overall = [results[k]["exact_match"]["value"] for k in ("instruct_eval_sft", "instruct_eval_rl")]
+    assert overall[1] >= overall[0] + 0.01, overall
     metrics = [json.loads(line) for line in (Path(paths["rl"]) / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == quickstart.RL_GRPO.num_iterations and all(m["rl/first_step_ratio"] > 0.99 for m in metrics)
     assert (Path(paths["rl"]) / "rollouts" / "iteration-000001.jsonl").exists()
