@@ -1,7 +1,7 @@
 """Final answers out of free text, as math data and models write them.
 
     final_answer("She makes 9 * 2 = $18 every day.\\n#### 18")     # "18"      (GSM8K's marker)
-    final_answer("so the total is \\\\boxed{\\\\frac{3}{4}}")           # "\\\\frac{3}{4}"  (the last \\\\boxed{...})
+    final_answer("so the total is \\\\boxed{\\\\frac{3}{4}}")           # "\\\\frac{3}{4}"  (the last box)
     final_answer("3 + 4 = 7")                                      # "7"       (the trailing number)
     parse_number("$1,234.50")                                      # Fraction(2469, 2)
     numbers_equal("18.0", "18")                                    # True
