@@ -27,11 +27,20 @@ from marin.chat import ChatDataConfig, SftTokenizeConfig, normalize_chat, tokeni
 from marin.dedupe import DedupeConfig, dedupe_documents
 from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHashConfig, ParagraphDedupeConfig
 from marin.download import DownloadConfig, download_dataset
+from marin.environments import (
+    ArithmeticPromptsConfig,
+    EnvironmentConfig,
+    Gsm8kConfig,
+    generate_arithmetic_prompts,
+    prepare_gsm8k,
+)
 from marin.evaluation.instruct import InstructEvalConfig, evaluate_instruct
 from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.execution import ExecutorStep, InputName, ResourceConfig, output_path_of, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
 from marin.extract import ExtractConfig, ExtractorConfig, extract_pages
+from marin.posttrain.rl.config import GrpoConfig, RolloutConfig, TrainRlConfig
+from marin.posttrain.rl.loop import train_rl
 from marin.quality import (
     AttributeRule,
     ClassifyConfig,
@@ -651,3 +660,97 @@ def _ladder_run(
         tokens=point.tokens,
     )
     return checkpoint, evaluation, ref
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RL with verifiable rewards: prompt sets -> environments -> GRPO from an SFT checkpoint
+
+
+def default_prompt_set(name: str, source: Input, *, max_rows: int | None = None) -> ExecutorStep:
+    """``environments/<name>``: GSM8K-format JSONL (``question`` / ``answer`` ending ``#### n``; a download step
+    or any path) as prompt records with verifiable answers (``prompts.jsonl``)."""
+    return ExecutorStep(
+        name=f"environments/{name}",
+        fn=prepare_gsm8k,
+        config=Gsm8kConfig(
+            input_paths=(_input(source),),
+            output_path=this_output_path(),
+            id_prefix=versioned(name),
+            max_rows=versioned(max_rows),
+        ),
+        description=f"prompt records with verifiable answers from {name}",
+        resources=CPU_DATA,
+    )
+
+
+def default_arithmetic_prompts(kind: str = "addition", seed: int = 0) -> ExecutorStep:
+    """``environments/<kind>``: the quickstart's addition or counting questions in the instruct data's training
+    phrasings (never its held-out ones), answered as the instruct data answers them."""
+    return ExecutorStep(
+        name=f"environments/{kind}",
+        fn=generate_arithmetic_prompts,
+        config=ArithmeticPromptsConfig(output_path=this_output_path(), kind=versioned(kind), seed=versioned(seed)),
+        description=f"{kind} prompts for RL, phrased as the training instructions",
+        resources=CPU_DATA,
+    )
+
+
+def default_environment(
+    prompt_set: ExecutorStep,
+    *,
+    rewards: Sequence[tuple[str, float]] = (("numeric", 1.0),),
+    system_prompt: str | None = None,
+    weight: float = 1.0,
+    max_prompts: int | None = None,
+) -> EnvironmentConfig:
+    """An environment over a prompt-set step's records; every field that changes the run is versioned."""
+    return EnvironmentConfig(
+        prompts=prompt_set / "prompts.jsonl",
+        rewards=versioned(tuple(tuple(r) for r in rewards)),
+        system_prompt=versioned(system_prompt),
+        weight=versioned(weight),
+        max_prompts=versioned(max_prompts),
+    )
+
+
+def default_rl(
+    name: str,
+    initialize_from: ExecutorStep,
+    environments: Mapping[str, EnvironmentConfig],
+    *,
+    chat_tokenizer: Input,
+    grpo: GrpoConfig,
+    optimizer: OptimizerConfig,
+    precision: PrecisionPolicy | None = None,
+    model: LlamaConfig | None = None,
+    rollout: RolloutConfig | None = None,
+    save_interval_minutes: float | None = 10.0,
+    keep_every: int | None = None,
+    wandb: bool = True,
+    resources: ResourceConfig = CPU_DATA,
+) -> ExecutorStep:
+    """``checkpoints/<name>``: GRPO from ``initialize_from``'s newest parameters (an SFT step) on
+    ``environments`` (``default_environment``), rollouts through the lab's engine (``rollout``: in the step's
+    process, or on Ray workers; never part of the hash). Its checkpoints are a training run's: evaluation,
+    export and serving read them unchanged; resuming is the default."""
+    config = TrainRlConfig(
+        output_path=this_output_path(),
+        initialize_from=initialize_from,
+        tokenizer=_input(chat_tokenizer),
+        environments=dict(environments),
+        grpo=versioned(grpo),
+        optimizer=versioned(optimizer),
+        precision=versioned(precision or PrecisionPolicy(compute_dtype="float32")),
+        model=versioned(model),
+        rollout=rollout or RolloutConfig(),
+        checkpoint=CheckpointConfig(save_interval_minutes=save_interval_minutes, keep_every=keep_every),
+        tracker=TrackerConfig(wandb=wandb, progress_bar=True),
+    )
+    return ExecutorStep(
+        name=f"checkpoints/{name}",
+        fn=train_rl,
+        config=config,
+        description=f"GRPO {name}: {grpo.num_iterations} iterations x {grpo.prompts_per_iteration} prompts x "
+        f"{grpo.num_generations} completions on {', '.join(environments)}",
+        resources=trainer_resources(resources),
+    )

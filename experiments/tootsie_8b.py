@@ -20,6 +20,9 @@ Every phase is evaluated (bits-per-byte on held-out Paloma-style sets + multiple
 4. **Instruct** (Marin-8B-Instruct): supervised fine-tuning of the cooldown's parameters on a mixture of
    public chat data sets (pinned revisions, weighted by their number of conversations as Marin's release
    SFT was), rendered with the Llama 3 chat template, loss on assistant tokens only. See ``instruct_phase``.
+5. **RL** (GRPO with verifiable rewards, issue 38): from the instruct model, on GSM8K's training problems
+   (MIT, pinned commit), rewarded for the right final number (and a little for marking it ``#### n``),
+   rollouts through the lab's engine on Ray workers one iteration ahead of the update. See ``rl_phase``.
 Data steps run on CPU workers; download revisions pin exactly what was read. Token counts are the public
 sizes of each source after Marin's filtering, rounded; they set the mixture weights.
 """
@@ -31,16 +34,25 @@ from experiments.defaults import (
     default_chat_data,
     default_dedupe,
     default_download,
+    default_environment,
     default_eval,
     default_export,
     default_instruct_eval,
+    default_prompt_set,
+    default_rl,
     default_sft,
     default_sft_tokenize,
     default_tokenize,
     default_train,
 )
 from experiments.models import TPU_V4_2048, SimpleTrainConfig, llama_8b
+from marin.environments import GSM8K_URLS
 from marin.execution import ResourceConfig, executor_main
+from marin.posttrain.rl.config import GrpoConfig, RolloutConfig
+from marin.posttrain.rl.loss import LossConfig
+from marin.posttrain.rl.rollout import SamplingConfig
+from marin.trainer.optim import OptimizerConfig
+from marin.trainer.step import PrecisionPolicy
 
 LLAMA3_TOKENIZER = "meta-llama/Meta-Llama-3.1-8B"
 SEQ_LEN = 4096
@@ -300,6 +312,49 @@ def instruct_phase(base, *, held_out_fraction: float = 0.002) -> dict:
 instruct = instruct_phase(cooldown)
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The RL phase: GRPO on GSM8K from the instruct model. Dr. GRPO's constant normalizer with DAPO's clip-higher
+# (0.2 / 0.28), no KL term, a small constant learning rate, G = 16 completions of up to 1,024 tokens per
+# problem; rollout workers sample one iteration ahead (off_policy_lag=1) while the update trains.
+GSM8K_SYSTEM = "Solve the problem step by step. End your answer with a line '#### <number>' giving the final number."
+RL_GRPO = GrpoConfig(
+    num_iterations=500,
+    prompts_per_iteration=64,
+    num_generations=16,
+    num_minibatches=4,
+    sampling=SamplingConfig(temperature=1.0, max_completion_tokens=1024),
+    loss=LossConfig(loss_type="dr_grpo", epsilon=0.2, epsilon_high=0.28, beta=0.0, max_completion_tokens=1024),
+    off_policy_lag=1,
+)
+RL_OPTIMIZER = OptimizerConfig(learning_rate=1e-6, schedule="constant", warmup=10, weight_decay=0.0)
+RL_HOST = ResourceConfig.tpu_pod("v4-8", num_cpus=8, max_retries=100)
+
+
+def rl_phase(sft, chat_tokenizer) -> dict:
+    """GSM8K's training split as prompt records, then GRPO from ``sft`` with rollouts on 8 Ray workers."""
+    raw = default_download("gsm8k-train", GSM8K_URLS["train"])
+    prompts = default_prompt_set("gsm8k-train", raw)
+    environment = default_environment(prompts, rewards=(("numeric", 1.0), ("format", 0.1)), system_prompt=GSM8K_SYSTEM)
+    rl = default_rl(
+        "tootsie-8b-rl",
+        sft,
+        {"gsm8k": environment},
+        chat_tokenizer=chat_tokenizer,
+        grpo=RL_GRPO,
+        optimizer=RL_OPTIMIZER,
+        precision=PrecisionPolicy(compute_dtype="bfloat16"),
+        model=model,
+        rollout=RolloutConfig(num_workers=8, slots=256, prefill_chunk=256),
+        keep_every=50,
+        resources=RL_HOST,
+    )
+    export = default_export("tootsie-8b-rl", rl, tokenizer=chat_tokenizer, model=model, resources=EXPORT_HOST)
+    return {"raw": raw, "prompts": prompts, "rl": rl, "export": export}
+
+
+rl = rl_phase(instruct["sft"], instruct["sft_sets"]["tulu_3_sft_mixture"] / "tokenizer")
+
+
 def describe() -> str:
     lines = [f"Tootsie 8B: {model.param_count / 1e9:.2f}B parameters, seq {SEQ_LEN}"]
     for name, (step, batch) in PHASES.items():
@@ -314,6 +369,11 @@ def describe() -> str:
         f"{SFT_STEPS * SFT_TRAIN.batch_size * SEQ_LEN / 1e9:.1f}B tokens (SFT, assistant tokens only) on "
         f"{len(SFT_SOURCES)} chat data sets"
     )
+    g = RL_GRPO
+    lines.append(
+        f"  rl       {g.num_iterations:>8,} iterations x {g.prompts_per_iteration} GSM8K problems x "
+        f"{g.num_generations} completions (GRPO, {g.loss.loss_type}, {g.num_updates:,} updates)"
+    )
     return "\n".join(lines)
 
 
@@ -321,6 +381,6 @@ if __name__ == "__main__":
     if "--dry_run" in " ".join(sys.argv):
         print(describe())
     executor_main(
-        steps=[*evals, *exports, instruct["eval"], instruct["export"]],
-        description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct",
+        steps=[*evals, *exports, instruct["eval"], instruct["export"], rl["export"]],
+        description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct, RL",
     )

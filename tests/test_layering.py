@@ -18,6 +18,7 @@ DATA_STEPS = {
     "marin.extract",
     "marin.quality",
     "marin.chat",
+    "marin.environments",  # RL prompt sets and rewards: data formats, never the trainer
 }
 TOKEN_CACHE_FORMAT = {"marin.tokenize.reader", "marin.tokenize.cache_format"}
 FIT_RECORD = {"marin.scaling.record", "marin.scaling.heldout"}  # fit.json's schema and the held-out loss: numpy-free
@@ -31,6 +32,9 @@ ALLOWED = {
     "marin.inference": GROUND | {"marin.trainer"} | DATA_STEPS,
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
+    # preference optimization: the trainer's loop with its own objective, reference models through inference,
+    # pair caches from the chat package; nothing below imports it
+    "marin.posttrain": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.scaling": GROUND | {"marin.trainer"},  # model sizes from the trainer's configs; fits on stored evals
     "marin.report": GROUND | {"marin.execution"} | FIT_RECORD,  # the executor's records, fit.json through its record
     # reads what the executor writes (and SFT caches in the token-cache format, and the leaderboard, which is
@@ -76,6 +80,10 @@ def test_imports_only_run_downward():
 @pytest.mark.parametrize(
     "source,target",
     [
+        ("marin.trainer.loop", "marin.posttrain.rl.loop"),  # RL (issue 38): neither trainer nor inference
+        ("marin.inference.engine", "marin.posttrain.rl.rollout"),
+        ("marin.environments.rewards", "marin.trainer.step"),  # rewards are data: never the trainer
+        ("marin.posttrain.rl.loop", "marin.execution"),
         ("marin.execution.ray_runner", "marin.trainer.distributed"),
         ("marin.tokenize.step", "marin.trainer.data"),
         ("marin.trainer.loop", "marin.execution"),

@@ -7,6 +7,7 @@ from data_browser.pages import (
     leaderboard_page,
     listing,
     records,
+    rollouts_page,
     sft_page,
     training_page,
     web_steps_page,
@@ -22,6 +23,7 @@ ROUTERS = (
     compare_runs_page.router,
     leaderboard_page.router,
     fit_page.router,
+    rollouts_page.router,
 )
 """Included in this order by ``create_app``."""
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from data_browser import experiments as exp
-from data_browser import sft
+from data_browser import rollouts, sft
 from data_browser.readers import is_record_file, preview_text
 from data_browser.step_files import StepFiles, files_from_names, step_files
 from data_browser.web import BrowserState, State, page, safe
@@ -81,6 +81,7 @@ def browse(state: State, path: str):
             parent=state.parent(path),
             web_step=step_kind(path, state.config.max_json_bytes),  # extract/filter step pages (issue 16)
             sft_cache=safe(lambda: sft.is_sft_cache(path), False),
+            rl_run=safe(lambda: rollouts.is_rl_run(path), False),
         )
     if not fs.exists(p):
         raise FileNotFoundError(path)

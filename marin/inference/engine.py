@@ -181,6 +181,19 @@ class Engine:
             self._wake.notify()
         return request
 
+    def update_params(self, params) -> None:
+        """Serve these weights from the next request on (same shapes and dtypes: nothing recompiles): an RL
+        loop refreshes its policy in place, without a reload from disk. The engine keeps references to the
+        arrays, so the caller must not donate or delete them. Only between requests: an idle engine."""
+        with self._lock:
+            if self.busy:
+                raise RuntimeError("update_params needs an idle engine (requests are waiting or running)")
+            new = split_layers(params)
+            old = jax.tree.map(lambda x: (x.shape, x.dtype), self.params)
+            if jax.tree.map(lambda x: (x.shape, x.dtype), new) != old:
+                raise ValueError("update_params: the new parameters' shapes or dtypes differ from the engine's")
+            self.params = new
+
     @property
     def busy(self) -> bool:
         return bool(self.waiting) or any(r is not None for r in self.slots)
