@@ -79,6 +79,7 @@ class PairCache:
             raise ValueError(f"{cache.url}: not a pair cache (no 'preference_pairs' in its ledger)")
         self.cache, self.url, self.ledger = cache, cache.url, cache.ledger
         self.num_pairs = cache.num_documents // 2
+        self._spans: np.ndarray | None = None
 
     @classmethod
     def open(cls, url: str) -> PairCache:
@@ -94,10 +95,25 @@ class PairCache:
         mask = self.cache.read_mask(start, len(chosen))
         return chosen.astype(np.int32), rejected.astype(np.int32), int(np.argmax(mask)) if mask.any() else len(mask)
 
+    def spans(self) -> np.ndarray:
+        """[num_pairs, 2, 2] global ``[start, end)`` token spans of each side, EOS included (read once)."""
+        if self._spans is None:
+            spans = [self.cache.document_span(i) for i in range(2 * self.num_pairs)]
+            self._spans = np.asarray(spans, np.int64).reshape(-1, 2, 2)
+        return self._spans
+
     def lengths(self) -> np.ndarray:
-        """[num_pairs, 2] token counts of each side (without EOS), read from the offsets alone."""
-        spans = np.asarray([self.cache.document_span(i) for i in range(self.cache.num_documents)], np.int64)
-        return (spans[:, 1] - spans[:, 0] - 1).reshape(-1, 2)
+        """[num_pairs, 2] token counts of each side (without EOS)."""
+        spans = self.spans()
+        return spans[:, :, 1] - spans[:, :, 0] - 1
+
+    def prompt_lengths(self) -> np.ndarray:
+        """[num_pairs] prompt token counts (where each chosen side's mask begins)."""
+        out = np.empty(self.num_pairs, np.int64)
+        for i, (start, end) in enumerate(self.spans()[:, 0]):
+            mask = self.cache.read_mask(int(start), int(end - start))
+            out[i] = int(np.argmax(mask)) if mask.any() else end - start - 1
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
