@@ -30,6 +30,9 @@ ALLOWED = {
     "marin.inference": GROUND | {"marin.trainer"} | DATA_STEPS,
     "marin.evaluation": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.export": GROUND | {"marin.trainer", "marin.inference"} | DATA_STEPS,
+    # preference optimization: the trainer's loop with its own objective, reference models through inference,
+    # pair caches from the chat package; nothing below imports it
+    "marin.posttrain": GROUND | {"marin.parallel", "marin.trainer", "marin.inference"} | DATA_STEPS,
     "marin.scaling": GROUND | {"marin.trainer"},  # model sizes from the trainer's configs; fits on stored evals
     "marin.report": GROUND | {"marin.execution"},  # reads the executor's records (and fit.json, as files)
     # reads what the executor writes (and SFT caches in the token-cache format, and the leaderboard, which is
@@ -82,6 +85,10 @@ def test_imports_only_run_downward():
         ("marin.export.step", "marin.evaluation.step"),
         ("data_browser.app", "marin.trainer.checkpoint"),
         ("marin.validation", "marin.execution.step"),
+        ("marin.trainer.loop", "marin.posttrain.dpo"),
+        ("marin.inference.engine", "marin.posttrain.objective"),
+        ("marin.evaluation.step", "marin.posttrain.losses"),
+        ("marin.posttrain.dpo", "marin.execution"),
     ],
 )
 def test_the_table_refuses_the_leaks_it_exists_for(source, target):

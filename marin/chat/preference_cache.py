@@ -80,6 +80,7 @@ class PairCache:
         self.cache, self.url, self.ledger = cache, cache.url, cache.ledger
         self.num_pairs = cache.num_documents // 2
         self._spans: np.ndarray | None = None
+        self._prompts: np.ndarray | None = None
 
     @classmethod
     def open(cls, url: str) -> PairCache:
@@ -108,12 +109,13 @@ class PairCache:
         return spans[:, :, 1] - spans[:, :, 0] - 1
 
     def prompt_lengths(self) -> np.ndarray:
-        """[num_pairs] prompt token counts (where each chosen side's mask begins)."""
-        out = np.empty(self.num_pairs, np.int64)
-        for i, (start, end) in enumerate(self.spans()[:, 0]):
-            mask = self.cache.read_mask(int(start), int(end - start))
-            out[i] = int(np.argmax(mask)) if mask.any() else end - start - 1
-        return out
+        """[num_pairs] prompt token counts (where each chosen side's mask begins; read once)."""
+        if self._prompts is None:
+            self._prompts = np.empty(self.num_pairs, np.int64)
+            for i, (start, end) in enumerate(self.spans()[:, 0]):
+                mask = self.cache.read_mask(int(start), int(end - start))
+                self._prompts[i] = int(np.argmax(mask)) if mask.any() else end - start - 1
+        return self._prompts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,6 +56,12 @@ def pack_rows(lengths: list[int], seq_len: int, packing: bool) -> list[list[int]
     return rows
 
 
+def usable_pairs(pairs: PairCache, seq_len: int) -> np.ndarray:
+    """Indices of the pairs that keep a reply token on both sides after truncation to ``seq_len + 1`` tokens."""
+    lengths = np.minimum(pairs.lengths().min(axis=1), seq_len + 1)
+    return np.flatnonzero(pairs.prompt_lengths() < lengths)
+
+
 class PairBatches:
     """The pairs of a pair cache as fixed-shape training or eval batches (module docstring)."""
 
@@ -76,10 +82,8 @@ class PairBatches:
             raise ValueError(f"pairs per step ({pairs_per_step}) must be a multiple of num_microbatches")
         self.pairs, self.seq_len, self.pairs_per_step = pairs, seq_len, pairs_per_step
         self.num_microbatches, self.packing, self.reference_logps = num_microbatches, packing, reference_logps
-        lengths = pairs.lengths()  # [pairs, 2]
-        self._seq_lengths = np.minimum(lengths, seq_len + 1) - 1  # positions each side occupies
-        prompts = pairs.prompt_lengths()
-        self.usable = np.flatnonzero(prompts < np.minimum(lengths.min(axis=1), seq_len + 1))
+        self._seq_lengths = np.minimum(pairs.lengths(), seq_len + 1) - 1  # positions each side occupies
+        self.usable = usable_pairs(pairs, seq_len)
         self.dropped = len(pairs) - len(self.usable)
         if self.dropped:
             logger.warning("%s: %d pairs left out, their prompt fills %d tokens", pairs.url, self.dropped, seq_len + 1)
@@ -87,7 +91,7 @@ class PairBatches:
             raise ValueError(f"{pairs.url}: no pair has a reply within its first {seq_len + 1} tokens")
         self._order = EpochPermutation(len(self.usable), mix_seed(seed, len(self.usable))) if shuffle else None
         steps = num_steps if num_steps is not None else self.num_eval_steps
-        self.rows_per_microbatch = max(self._rows_needed(step) for step in range(steps))
+        self.rows_per_microbatch = max((self._rows_needed(step) for step in range(steps)), default=1)
 
     @property
     def num_eval_steps(self) -> int:
