@@ -52,7 +52,8 @@ class ReferenceLogpsConfig:
 
     def __post_init__(self):
         check("ReferenceLogpsConfig", "pairs", self.pairs, lambda v: len(v) > 0, "at least one pair cache")
-        PrecisionPolicy(compute_dtype=self.compute_dtype)  # validates the name
+        dtypes = ("float32", "bfloat16", "float16")
+        check("ReferenceLogpsConfig", "compute_dtype", self.compute_dtype, lambda v: v in dtypes, f"one of {dtypes}")
 
 
 def compute_reference_logps(config: ReferenceLogpsConfig) -> dict[str, Any]:
