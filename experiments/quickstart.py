@@ -293,7 +293,7 @@ def preference_phase(
     dpo_config = SimpleTrainConfig(
         num_train_steps=dpo_steps,
         batch_size=16,  # pairs
-        learning_rate=1e-3,
+        learning_rate=3e-4,  # 1e-3 lowered held-out preference accuracy (0.935 -> 0.900); 3e-4 raised it to 0.955
         schedule="constant",
         warmup=0,
         weight_decay=0.0,

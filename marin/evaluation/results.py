@@ -23,7 +23,9 @@ def config_record(config: Any, max_len: int) -> dict[str, Any]:
 
 
 def format_table(results: dict[str, Any]) -> str:
-    lines = ["| set | loss | perplexity | bits/byte | unigram bits/byte |", "|---|---|---|---|---|"]
+    lines = []
+    if results["validation"] or not (results["tasks"] or results.get("preference")):
+        lines += ["| set | loss | perplexity | bits/byte | unigram bits/byte |", "|---|---|---|---|---|"]
     for name, r in results["validation"].items():
         unigram = f"{r['unigram_bits_per_byte']:.4f}" if "unigram_bits_per_byte" in r else "-"
         lines.append(f"| {name} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['bits_per_byte']:.4f} | {unigram} |")

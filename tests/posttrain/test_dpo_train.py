@@ -19,11 +19,13 @@ from marin.chat import (
     tokenize_preferences,
 )
 from marin.corpus.preferences import InstructionPairsConfig, generate_instruction_pairs
+from marin.evaluation.results import format_table
 from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.export.step import ExportConfig, export_checkpoint
 from marin.identity import result_dict
 from marin.posttrain import PreferenceLossConfig, ReferenceLogpsConfig, TrainDpoConfig, compute_reference_logps
 from marin.posttrain.dpo import train_dpo
+from marin.report.render import preference_lines
 from marin.storage.records import read_records
 from marin.tokenize import TrainTokenizerConfig, build_bpe_tokenizer
 from marin.trainer import CheckpointConfig, OptimizerConfig, PrecisionPolicy, TrackerConfig, TrainerConfig
@@ -99,7 +101,7 @@ def _config(output: Path, tok: Path, init: Path, **overrides) -> TrainDpoConfig:
     return TrainDpoConfig(**{**fields, **overrides})
 
 
-def _eval(run: Path, tok: Path, init: Path, out: Path) -> dict:
+def _eval(run: Path, tok: Path, init: Path, out: Path, full: bool = False) -> dict:
     results = evaluate_model(
         EvalConfig(
             checkpoint_path=str(run),
@@ -110,7 +112,7 @@ def _eval(run: Path, tok: Path, init: Path, out: Path) -> dict:
             preference_reference=str(init),
         )
     )
-    return results["preference"]["prefs"]
+    return results if full else results["preference"]["prefs"]
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +143,12 @@ def test_reward_accuracy_rises_on_right_labels_and_falls_on_swapped_ones(runs, t
     right_run, right_tok = runs["right"]
     swapped_run, swapped_tok = runs["swapped"]
     before = _eval(init, right_tok, init, tmp_path / "before")
-    right = _eval(right_run, right_tok, init, tmp_path / "right")
+    results = _eval(right_run, right_tok, init, tmp_path / "right", full=True)
+    right = results["preference"]["prefs"]
+    # the eval step's log table and the experiment report show it
+    assert "| prefs | 200 | " in format_table(results) and "| prefs | 200 | " in "\n".join(
+        preference_lines(results["preference"])
+    )
     swapped = _eval(swapped_run, swapped_tok, init, tmp_path / "swapped")
     assert before["pairs"] == right["pairs"] == swapped["pairs"] == 200
     # the initial model is its own reference: every reward is 0, no pair is won
