@@ -108,6 +108,9 @@ def _batches(config: TrainDpoConfig) -> tuple[PairBatches, dict[str, PairBatches
     eval_pairs = trainer.eval_batch_size or trainer.batch_size
     for name, url in config.validation_pairs.items():
         pairs = PairCache.open(url)
+        if not len(usable_pairs(pairs, seq_len)):  # e.g. no validation_fraction: nothing held out
+            logger.info("validation pairs %r: none usable, not evaluated", name)
+            continue
         steps_needed = math.ceil(min(len(pairs), config.max_eval_pairs) / eval_pairs)
         validation[name] = PairBatches(
             pairs,

@@ -25,7 +25,7 @@ import numpy as np
 
 from marin.chat.preference_cache import PairCache
 from marin.identity import runtime_field
-from marin.posttrain.batches import PairBatches
+from marin.posttrain.batches import PairBatches, usable_pairs
 from marin.posttrain.objective import sequence_logps
 from marin.storage import join, read_bytes, read_text, write_atomic
 from marin.trainer.model import LlamaConfig
@@ -69,17 +69,20 @@ def compute_reference_logps(config: ReferenceLogpsConfig) -> dict[str, Any]:
     info["compute_dtype"] = config.compute_dtype
     for name, url in config.pairs.items():
         pairs = PairCache.open(url)
-        batches = PairBatches(pairs, seq_len=seq_len, pairs_per_step=config.pairs_per_batch, shuffle=False)
         logps = np.full((len(pairs), 2), np.nan, np.float32)
-        for s in range(batches.num_eval_steps):
-            indices = batches.pair_indices(s)
-            values = np.asarray(jax.device_get(run(params, batches.batch(s))))
-            logps[indices[indices >= 0]] = values[indices >= 0]
+        usable = usable_pairs(pairs, seq_len)
+        if len(usable):  # an empty held-out set (no validation_fraction) has nothing to score
+            batches = PairBatches(pairs, seq_len=seq_len, pairs_per_step=config.pairs_per_batch, shuffle=False)
+            for s in range(batches.num_eval_steps):
+                indices = batches.pair_indices(s)
+                values = np.asarray(jax.device_get(run(params, batches.batch(s))))
+                logps[indices[indices >= 0]] = values[indices >= 0]
         buffer = io.BytesIO()
         np.save(buffer, logps)
         write_atomic(join(config.output_path, name, "logps.npy"), buffer.getvalue())
-        info["sets"][name] = {"cache": url, "pairs": len(pairs), "left_out": batches.dropped, **_identity(pairs)}
-        logger.info("reference log-probabilities of %d %s pairs (%d left out)", len(pairs), name, batches.dropped)
+        left_out = len(pairs) - len(usable)
+        info["sets"][name] = {"cache": url, "pairs": len(pairs), "left_out": left_out, **_identity(pairs)}
+        logger.info("reference log-probabilities of %d %s pairs (%d left out)", len(pairs), name, left_out)
     write_atomic(join(config.output_path, INFO_FILE), json.dumps(info, indent=2))
     return info
 

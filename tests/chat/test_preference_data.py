@@ -231,3 +231,15 @@ def test_special_strings_in_pairs_are_text_or_dropped(reserved_chat, tmp_path):
         assert summary["dropped_pairs"] == 2 - kept
     chosen, _, _ = PairCache.open(str(tmp_path / "text" / "train")).pair(0)
     assert (chosen == reserved_chat.eot_id).sum() == 2  # the template's two end-of-turn tokens, not the forged one
+
+
+def test_an_empty_held_out_split_gives_an_empty_pair_cache(reserved_chat, tmp_path):
+    """No validation_fraction: the validation cache exists and holds no pair (DPO then evaluates nothing)."""
+    from marin.chat import build_pair_cache
+    from marin.posttrain.batches import usable_pairs
+
+    reserved_chat.save(str(tmp_path / "tokenizer"))
+    (tmp_path / "none.jsonl").write_text("")
+    build_pair_cache([str(tmp_path / "none.jsonl")], str(tmp_path / "cache"), str(tmp_path / "tokenizer"))
+    pairs = PairCache.open(str(tmp_path / "cache"))
+    assert len(pairs) == 0 and pairs.lengths().shape == (0, 2) and len(usable_pairs(pairs, 64)) == 0
