@@ -23,8 +23,11 @@ Peers, each a fresh process per round (rounds rotate the order; medians over rou
 
 tokens/s counts the pairs' real tokens (prompt and reply, both sides, after truncation; TRL's
 ``num_tokens``) per second of steady-state step time; the first ``--warmup`` steps (compilation) are untimed.
-Memory: each process's peak resident set (``ru_maxrss``). Results: stdout (Markdown) and
-``benchmarks/results/dpo_bench.json``.
+Memory: each process's peak resident set (``ru_maxrss``). The trainer's malloc policy (``marin.allocator``: no
+mmap, no trim, for speed) keeps every freed block in the heap, so a lab worker's peak RSS is its heap's
+high-water mark, which varies run to run with allocation order; ``--malloc-defaults`` runs the lab's workers
+with glibc's defaults (``MARIN_MALLOC_DEFAULTS=1``), where RSS follows what is live, for the memory comparison.
+Results: stdout (Markdown) and ``benchmarks/results/<--out>`` (``dpo_bench.json``).
 """
 
 from __future__ import annotations
@@ -241,6 +244,8 @@ def trl_worker(root: Path, pairs_per_step: int, warmup: int, steps: int, seq_len
 
 def run_peer(root: Path, peer: str, args) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), args.trl_path]))}
+    if args.malloc_defaults:  # glibc's own malloc in the lab's workers: RSS follows what is live (see below)
+        env["MARIN_MALLOC_DEFAULTS"] = "1"
     command = [sys.executable, __file__, "--worker", peer, "--root", str(root), "--pairs", str(args.pairs)]
     command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -279,6 +284,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=PEERS)
     parser.add_argument("--trl-path", default=None, help="a directory holding trl, if it is not installed")
+    parser.add_argument("--malloc-defaults", action="store_true", help="MARIN_MALLOC_DEFAULTS=1 in every worker")
+    parser.add_argument("--out", default="dpo_bench.json", help="file name under benchmarks/results/")
     parser.add_argument("--worker", choices=PEERS)
     parser.add_argument("--root")
     args = parser.parse_args()
@@ -302,7 +309,7 @@ def main() -> None:
             print(f"round {r} {peer}: {runs[peer][-1]}", file=sys.stderr)
     result = summarize(runs, info, args)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dpo_bench.json").write_text(json.dumps(result, indent=2))
+    (RESULTS / args.out).write_text(json.dumps(result, indent=2))
     print(
         f"\nDPO step, {args.model} ({info['params'] / 1e6:.1f}M), {args.pairs} pairs/step, seq {info['seq_len']}, fp32"
     )
