@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 HERE = Path(__file__).resolve().parent
@@ -109,6 +110,25 @@ def _peak_rss_mib() -> float:
 # -- lab ------------------------------------------------------------------------------------------------
 
 
+def _precompute(cfg, params, cache) -> tuple[float, Any]:
+    """The reference step's pass over every pair (``compute_reference_logps``' loop), timed after compiling."""
+    import jax
+    import numpy as np
+
+    from marin.posttrain.batches import PairBatches
+    from marin.posttrain.objective import sequence_logps
+
+    run = jax.jit(lambda p, b: sequence_logps(cfg, p, b)[0])
+    batches = PairBatches(cache, seq_len=cfg.seq_len, pairs_per_step=32, shuffle=False)
+    reference = np.zeros((len(cache), 2), np.float32)
+    jax.block_until_ready(run(params, batches.batch(0)))  # compile, untimed
+    start = time.perf_counter()
+    for s in range(batches.num_eval_steps):
+        idx = batches.pair_indices(s)
+        reference[idx[idx >= 0]] = np.asarray(run(params, batches.batch(s)))[idx >= 0]
+    return time.perf_counter() - start, reference
+
+
 def lab_worker(root: Path, peer: str, pairs_per_step: int, warmup: int, steps: int) -> dict:
     import jax
     import jax.numpy as jnp
@@ -118,7 +138,6 @@ def lab_worker(root: Path, peer: str, pairs_per_step: int, warmup: int, steps: i
     from marin.inference.hf import import_hf
     from marin.posttrain import PreferenceLossConfig, dpo_loss_fn
     from marin.posttrain.batches import PairBatches
-    from marin.posttrain.objective import sequence_logps
     from marin.trainer.model import param_axes
     from marin.trainer.optim import OptimizerConfig
     from marin.trainer.step import PrecisionPolicy, StepConfig, TrainState, make_train_step
@@ -126,17 +145,7 @@ def lab_worker(root: Path, peer: str, pairs_per_step: int, warmup: int, steps: i
     cfg, params = import_hf(str(root / "hf"))
     policy = PrecisionPolicy(compute_dtype="float32")
     cache = PairCache.open(str(root / "cache"))
-    precompute_s, reference = 0.0, None
-    if peer == "lab_precomputed":  # the reference step's pass over every pair, timed
-        run = jax.jit(lambda p, b: sequence_logps(cfg, p, b)[0])
-        ref_batches = PairBatches(cache, seq_len=cfg.seq_len, pairs_per_step=32, shuffle=False)
-        reference = np.zeros((len(cache), 2), np.float32)
-        jax.block_until_ready(run(params, ref_batches.batch(0)))  # compile, untimed
-        start = time.perf_counter()
-        for s in range(ref_batches.num_eval_steps):
-            idx = ref_batches.pair_indices(s)
-            reference[idx[idx >= 0]] = np.asarray(run(params, ref_batches.batch(s)))[idx >= 0]
-        precompute_s = time.perf_counter() - start
+    precompute_s, reference = _precompute(cfg, params, cache) if peer == "lab_precomputed" else (0.0, None)
     batches = PairBatches(
         cache,
         seq_len=cfg.seq_len,
