@@ -1,5 +1,5 @@
 """Step builders that experiments compose in a few lines: download → (extract → classify → filter) → dedupe →
-tokenize → train → eval → export.
+tokenize → train → eval → export; chat data → SFT; preference pairs → DPO.
 
     raw = default_download("fineweb-edu", "hf://datasets/HuggingFaceFW/fineweb-edu", revision="87f0914")
     docs = default_dedupe("fineweb-edu", raw, eval_sets=[...])
@@ -23,7 +23,16 @@ from collections.abc import Mapping, Sequence
 
 from experiments.models import SimpleTrainConfig
 from marin.allocator import large_buffers_env
-from marin.chat import ChatDataConfig, SftTokenizeConfig, normalize_chat, tokenize_chat
+from marin.chat import (
+    ChatDataConfig,
+    PreferenceDataConfig,
+    PreferenceTokenizeConfig,
+    SftTokenizeConfig,
+    normalize_chat,
+    normalize_preferences,
+    tokenize_chat,
+    tokenize_preferences,
+)
 from marin.dedupe import DedupeConfig, dedupe_documents
 from marin.dedupe.config import DecontaminationConfig, ExactDedupeConfig, MinHashConfig, ParagraphDedupeConfig
 from marin.download import DownloadConfig, download_dataset
@@ -39,6 +48,13 @@ from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.execution import ExecutorStep, InputName, ResourceConfig, output_path_of, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
 from marin.extract import ExtractConfig, ExtractorConfig, extract_pages
+from marin.posttrain import (
+    PreferenceLossConfig,
+    ReferenceLogpsConfig,
+    TrainDpoConfig,
+    compute_reference_logps,
+    train_dpo,
+)
 from marin.posttrain.rl.config import GrpoConfig, RolloutConfig, TrainRlConfig
 from marin.posttrain.rl.loop import train_rl
 from marin.quality import (
@@ -313,6 +329,27 @@ def default_train(
         seed=versioned(train.seed),
         mixture_block_size=versioned(DataConfig.__dataclass_fields__["mixture_block_size"].default),
     )
+    trainer, optimizer = trainer_configs(train)
+    return ExecutorStep(
+        name=f"checkpoints/{name}",
+        fn=train_lm,
+        # the model's and trainer's runtime fields (remat, scan, attention kernel, mesh, microbatches,
+        # cadences) are declared as such and never enter the hash: a run moved to another slice resumes.
+        config=TrainLmConfig(
+            output_path=this_output_path(),
+            model=versioned(model),
+            data=data,
+            trainer=versioned(trainer),
+            optimizer=versioned(optimizer),
+            initialize_from=initialize_from,
+        ),
+        description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
+        resources=trainer_resources(train.resources),
+    )
+
+
+def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerConfig]:
+    """``train`` expanded field for field into the trainer's own configs."""
     optimizer = OptimizerConfig(
         learning_rate=train.learning_rate,
         weight_decay=train.weight_decay,
@@ -338,22 +375,7 @@ def default_train(
         checkpoint=CheckpointConfig(save_interval_minutes=train.save_interval_minutes, keep_every=train.keep_every),
         tracker=TrackerConfig(wandb=train.wandb, progress_bar=True),
     )
-    return ExecutorStep(
-        name=f"checkpoints/{name}",
-        fn=train_lm,
-        # the model's and trainer's runtime fields (remat, scan, attention kernel, mesh, microbatches,
-        # cadences) are declared as such and never enter the hash: a run moved to another slice resumes.
-        config=TrainLmConfig(
-            output_path=this_output_path(),
-            model=versioned(model),
-            data=data,
-            trainer=versioned(trainer),
-            optimizer=versioned(optimizer),
-            initialize_from=initialize_from,
-        ),
-        description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
-        resources=trainer_resources(train.resources),
-    )
+    return trainer, optimizer
 
 
 def trainer_resources(resources: ResourceConfig) -> ResourceConfig:
@@ -535,6 +557,174 @@ def default_instruct_eval(
             model=versioned(model),
             max_items=versioned(max_items),
             max_new_tokens=versioned(max_new_tokens),
+        ),
+        resources=resources,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Preference optimization: pairs -> chat template + pair caches -> DPO from an SFT checkpoint, against itself
+
+
+def default_preference_data(
+    name: str,
+    pairs: Sequence[Input],
+    *,
+    validation: Sequence[Input] = (),
+    validation_fraction: float = 0.0,
+    on_error: str = "raise",
+) -> ExecutorStep:
+    """``preferences/<name>``: preference rows of any public shape (explicit/UltraFeedback pairs, HH-RLHF
+    transcripts, AlpacaEval annotations, OpenAssistant trees) as one pair schema in ``train/`` and ``validation/``
+    (explicit files, or a share of prompts held out by hash)."""
+    return ExecutorStep(
+        name=f"preferences/{name}",
+        fn=normalize_preferences,
+        config=PreferenceDataConfig(
+            input_paths=_inputs(pairs),
+            validation_paths=_inputs(validation),
+            validation_fraction=versioned(validation_fraction),
+            on_error=versioned(on_error),
+            output_path=this_output_path(),
+        ),
+        description=f"normalize preference pairs {name}",
+        resources=CPU_DATA,
+    )
+
+
+def default_preference_tokenize(
+    name: str,
+    preferences: ExecutorStep,
+    *,
+    tokenizer: Input,
+    model_max_length: int | None = None,
+    num_workers: int = 1,
+    special_strings: SpecialStringPolicy = "text",
+) -> ExecutorStep:
+    """``tokenized/<name>``: the chat tokenizer and pair caches ``train/`` and ``validation/`` of a
+    ``default_preference_data`` step, rendered with the chat template (pass the SFT step's ``tokenizer/``)."""
+    return ExecutorStep(
+        name=f"tokenized/{name}",
+        fn=tokenize_preferences,
+        config=PreferenceTokenizeConfig(
+            train_paths=(preferences / "train",),
+            validation_paths=(preferences / "validation",),
+            tokenizer=_input(tokenizer),
+            output_path=this_output_path(),
+            model_max_length=versioned(model_max_length),
+            num_workers=num_workers,
+            special_strings=versioned(special_strings),
+        ),
+        description=f"render and tokenize preference pairs {name} with the chat template",
+        resources=CPU_DATA,
+    )
+
+
+def default_reference_logps(
+    name: str,
+    checkpoint: ExecutorStep,
+    pairs: ExecutorStep,
+    model: LlamaConfig,
+    *,
+    compute_dtype: str = "float32",
+    resources: ResourceConfig = CPU_DATA,
+) -> ExecutorStep:
+    """``reference/<name>``: the frozen reference's log-probabilities of every pair of a
+    ``default_preference_tokenize`` step (``train`` and ``validation``), computed once at ``model.seq_len``
+    (a forward pass: ``resources`` must hold the model, as an eval's do)."""
+    return ExecutorStep(
+        name=f"reference/{name}",
+        fn=compute_reference_logps,
+        config=ReferenceLogpsConfig(
+            checkpoint_path=checkpoint,
+            pairs={"train": pairs / "train", "validation": pairs / "validation"},
+            output_path=this_output_path(),
+            model=versioned(model),
+            seq_len=versioned(model.seq_len),
+            compute_dtype=versioned(compute_dtype),
+        ),
+        description=f"reference log-probabilities of {pairs.name} under {checkpoint.name}",
+        resources=resources,
+    )
+
+
+def default_dpo(
+    name: str,
+    pairs: ExecutorStep,
+    model: LlamaConfig,
+    train: SimpleTrainConfig,
+    *,
+    initialize_from: ExecutorStep,
+    loss: PreferenceLossConfig = PreferenceLossConfig(),
+    precompute_reference: bool = True,
+    reference_resources: ResourceConfig = CPU_DATA,
+    num_epochs: float | None = None,
+    max_eval_pairs: int = 512,
+) -> ExecutorStep:
+    """``checkpoints/<name>``: DPO (or IPO, SimPO, ... by ``loss``) of ``initialize_from`` (an SFT step) on a
+    ``default_preference_tokenize`` step's pairs, the same checkpoint frozen as the reference. ``train.batch_size``
+    counts pairs. ``precompute_reference`` (the default, measured faster in docs/dpo.md) adds a
+    ``reference/<name>`` step that computes the reference's log-probabilities once; False runs the reference
+    forward in every step (``reference_resources``: where the reference step runs). Held-out pairs
+    (``validation/``) are evaluated every ``train.eval_every`` steps."""
+    trainer, optimizer = trainer_configs(train)
+    reference = None
+    if precompute_reference and not loss.reference_free:
+        reference = default_reference_logps(
+            name, initialize_from, pairs, model, compute_dtype=train.compute_dtype, resources=reference_resources
+        )
+    config = TrainDpoConfig(
+        output_path=this_output_path(),
+        model=versioned(model),
+        trainer=versioned(trainer),
+        optimizer=versioned(optimizer),
+        initialize_from=initialize_from,
+        train_pairs=pairs / "train",
+        validation_pairs={"validation": pairs / "validation"},
+        loss=versioned(loss),
+        reference_logps=reference,
+        num_epochs=versioned(num_epochs),
+        seed=versioned(train.seed),
+        max_eval_pairs=versioned(max_eval_pairs),
+    )
+    length = f"{num_epochs:g} epochs" if num_epochs is not None else f"{train.num_train_steps} steps"
+    return ExecutorStep(
+        name=f"checkpoints/{name}",
+        fn=train_dpo,
+        config=config,
+        description=f"{loss.type} preference optimization {name} (beta {loss.beta}): {length}",
+        resources=trainer_resources(train.resources),
+    )
+
+
+def default_preference_eval(
+    name: str,
+    checkpoint: ExecutorStep,
+    *,
+    chat_tokenizer: Input,
+    pairs: Mapping[str, Input],
+    reference: ExecutorStep | None = None,
+    beta: float = 0.1,
+    model: LlamaConfig | None = None,
+    max_pairs: int | None = 500,
+    resources: ResourceConfig = CPU_DATA,
+) -> ExecutorStep:
+    """``evaluation/preference/<name>``: the eval step on held-out preference pairs: how often the model prefers
+    the chosen reply and by what margin, and with ``reference`` (the model DPO started from) DPO's implicit
+    reward accuracy and margin at ``beta`` (``marin.evaluation.preference``)."""
+    return ExecutorStep(
+        name=f"evaluation/preference/{name}",
+        fn=evaluate_model,
+        config=EvalConfig(
+            checkpoint_path=checkpoint,
+            tokenizer=_input(chat_tokenizer),
+            output_path=this_output_path(),
+            model=versioned(model),
+            chat_tokenizer=_input(chat_tokenizer),
+            preference=_named_inputs(pairs),
+            preference_reference=reference,
+            preference_beta=versioned(beta),
+            max_pairs=versioned(max_pairs),
         ),
         resources=resources,
     )

@@ -20,7 +20,11 @@ Every phase is evaluated (bits-per-byte on held-out Paloma-style sets + multiple
 4. **Instruct** (Marin-8B-Instruct): supervised fine-tuning of the cooldown's parameters on a mixture of
    public chat data sets (pinned revisions, weighted by their number of conversations as Marin's release
    SFT was), rendered with the Llama 3 chat template, loss on assistant tokens only. See ``instruct_phase``.
-5. **RL** (GRPO with verifiable rewards, issue 38): from the instruct model, on GSM8K's training problems
+5. **DPO**: preference optimization of the instruct model against itself (frozen) on UltraFeedback-binarized
+   (pinned), as Marin's ``dpo_ultrafeedback.py``: sigmoid DPO, beta 0.01, lr 5e-7 decaying linearly, batch 128
+   pairs at 4096 tokens, 2,150 steps; held-out ``test_prefs`` pairs scored before and after. See
+   ``preference_phase``.
+6. **RL** (GRPO with verifiable rewards, issue 38): from the instruct model, on GSM8K's training problems
    (MIT, pinned commit), rewarded for the right final number (and a little for marking it ``#### n``),
    rollouts through the lab's engine on Ray workers one iteration ahead of the update. See ``rl_phase``.
 Data steps run on CPU workers; download revisions pin exactly what was read. Token counts are the public
@@ -34,10 +38,14 @@ from experiments.defaults import (
     default_chat_data,
     default_dedupe,
     default_download,
+    default_dpo,
     default_environment,
     default_eval,
     default_export,
     default_instruct_eval,
+    default_preference_data,
+    default_preference_eval,
+    default_preference_tokenize,
     default_prompt_set,
     default_rl,
     default_sft,
@@ -48,6 +56,7 @@ from experiments.defaults import (
 from experiments.models import TPU_V4_2048, SimpleTrainConfig, llama_8b
 from marin.environments import GSM8K_URLS
 from marin.execution import ResourceConfig, executor_main
+from marin.posttrain import PreferenceLossConfig
 from marin.posttrain.rl.config import GrpoConfig, RolloutConfig
 from marin.posttrain.rl.loss import LossConfig
 from marin.posttrain.rl.rollout import SamplingConfig
@@ -311,6 +320,78 @@ def instruct_phase(base, *, held_out_fraction: float = 0.002) -> dict:
 
 instruct = instruct_phase(cooldown)
 
+# ----------------------------------------------------------------------------------------------------------
+# The DPO phase. UltraFeedback-binarized at the revision Marin's preference data steps pin; its train_prefs
+# and test_prefs splits are Parquet rows of the UltraFeedback shape (prompt string, chosen/rejected message
+# lists, scores), which marin.chat.preference reads as they are.
+ULTRAFEEDBACK = ("hf://datasets/HuggingFaceH4/ultrafeedback_binarized", "3949bf5")
+# Marin's experiments/dpo_ultrafeedback.py: batch 128, 2,150 steps (~1 epoch of 61k pairs), lr 5e-7 linear to
+# zero, no warmup, beta 0.01, seq 4096. One v5p-8 host (4 chips, 380 GB HBM): a custom objective runs on one
+# host for now (docs/dpo.md); the reference's log-probabilities are computed once, so no second 8B copy lives
+# in the training step.
+DPO_STEPS = 2_150
+DPO_TRAIN = SimpleTrainConfig(
+    num_train_steps=DPO_STEPS,
+    batch_size=128,
+    num_microbatches=16,
+    learning_rate=5e-7,
+    weight_decay=0.0,
+    schedule="linear",
+    warmup=0,
+    min_lr_ratio=0.0,
+    compute_dtype="bfloat16",
+    eval_every=200,
+    keep_every=1_000,
+    wandb=True,
+    resources=ResourceConfig.tpu_pod("v5p-8", max_retries=100),
+)
+DPO_LOSS = PreferenceLossConfig(type="sigmoid", beta=0.01)
+
+
+def preference_phase(sft, chat_tokenizer) -> dict:
+    """DPO of ``sft`` (the instruct step) on UltraFeedback-binarized, its test pairs scored before and after."""
+    url, revision = ULTRAFEEDBACK
+    train = default_download("ultrafeedback_binarized-train", url, revision=revision, patterns=("data/train_prefs-*",))
+    test = default_download("ultrafeedback_binarized-test", url, revision=revision, patterns=("data/test_prefs-*",))
+    prefs = dataclasses.replace(
+        default_preference_data("ultrafeedback_binarized", [train], validation=[test], on_error="skip"),
+        resources=CPU_BIG,
+    )
+    caches = dataclasses.replace(
+        default_preference_tokenize(
+            "ultrafeedback_binarized-llama3", prefs, tokenizer=chat_tokenizer, model_max_length=SEQ_LEN, num_workers=64
+        ),
+        resources=CPU_BIG,
+    )
+    dpo = default_dpo(
+        "tootsie-8b-dpo", caches, model, DPO_TRAIN, initialize_from=sft, loss=DPO_LOSS, reference_resources=EVAL_HOST
+    )
+
+    def evaluation(name, checkpoint):
+        held_out = {"ultrafeedback_test_prefs": prefs / "validation"}
+        return default_preference_eval(
+            name,
+            checkpoint,
+            chat_tokenizer=chat_tokenizer,
+            pairs=held_out,
+            reference=sft,
+            beta=DPO_LOSS.beta,
+            model=model,
+            resources=EVAL_HOST,
+        )
+
+    return {
+        "preferences": prefs,
+        "pair_caches": caches,
+        "dpo": dpo,
+        "eval_sft": evaluation("tootsie-8b-instruct", sft),
+        "eval": evaluation("tootsie-8b-dpo", dpo),
+        "export": default_export("tootsie-8b-dpo", dpo, tokenizer=chat_tokenizer, model=model, resources=EXPORT_HOST),
+    }
+
+
+preference = preference_phase(instruct["sft"], instruct["sft_sets"]["tulu_3_sft_mixture"] / "tokenizer")
+
 
 # ----------------------------------------------------------------------------------------------------------
 # The RL phase: GRPO on GSM8K from the instruct model. Dr. GRPO's constant normalizer with DAPO's clip-higher
@@ -369,6 +450,10 @@ def describe() -> str:
         f"{SFT_STEPS * SFT_TRAIN.batch_size * SEQ_LEN / 1e9:.1f}B tokens (SFT, assistant tokens only) on "
         f"{len(SFT_SOURCES)} chat data sets"
     )
+    lines.append(
+        f"  dpo      {DPO_STEPS:>8,} steps x {DPO_TRAIN.batch_size} pairs (UltraFeedback-binarized, {DPO_LOSS.type} "
+        f"DPO, beta {DPO_LOSS.beta}) against the frozen instruct model"
+    )
     g = RL_GRPO
     lines.append(
         f"  rl       {g.num_iterations:>8,} iterations x {g.prompts_per_iteration} GSM8K problems x "
@@ -381,6 +466,15 @@ if __name__ == "__main__":
     if "--dry_run" in " ".join(sys.argv):
         print(describe())
     executor_main(
-        steps=[*evals, *exports, instruct["eval"], instruct["export"], rl["export"]],
-        description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct, RL",
+        steps=[
+            *evals,
+            *exports,
+            instruct["eval"],
+            instruct["export"],
+            preference["eval_sft"],
+            preference["eval"],
+            preference["export"],
+            rl["export"],
+        ],
+        description="Marin 8B (Tootsie): phase 1, phase 2, cooldown, instruct, DPO, RL",
     )

@@ -93,6 +93,10 @@ def test_imports_only_run_downward():
         ("marin.validation", "marin.execution.step"),
         ("data_browser.fit", "marin.scaling.fit"),
         ("marin.report.render", "marin.scaling.surface"),
+        ("marin.trainer.loop", "marin.posttrain.dpo"),
+        ("marin.inference.engine", "marin.posttrain.objective"),
+        ("marin.evaluation.step", "marin.posttrain.losses"),
+        ("marin.posttrain.dpo", "marin.execution"),
     ],
 )
 def test_the_table_refuses_the_leaks_it_exists_for(source, target):

@@ -9,6 +9,14 @@ Nothing here imports the trainer.
 
 from marin.chat.cache import build_sft_cache
 from marin.chat.normalize import ChatDataConfig, normalize_chat
+from marin.chat.preference import MalformedPreference, normalize_preference
+from marin.chat.preference_cache import PairCache, build_pair_cache, encode_pairs
+from marin.chat.preference_step import (
+    PreferenceDataConfig,
+    PreferenceTokenizeConfig,
+    normalize_preferences,
+    tokenize_preferences,
+)
 from marin.chat.schema import MalformedConversation, normalize_record
 from marin.chat.step import SftTokenizeConfig, tokenize_chat
 from marin.chat.template import CHAT_SPECIAL_TOKENS, CHAT_TEMPLATE, EOT_TOKEN, ChatTokenizer, with_chat_tokens
@@ -20,10 +28,19 @@ __all__ = [
     "ChatDataConfig",
     "ChatTokenizer",
     "MalformedConversation",
+    "MalformedPreference",
+    "PairCache",
+    "PreferenceDataConfig",
+    "PreferenceTokenizeConfig",
     "SftTokenizeConfig",
+    "build_pair_cache",
     "build_sft_cache",
+    "encode_pairs",
     "normalize_chat",
+    "normalize_preference",
+    "normalize_preferences",
     "normalize_record",
     "tokenize_chat",
+    "tokenize_preferences",
     "with_chat_tokens",
 ]

@@ -71,6 +71,17 @@ class EvalConfig:
     lm_eval_include_path: str | None = None
     lm_eval_limit: int | None = None
     lm_eval_num_fewshot: int | None = None
+    preference: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Name -> preference pair files (any shape ``marin.chat.preference`` reads): how often the model prefers the
+    chosen reply, and by what margin (``marin.evaluation.preference``); needs ``chat_tokenizer``."""
+    chat_tokenizer: str | None = None
+    """The chat tokenizer preference pairs are rendered with (a chat or preference tokenize step's ``tokenizer/``)."""
+    preference_reference: str | None = None
+    """The model DPO started from (a run or an HF export): adds DPO's implicit reward accuracy and margin."""
+    preference_beta: float = 0.1
+    """β of the implicit reward ``β·(log p − log p_ref)`` (the DPO run's)."""
+    max_pairs: int | None = 500
+    """Pairs per preference set (from its start)."""
 
     def __post_init__(self):
         from marin.evaluation.harness import HARNESS_VIAS
@@ -78,6 +89,8 @@ class EvalConfig:
         check("EvalConfig", "batch_size", self.batch_size, lambda v: v >= 1, ">= 1")
         check("EvalConfig", "num_fewshot", self.num_fewshot, lambda v: v >= 0, ">= 0")
         check("EvalConfig", "lm_eval_via", self.lm_eval_via, lambda v: v in HARNESS_VIAS, f"one of {HARNESS_VIAS}")
+        if self.preference and not self.chat_tokenizer:
+            raise ValueError("EvalConfig.chat_tokenizer must be set to score preference pairs (EvalConfig.preference)")
 
 
 def _task(spec: str, num_fewshot: int, limit: int | None) -> MultipleChoiceTask:
@@ -86,6 +99,30 @@ def _task(spec: str, num_fewshot: int, limit: int | None) -> MultipleChoiceTask:
         return dataclasses.replace(task, limit=limit) if limit is not None else task
     name = spec.rstrip("/").rsplit("/", 1)[-1].split(".", 1)[0]
     return MultipleChoiceTask(name=name, path=spec, num_fewshot=num_fewshot, limit=limit)
+
+
+def _preference(config: EvalConfig, scorer: Scorer) -> dict[str, Any]:
+    """Each preference set's accuracy and margin; DPO's reward against ``preference_reference`` when given."""
+    from marin.chat.template import ChatTokenizer
+    from marin.evaluation.preference import load_pairs, score_preferences
+
+    chat = ChatTokenizer.load(config.chat_tokenizer)
+    reference = None
+    if config.preference_reference:
+        ref_cfg, ref_params, _ = load_model(config.preference_reference, config.model)
+        reference = Scorer(
+            functools.partial(forward, ref_cfg),
+            params=place_params(ref_cfg, ref_params),
+            batch_size=scorer.batch_size,
+            max_len=scorer.max_len,
+            pad_id=scorer.pad_id,
+        )
+    out = {}
+    for name, spec in config.preference.items():
+        pairs = load_pairs(spec, config.max_pairs)
+        out[name] = score_preferences(scorer, chat, pairs, reference=reference, beta=config.preference_beta)
+        logger.info("preference %s: accuracy %.3f over %d pairs", name, out[name]["accuracy"]["value"], len(pairs))
+    return out
 
 
 def evaluate_model(config: EvalConfig) -> dict[str, Any]:
@@ -135,6 +172,8 @@ def evaluate_model(config: EvalConfig) -> dict[str, Any]:
         results["tasks"][task.name] = {**score_task(task, scorer, encode, eos), "config": dataclasses.asdict(task)}
         bar.update()
     bar.close()
+    if config.preference:
+        results["preference"] = _preference(config, scorer)
     if config.lm_eval_tasks:
         from marin.evaluation.harness import run_harness
 

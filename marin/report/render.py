@@ -229,6 +229,24 @@ def evals_section(report: ExperimentReport, links: Links) -> list[str]:
                 lines.append(
                     f"| {name} | {_ci(r['acc'])} | {acc_norm} | {r.get('chance', 0):.2f} | {r.get('items', '–')} |"
                 )
+        lines += preference_lines(s.results.get("preference") or {})
+    return lines
+
+
+def preference_lines(preference: dict) -> list[str]:
+    """The preference eval's table (``results.json`` ``preference``, written by ``marin.evaluation.preference``):
+    how often the model prefers the chosen reply, and DPO's implicit reward when the eval had a reference."""
+    if not preference:
+        return []
+    lines = [
+        "",
+        "| preference set | pairs | accuracy (95% CI) | margin (nats) | reward accuracy (95% CI) | reward margin |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in preference.items():
+        reward = _ci(r["reward_accuracy"]) if r.get("reward_accuracy") else "–"
+        margin = f"{r['reward_margin']:.4f}" if r.get("reward_margin") is not None else "–"
+        lines.append(f"| {name} | {r['pairs']} | {_ci(r['accuracy'])} | {r['mean_margin']:.3f} | {reward} | {margin} |")
     return lines
 
 

@@ -40,6 +40,7 @@ from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_r
 from marin.trainer.model import LlamaConfig, param_axes
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import (
+    LossFn,
     PrecisionPolicy,
     StepConfig,
     TrainState,
@@ -98,12 +99,12 @@ class TrainerConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainLmConfig:
-    """Everything one language-model training run needs; ``output_path`` receives checkpoints and logs."""
+class RunConfig:
+    """What every training run has: where it writes, the model, the trainer and the optimizer; what it
+    minimizes is ``TrainLmConfig``'s data (next-token loss) or an ``Objective`` (post-training)."""
 
     output_path: str
     model: LlamaConfig
-    data: DataConfig
     trainer: TrainerConfig
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
     initialize_from: str | None = None
@@ -113,7 +114,35 @@ class TrainLmConfig:
 
     def __post_init__(self):
         if not self.output_path:
-            raise ValueError("TrainLmConfig.output_path must be set")
+            raise ValueError(f"{type(self).__name__}.output_path must be set")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainLmConfig(RunConfig):
+    """Everything one language-model training run needs; ``output_path`` receives checkpoints and logs."""
+
+    data: DataConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the loop minimizes when it is not next-token loss on ``TrainLmConfig.data`` (``marin.posttrain``).
+
+    The loop's contract is unchanged: batches are a function of the step (so resume is bitwise), hooks
+    run as for pretraining, checkpoints hold the policy's state only."""
+
+    loss_fn: LossFn | None
+    """The loss (``marin.trainer.step.LossFn``); None: next-token loss."""
+    make_batch: Callable[[int], dict]
+    """Step -> that step's host batch: leaves with a leading dimension each microbatch split divides."""
+    tokens_per_step: int
+    """Token positions one step processes (for tokens/s and MFU)."""
+    evaluate: Callable[[Any, Any], dict[str, float]] | None = None
+    """``(params, frozen) -> metrics`` for the eval hook (``eval_every`` and after the last step)."""
+    frozen: Any = None
+    """Parameters the loss reads and never updates (a frozen reference model): host arrays, placed by the loop."""
+    prefetch: int = 2
+    """Batches built ahead of the step on a background thread."""
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -183,7 +212,7 @@ class _MetricsBuffer:
 
 
 def load_or_init(
-    config: TrainLmConfig, optimizer, checkpointer: Checkpointer, shardings: TrainState | None = None
+    config: RunConfig, optimizer, checkpointer: Checkpointer, shardings: TrainState | None = None
 ) -> TrainState:
     """The newest checkpoint's state, else a fresh one; with ``shardings`` every leaf is placed in them
     (whatever mesh wrote the checkpoint)."""
@@ -297,15 +326,42 @@ def _will_run_on_cpu() -> bool:
     return not any(name.startswith(("jax-cuda", "jax-rocm", "jax_cuda", "libtpu")) for name in names)
 
 
-def train(config: TrainLmConfig) -> TrainResult:
+def lm_objective(config: TrainLmConfig, context, shardings: TrainState | None) -> Objective:
+    """Next-token loss on ``config.data``'s mixture, evaluated on its validation sets (pretraining and SFT)."""
+    model, trainer = config.model, config.trainer
+    sources = {name: src.build() for name, src in config.data.train.items()}
+    validation = {name: src.build() for name, src in config.data.validation.items()}
+    batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
+    make_batch, place = batches.batch, lambda batch: batch
+    if context is not None:
+        _check_batches_fit(trainer, batch_shards(context), evaluates=bool(validation))
+
+        def make_batch(step: int) -> dict:  # runs on the prefetch thread: the transfer overlaps the step
+            return shard_batch(context, lambda rows: batches.batch(step, rows), trainer.batch_size)
+
+        def place(batch: dict) -> dict:
+            return shard_batch(context, lambda rows: {k: v[rows] for k, v in batch.items()}, len(batch["input_ids"]))
+
+    eval_step = make_eval_step(
+        model, trainer.precision, context=context, param_shardings=shardings.params if shardings else None
+    )
+    run_eval = (lambda params, _: evaluate(config, eval_step, params, validation, place)) if validation else None
+    return Objective(
+        loss_fn=None,
+        make_batch=make_batch,
+        tokens_per_step=trainer.batch_size * model.seq_len,
+        evaluate=run_eval,
+        prefetch=config.data.prefetch,
+    )
+
+
+def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
+    """Train ``config.model``: on ``TrainLmConfig.data`` by default, or on ``objective`` (post-training)."""
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
     tune_host_allocator()  # before anything below starts JAX's runtime
     distributed.initialize()  # a no-op unless the executor started this step on several hosts
     if jax.default_backend() == "cpu":
         keep_large_buffers_mapped(late=True)  # a no-op if applied above; warns if only now
-    sources = {name: src.build() for name, src in config.data.train.items()}
-    validation = {name: src.build() for name, src in config.data.validation.items()}
-    batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
     optimizer = config.optimizer.build(total, param_axes(model))
     step_cfg = StepConfig(
         num_microbatches=trainer.num_microbatches,
@@ -314,31 +370,46 @@ def train(config: TrainLmConfig) -> TrainResult:
         ema_decay=config.optimizer.ema_decay,
     )
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
-    shardings, make_batch, place = None, batches.batch, lambda batch: batch
+    shardings = None
     if context is not None:
-        _check_batches_fit(trainer, batch_shards(context), evaluates=bool(validation))
         shardings = state_shardings(
             context, model, optimizer, ema=config.optimizer.ema_decay is not None, policy=trainer.precision
         )
-
-        def make_batch(step: int) -> dict:  # runs on the prefetch thread: the transfer overlaps the step
-            return shard_batch(context, lambda rows: batches.batch(step, rows), trainer.batch_size)
-
-        def place(batch: dict) -> dict:
-            return shard_batch(context, lambda rows: {k: v[rows] for k, v in batch.items()}, len(batch["input_ids"]))
-
+    if objective is None:
+        objective = lm_objective(config, context, shardings)
+    elif context is not None and jax.process_count() > 1:
+        raise ValueError("a custom training objective runs on one host for now (its batches are built whole)")
+    with_frozen = objective.frozen is not None
     train_step = make_train_step(
-        model, optimizer, config.optimizer.lr_schedule(total), step_cfg, context=context, shardings=shardings
-    )
-    eval_step = make_eval_step(
-        model, trainer.precision, context=context, param_shardings=shardings.params if shardings else None
+        model,
+        optimizer,
+        config.optimizer.lr_schedule(total),
+        step_cfg,
+        context=context,
+        shardings=shardings,
+        loss_fn=objective.loss_fn,
+        with_frozen=with_frozen,
     )
     checkpointer = Checkpointer(
         join(config.output_path, "checkpoints"), trainer.checkpoint, metadata={"model": result_dict(model)}
     )
     state = load_or_init(config, optimizer, checkpointer, shardings)
-    start = int(state.step)
+    frozen = _place_frozen(objective.frozen, state.params) if with_frozen else None
+    return _run(
+        config, objective, train_step, checkpointer, state, frozen, num_devices=context.mesh.size if context else 1
+    )
 
+
+def _place_frozen(frozen: Any, like: Any) -> Any:
+    """Frozen parameters on the devices, with the live parameters' dtypes and shardings."""
+    sharded = not isinstance(jax.tree.leaves(like)[0].sharding, jax.sharding.SingleDeviceSharding)
+    return jax.tree.map(lambda p, leaf: _as_leaf_like(np.asarray(p), leaf, sharded), frozen, like)
+
+
+def _run(config: RunConfig, objective: Objective, train_step, checkpointer, state, frozen, num_devices: int):
+    """The loop itself: for each step, batch, step, hooks."""
+    model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
+    start = int(state.step)
     tracker = Tracker(
         trainer.tracker,
         config.output_path,
@@ -348,15 +419,15 @@ def train(config: TrainLmConfig) -> TrainResult:
         enabled=distributed.is_primary(),
     )
     peak = trainer.tracker.peak_flops_per_device or peak_flops_per_device()
-    num_devices = context.mesh.size if context else 1
     buffer = _MetricsBuffer(
-        tracker, trainer.batch_size * model.seq_len, model.flops_per_token(), peak * num_devices if peak else None
+        tracker, objective.tokens_per_step, model.flops_per_token(), peak * num_devices if peak else None
     )
     eval_metrics: dict[str, float] = {}
+    step_args = (frozen,) if frozen is not None else ()
 
     def run_eval(step: int) -> None:
         buffer.flush()
-        eval_metrics.update(evaluate(config, eval_step, state.params, validation, place))
+        eval_metrics.update(objective.evaluate(state.params, frozen))
         tracker.log(step, eval_metrics)
         logger.info("step %d: %s", step, {k: round(v, 4) for k, v in eval_metrics.items()})
         buffer.pause()
@@ -369,12 +440,12 @@ def train(config: TrainLmConfig) -> TrainResult:
             buffer.pause()
 
     hooks = [Hook(trainer.log_every, lambda step: buffer.flush()), Hook(1, save_checkpoint)]
-    if validation:
+    if objective.evaluate is not None:
         hooks.append(Hook(trainer.eval_every, run_eval))
-    prefetch = Prefetcher(make_batch, start, total, config.data.prefetch)
+    prefetch = Prefetcher(objective.make_batch, start, total, objective.prefetch)
     try:
         for step in range(start, total):
-            state, metrics = train_step(state, prefetch.get(step))
+            state, metrics = train_step(state, prefetch.get(step), *step_args)
             buffer.add(step, metrics)
             for hook in hooks:
                 if hook.due(step + 1, total):

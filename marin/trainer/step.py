@@ -134,25 +134,34 @@ def state_shardings(
 
 
 def accumulate_gradients(grad_fn, params, batch: dict, num_microbatches: int):
-    """Summed loss, summed target count and summed gradients over sequential microbatches.
+    """Summed values and summed gradients over sequential microbatches.
 
-    ``grad_fn(params, microbatch) -> ((loss_sum, weight), grads)``. Summing (rather than averaging per
-    microbatch) makes the result independent of the split, up to float addition order.
+    ``grad_fn(params, microbatch) -> (sums, grads)``, ``sums`` a tuple such as ``(loss_sum, weight)`` (any
+    pytrees of arrays); returns ``(*sums, grads)``. Summing (rather than averaging per microbatch) makes the
+    result independent of the split, up to float addition order.
     """
     n = num_microbatches
     # [batch, seq] -> [microbatches, batch / microbatches, seq]; on a mesh each microbatch is split over the
     # batch shards (rows of the sharded batch move once per step, so every device works on every microbatch)
     micro = jax.tree.map(lambda x: constrain(x.reshape(n, x.shape[0] // n, *x.shape[1:]), (None, BATCH, SEQ)), batch)
+    first = jax.tree.map(lambda x: x[0], micro)
     if n == 1:
-        (loss_sum, weight), grads = grad_fn(params, jax.tree.map(lambda x: x[0], micro))
-        return loss_sum, weight, grads
+        sums, grads = grad_fn(params, first)
+        return (*sums, grads)
 
     def add_microbatch(carry, mb):
-        (loss_sum, weight), grads = grad_fn(params, mb)
-        return jax.tree.map(jnp.add, carry, (loss_sum, weight, grads)), None
+        return jax.tree.map(jnp.add, carry, grad_fn(params, mb)), None
 
-    zeros = (jnp.zeros(()), jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-    return jax.lax.scan(add_microbatch, zeros, micro)[0]
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, first))
+    sums, grads = jax.lax.scan(add_microbatch, zeros, micro)[0]
+    return (*sums, grads)
+
+
+LossFn = Callable[[Any, dict, Any], tuple[jax.Array, jax.Array, dict[str, jax.Array]]]
+"""A training objective other than next-token loss: ``(params in compute dtype, microbatch, frozen) ->
+(summed loss, summed weight, {metric: summed value})``. The step divides the loss, the gradients and every
+metric by the summed weight (targets for a language model, pairs for DPO), so microbatches add up exactly;
+``frozen`` is the step's third argument (a frozen reference model's parameters), never differentiated."""
 
 
 def make_train_step(
@@ -163,27 +172,34 @@ def make_train_step(
     *,
     context: ShardingContext | None = None,
     shardings: TrainState | None = None,
-) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+    loss_fn: LossFn | None = None,
+    with_frozen: bool = False,
+) -> Callable[..., tuple[TrainState, dict]]:
     """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated.
 
     With ``context`` (and the ``shardings`` of ``state_shardings``) the step runs SPMD on its mesh; the
-    state must already be placed with ``shardings`` and the batch may be host arrays or placed ones."""
+    state must already be placed with ``shardings`` and the batch may be host arrays or placed ones.
+    ``loss_fn`` replaces the next-token loss (``LossFn``); ``with_frozen`` makes the step
+    ``(state, batch, frozen) -> (state, metrics)``, ``frozen`` parameter-shaped and placed like the parameters."""
     if (context is None) != (shardings is None):
         raise ValueError("make_train_step: pass both context and shardings, or neither")
     policy = step_cfg.precision
     axes = param_axes(cfg)
 
-    def loss_fn(params, micro):
-        return next_token_loss(
-            cfg, policy.cast_for_compute(params), micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype
-        )
+    def compute_loss(params, micro, frozen):
+        params = policy.cast_for_compute(params)
+        if loss_fn is not None:
+            loss_sum, weight, sums = loss_fn(params, micro, frozen)
+            return loss_sum, (weight, sums)
+        loss_sum, weight = next_token_loss(cfg, params, micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype)
+        return loss_sum, (weight, {})
 
-    def grad_fn(params, micro):
-        (loss_sum, weight), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, micro)
-        return (loss_sum, weight), _constrain_like_params(grads, axes)
+    def train_step(state: TrainState, batch: dict, frozen: Any = None) -> tuple[TrainState, dict]:
+        def grad_fn(params, micro):
+            (loss_sum, (weight, sums)), grads = jax.value_and_grad(compute_loss, has_aux=True)(params, micro, frozen)
+            return (loss_sum, weight, sums), _constrain_like_params(grads, axes)
 
-    def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        loss_sum, weight, grads = accumulate_gradients(grad_fn, state.params, batch, step_cfg.num_microbatches)
+        loss_sum, weight, sums, grads = accumulate_gradients(grad_fn, state.params, batch, step_cfg.num_microbatches)
         denom = jnp.maximum(weight, 1.0)  # a fully masked batch gives zero gradients, not NaN
         grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -196,17 +212,20 @@ def make_train_step(
             "grad_norm": optax.global_norm(grads),
             "learning_rate": schedule(state.step),
             "tokens": weight,
+            **{name: value / denom for name, value in sums.items()},
         }
         return new_state, metrics
 
+    step = train_step if with_frozen else lambda state, batch: train_step(state, batch)
     if context is None:
-        return jax.jit(train_step, donate_argnums=0)
+        return jax.jit(step, donate_argnums=0)
     # Out shardings equal in shardings: XLA can only reuse a donated buffer for an output of the same
     # sharding. Metrics are scalars, replicated.
+    frozen = (shardings.params,) if with_frozen else ()
     return _jit_sharded(
-        train_step,
+        step,
         context,
-        in_shardings=(shardings, context.sharding((BATCH, SEQ))),
+        in_shardings=(shardings, context.sharding((BATCH, SEQ)), *frozen),
         out_shardings=(shardings, context.sharding(())),
         donate_argnums=0,
     )

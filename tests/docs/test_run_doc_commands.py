@@ -45,6 +45,10 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/python benchmarks/sft_bench.py": (
         "minutes of training at its default sizes; tests/chat/test_sft_bench.py runs the same script at small sizes"
     ),
+    ".venv/bin/python benchmarks/dpo_bench.py": (
+        "minutes of DPO steps in two frameworks, three rounds; its lab peer is the step tests/posttrain trains and "
+        "checks against TRL, its TRL peer the DPOTrainer tests/posttrain/test_trl_parity.py runs"
+    ),
     ".venv/bin/python benchmarks/attention_bench.py --dtype bfloat16 --seqs 4096 8192 16384": (
         "needs a GPU or TPU (seq 16384 on CPU takes hours); the same script runs at default sizes here"
     ),

@@ -70,6 +70,11 @@ def test_results_json_records_the_eval_config(export_dir, eval_inputs, tmp_path,
         "lm_eval_include_path": None,
         "lm_eval_limit": None,
         "lm_eval_num_fewshot": None,
+        "preference": {},
+        "chat_tokenizer": None,
+        "preference_reference": None,
+        "preference_beta": 0.1,
+        "max_pairs": 500,
     }
     assert results["validation"]["held_out"]["documents"] == 3
     # each task with the settings it was actually scored with: JSONL tasks take the config's k-shot,

@@ -57,6 +57,28 @@ def test_instruct_phase_beats_the_base_model_on_held_out_instructions(quickstart
 
 
 @pytest.mark.slow
+def test_preference_phase_raises_the_held_out_preference_over_the_sft_model(quickstart_run):
+    """Mechanics, on verifiable pairs: DPO from the SFT model against itself moves held-out preferences the way
+    the labels point (measured: accuracy 0.935 -> 0.955, margin 8.4 -> 12.8 nats, reward accuracy 0.89)."""
+    paths = quickstart_run["paths"]
+    before, after = (
+        json.loads((Path(paths[key]) / "results.json").read_text())["preference"]["instruction_pairs"]
+        for key in ("preference_eval_sft", "preference_eval_dpo")
+    )
+    assert before["pairs"] == after["pairs"] == 200
+    assert before["reward_accuracy"]["value"] == 0.0  # the SFT model is its own reference: every reward is 0
+    assert after["reward_accuracy"]["value"] > 0.75 and after["reward_margin"] > 0.1, after
+    assert after["mean_margin"] > before["mean_margin"] + 1.0 and after["accuracy"]["value"] >= 0.9, (before, after)
+    metrics = [json.loads(line) for line in (Path(paths["dpo"]) / "metrics.jsonl").read_text().splitlines()]
+    final = [m for m in metrics if "eval/validation/rewards/accuracies" in m][-1]
+    assert final["step"] == 40 and final["eval/validation/pairs"] == 200
+    summary = json.loads((Path(paths["preferences"]) / "summary.json").read_text())
+    assert summary["pairs"] == {"train": 640, "validation": 200} and summary["skipped"] == 0
+    reference = json.loads((Path(paths["reference"]) / "reference.json").read_text())
+    assert reference["checkpoint"] == paths["sft"] and reference["sets"]["train"]["pairs"] == 640
+
+
+@pytest.mark.slow
 def test_chat_command_line_answers_with_the_instruct_model(quickstart_run):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out = subprocess.run(

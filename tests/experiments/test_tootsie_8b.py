@@ -40,6 +40,22 @@ def test_dag_structure_and_phase_chaining():
     assert (phase1.step.resource_config.hosts, phase1.step.resource_config.tpu.slices) == (128, 2)
 
 
+def test_dpo_phase_starts_from_the_instruct_model_on_ultrafeedback():
+    steps = [tootsie_8b.preference[k] for k in ("eval_sft", "eval", "export")]
+    by_name = {s.name: s for s in Executor(prefix="gs://bucket/lab").plan(steps).steps}
+    dpo, sft = by_name["checkpoints/tootsie-8b-dpo"], by_name["checkpoints/tootsie-8b-instruct"]
+    reference = by_name["reference/tootsie-8b-dpo"]
+    assert dpo.inputs["initialize_from"] == sft.output_path and reference in dpo.deps and sft in reference.deps
+    config = dpo.version["config"]
+    assert config["loss"]["type"] == "sigmoid" and config["loss"]["beta"] == 0.01
+    assert config["trainer"]["batch_size"] == 128 and config["trainer"]["num_train_steps"] == 2150
+    assert config["optimizer"]["learning_rate"] == 5e-7 and config["optimizer"]["schedule"] == "linear"
+    downloads = [s for s in by_name.values() if s.name.startswith("raw/ultrafeedback")]
+    assert len(downloads) == 2 and all(s.version["config"]["revision"] == "3949bf5" for s in downloads)
+    evals = [by_name[f"evaluation/preference/tootsie-8b-{n}"] for n in ("instruct", "dpo")]
+    assert all(e.inputs["preference_reference"] == sft.output_path for e in evals)
+
+
 def test_versions_are_stable_across_processes():
     here = {s.identity for s in plan().steps}
     code = (
@@ -65,6 +81,7 @@ def test_dry_run_on_a_laptop_prints_plan_params_and_tokens(tmp_path):
     assert "8.03B parameters" in out.stdout
     assert "phase1" in out.stdout and "T tokens" in out.stdout and "2 x v5litepod 16x16 (128 hosts)" in out.stdout
     assert out.stdout.count("\nrun ") >= 20 and "checkpoints/tootsie-8b-cooldown-" in out.stdout
+    assert "checkpoints/tootsie-8b-dpo-" in out.stdout and "2,150 steps x 128 pairs (UltraFeedback" in out.stdout
     assert not (tmp_path / "lab").exists()
 
 

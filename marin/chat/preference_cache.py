@@ -1,0 +1,289 @@
+"""Pair caches: each preference pair as two documents of the token-cache format.
+
+    build_pair_cache(["prefs/oasst/train/00000.jsonl.gz"], "tokenized/oasst-prefs/train", "<step>/tokenizer")
+    pairs = PairCache.open("tokenized/oasst-prefs/train")
+    chosen, rejected, prompt_len = pairs.pair(0)    # ids of prompt + chosen, of prompt + rejected; shared prompt
+
+Document ``2i`` of the cache is pair ``i``'s prompt followed by its chosen reply, document ``2i + 1`` the same
+prompt followed by its rejected reply; each ends with EOS like every cache document, and the ``.mask`` file
+marks the reply's tokens (its end-of-turn token included): what the DPO loss sums over. The ledger says
+``"preference_pairs": true``; the cache reader, the data browser and the byte layout are the SFT cache's.
+
+Ids are the chat template's, tokenized over the whole conversation (``ChatTokenizer``: special-token strings in
+messages are text), and the prompt is every token before the reply's text begins. That is the prompt TRL's
+``DPOTrainer`` finds (the common prefix of the prompt rendered with the generation header and of the whole
+conversation) whenever the rendered prompt is a prefix of the conversation's ids, as it is with the lab's
+``llama3`` pre-tokenizer (docs/dpo.md says where it is not).
+
+Shards are built like the SFT cache's: shard ``k`` from input file ``k``, data files first and the shard's ledger
+last, finished shards skipped on rerun.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from marin.chat.preference import MalformedPreference, normalize_preference
+from marin.chat.template import ChatTokenizer
+from marin.parallel import run_tasks
+from marin.storage import filesystem, join, read_text, write_atomic
+from marin.storage.records import OnError, ReadStats, read_records
+from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, OFFSET_DTYPE, shard_name, shard_paths, token_dtype
+from marin.tokenize.reader import TokenCache
+from marin.tokenize.special import SpecialStringPolicy, check_policy, counted
+from marin.tokenize.tokenizer import eos_id, fingerprint
+from marin.tokenize.writer import AtomicFile
+
+logger = logging.getLogger(__name__)
+SUM_KEYS = (
+    "num_pairs",
+    "num_documents",
+    "num_tokens",
+    "num_completion_tokens",
+    "special_string_pairs",
+    "dropped_pairs",
+    "skipped_records",
+    "long_pairs",
+)
+
+
+def encode_pairs(chat: ChatTokenizer, pairs: Sequence[dict]) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """``(prompt + chosen ids, prompt + rejected ids, prompt length)`` of normalized pairs, in one tokenizer batch."""
+    conversations = [[*p["prompt"], side[0]] for p in pairs for side in (p["chosen"], p["rejected"])]
+    for conversation in conversations:  # an empty reply has no tokens to prefer (encode_batch's own rule)
+        if not conversation[-1]["content"].strip():
+            raise ValueError("pair: empty reply")
+    encoded = chat._encode_rendered(conversations)
+    out = []
+    for i in range(0, len(encoded), 2):
+        (c_ids, c_offsets, c_spans), (r_ids, r_offsets, r_spans) = encoded[i], encoded[i + 1]
+        c_len = sum(1 for start, _ in c_offsets if start < c_spans[-1][0])
+        r_len = sum(1 for start, _ in r_offsets if start < r_spans[-1][0])
+        if c_len != r_len or c_ids[:c_len] != r_ids[:r_len]:
+            raise ValueError(f"pair {i // 2}: the prompt's ids differ between its chosen and rejected conversations")
+        out.append((np.asarray(c_ids, np.int32), np.asarray(r_ids, np.int32), c_len))
+    return out
+
+
+class PairCache:
+    """Random access to the pairs of a pair cache (a ``TokenCache`` whose documents come in pairs)."""
+
+    def __init__(self, cache: TokenCache):
+        if not cache.ledger.get("preference_pairs"):
+            raise ValueError(f"{cache.url}: not a pair cache (no 'preference_pairs' in its ledger)")
+        self.cache, self.url, self.ledger = cache, cache.url, cache.ledger
+        self.num_pairs = cache.num_documents // 2
+        self._spans: np.ndarray | None = None
+        self._prompts: np.ndarray | None = None
+
+    @classmethod
+    def open(cls, url: str) -> PairCache:
+        return cls(TokenCache.open(url))
+
+    def __len__(self) -> int:
+        return self.num_pairs
+
+    def pair(self, index: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """Ids of prompt + chosen and of prompt + rejected (no EOS), and the prompt's length."""
+        chosen, rejected = self.cache.document(2 * index), self.cache.document(2 * index + 1)
+        start, _ = self.cache.document_span(2 * index)
+        mask = self.cache.read_mask(start, len(chosen))
+        return chosen.astype(np.int32), rejected.astype(np.int32), int(np.argmax(mask)) if mask.any() else len(mask)
+
+    def spans(self) -> np.ndarray:
+        """[num_pairs, 2, 2] global ``[start, end)`` token spans of each side, EOS included (read once)."""
+        if self._spans is None:
+            spans = [self.cache.document_span(i) for i in range(2 * self.num_pairs)]
+            self._spans = np.asarray(spans, np.int64).reshape(-1, 2, 2)
+        return self._spans
+
+    def lengths(self) -> np.ndarray:
+        """[num_pairs, 2] token counts of each side (without EOS)."""
+        spans = self.spans()
+        return spans[:, :, 1] - spans[:, :, 0] - 1
+
+    def prompt_lengths(self) -> np.ndarray:
+        """[num_pairs] prompt token counts (where each chosen side's mask begins; read once)."""
+        if self._prompts is None:
+            self._prompts = np.empty(self.num_pairs, np.int64)
+            for i, (start, end) in enumerate(self.spans()[:, 0]):
+                mask = self.cache.read_mask(int(start), int(end - start))
+                self._prompts[i] = int(np.argmax(mask)) if mask.any() else end - start - 1
+        return self._prompts
+
+
+@dataclasses.dataclass(frozen=True)
+class PairShardJob:
+    index: int
+    source: str
+    cache_url: str
+    tokenizer_dir: str
+    batch_size: int
+    on_error: OnError
+    long_pair_tokens: int
+    special_strings: SpecialStringPolicy = "text"
+
+
+def _pairs(source: str, on_error: OnError, stats: ReadStats):
+    parsed: list = []
+
+    def validate(record: dict) -> str | None:
+        try:
+            parsed.append(normalize_preference(record))
+        except MalformedPreference as e:
+            return str(e)
+        return None
+
+    for _ in read_records(source, on_error=on_error, stats=stats, validate=validate):
+        yield from parsed.pop()
+
+
+def _batches(items, size: int):
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def build_pair_shard(job: PairShardJob) -> dict:
+    """Render and tokenize one file of pairs into one shard (two documents per pair); returns its ledger."""
+    chat = ChatTokenizer.load(job.tokenizer_dir)
+    paths = shard_paths(job.cache_url, shard_name(job.index))
+    dtype, eos = token_dtype(chat.tokenizer.get_vocab_size()), eos_id(chat.tokenizer)
+    stats, lengths, counts = ReadStats(), [], {"special": 0, "dropped": 0, "completion": 0, "long": 0}
+    hashes = {"tokens": hashlib.sha256(), "mask": hashlib.sha256()}
+    pairs = counted(
+        _pairs(job.source, job.on_error, stats),
+        lambda p: bool(chat.special_strings_in_messages([*p["prompt"], *p["chosen"], *p["rejected"]])),
+        counts,
+        job.special_strings,
+    )
+    with AtomicFile(paths["tokens"]) as tokens_out, AtomicFile(paths["mask"]) as mask_out:
+        for batch in _batches(pairs, job.batch_size):
+            for chosen, rejected, prompt_len in encode_pairs(chat, batch):
+                counts["long"] += max(len(chosen), len(rejected)) > job.long_pair_tokens
+                for ids in (chosen, rejected):
+                    mask = (np.arange(len(ids) + 1) >= prompt_len) & (np.arange(len(ids) + 1) < len(ids))
+                    counts["completion"] += int(mask.sum())
+                    lengths.append(len(ids) + 1)
+                    for kind, out, data in (
+                        ("tokens", tokens_out, np.append(ids, eos).astype(dtype).tobytes()),
+                        ("mask", mask_out, mask.astype(np.uint8).tobytes()),
+                    ):
+                        hashes[kind].update(data)
+                        out.write(data)
+    offsets = np.zeros(len(lengths) + 1, dtype=OFFSET_DTYPE)
+    np.cumsum(lengths, out=offsets[1:])
+    write_atomic(paths["offsets"], offsets.tobytes())
+    ledger = {
+        "name": shard_name(job.index),
+        "source": job.source,
+        "tokenizer_fingerprint": fingerprint(chat.tokenizer),
+        "chat_template_sha256": hashlib.sha256(chat.template.encode("utf-8")).hexdigest(),
+        "special_strings": job.special_strings,
+        "dtype": dtype.str,
+        "num_pairs": len(lengths) // 2,
+        "num_documents": len(lengths),
+        "num_tokens": int(offsets[-1]),
+        "num_completion_tokens": counts["completion"],
+        "num_bytes": 0,
+        "tokens_sha256": hashes["tokens"].hexdigest(),
+        "mask_sha256": hashes["mask"].hexdigest(),
+        "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
+        "special_string_pairs": counts["special"],
+        "dropped_pairs": counts["dropped"],
+        "skipped_records": stats.skipped,
+        "long_pairs": counts["long"],
+        "max_pair_tokens": max(lengths, default=1) - 1,
+    }
+    write_atomic(paths["ledger"], json.dumps(ledger, indent=2))
+    return ledger
+
+
+def _shard_is_complete(cache_url: str, job: PairShardJob, identity: dict) -> dict | None:
+    paths = shard_paths(cache_url, shard_name(job.index))
+    try:
+        ledger = json.loads(read_text(paths["ledger"]))
+    except (FileNotFoundError, ValueError):
+        return None
+    if any(ledger.get(k) != v for k, v in identity.items()) or ledger.get("source") != job.source:
+        return None
+    expected = {
+        "tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize,
+        "mask": ledger["num_tokens"],
+        "offsets": (ledger["num_documents"] + 1) * OFFSET_DTYPE.itemsize,
+    }
+    for kind, size in expected.items():
+        fs, path = filesystem(paths[kind])
+        if not fs.exists(path) or fs.size(path) != size:
+            return None
+    return ledger
+
+
+def build_pair_cache(
+    files: Sequence[str],
+    cache_url: str,
+    tokenizer_dir: str,
+    *,
+    num_workers: int = 1,
+    batch_size: int = 256,
+    on_error: OnError = "raise",
+    long_pair_tokens: int = 4096,
+    special_strings: SpecialStringPolicy = "text",
+) -> dict:
+    """Build (or finish) the pair cache at ``cache_url`` from pair ``files`` with the chat tokenizer saved in
+    ``tokenizer_dir``; returns the ledger (written last)."""
+    check_policy("build_pair_cache", special_strings)
+    chat = ChatTokenizer.load(tokenizer_dir)
+    identity = {
+        "tokenizer_fingerprint": fingerprint(chat.tokenizer),
+        "chat_template_sha256": hashlib.sha256(chat.template.encode("utf-8")).hexdigest(),
+        "special_strings": special_strings,
+    }
+    ledgers, jobs = {}, []
+    for index, source in enumerate(files):
+        job = PairShardJob(
+            index, source, cache_url, tokenizer_dir, batch_size, on_error, long_pair_tokens, special_strings
+        )
+        done = _shard_is_complete(cache_url, job, identity)
+        if done is not None:
+            ledgers[index] = done
+        else:
+            jobs.append(job)
+    results = run_tasks(
+        build_pair_shard, [(job,) for job in jobs], use_ray=num_workers > 1, max_workers=num_workers, label="pairs"
+    )
+    for ledger in results:
+        ledgers[int(ledger["name"])] = ledger
+    shards = [ledgers[i] for i in range(len(files))]
+    vocab = chat.tokenizer.get_vocab_size()
+    ledger = {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer_dir,
+        **identity,
+        "loss_mask": True,
+        "preference_pairs": True,
+        "vocab_size": vocab,
+        "dtype": token_dtype(vocab).str,
+        "eos_id": eos_id(chat.tokenizer),
+        **{key: sum(s[key] for s in shards) for key in SUM_KEYS},
+        "num_bytes": 0,
+        "long_pair_tokens": long_pair_tokens,
+        "max_pair_tokens": max((s["max_pair_tokens"] for s in shards), default=0),
+        "shards": shards,
+    }
+    write_atomic(join(cache_url, LEDGER_FILE), json.dumps(ledger, indent=2))
+    logger.info(
+        "%s: %d pairs, %d tokens in %d shards", cache_url, ledger["num_pairs"], ledger["num_tokens"], len(shards)
+    )
+    return ledger

@@ -1,0 +1,178 @@
+"""Preference data steps: pair files of any common shape in, one schema out; then the chat template's ids.
+
+    normalize_preferences(PreferenceDataConfig(input_paths=["raw/oasst1-1a2b/data"], output_path="prefs/oasst",
+                                               validation_fraction=0.02))
+    # prefs/oasst/train/00000.jsonl.gz       {"id", "prompt": [...], "chosen": [...], "rejected": [...]}
+    # prefs/oasst/validation/00000.jsonl.gz  held out by a hash of the prompt: pairs of one prompt stay together
+    # prefs/oasst/summary.json               pairs per split, rows skipped by reason
+
+    tokenize_preferences(PreferenceTokenizeConfig(train_paths=["prefs/oasst/train"], tokenizer=..., output_path=...))
+    # <output>/tokenizer/   the chat tokenizer (template included), as the SFT tokenize step writes it
+    # <output>/train/       pair cache (marin.chat.preference_cache); <output>/validation/ likewise
+
+The shapes and their errors are ``marin.chat.preference``'s. A malformed row stops the step with
+``<file>:<line>: <field>: <what was expected>``; with ``on_error="skip"`` it is counted by reason (its field,
+indices elided) in ``summary.json``. Output file ``k`` comes from input file ``k`` (sorted).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from marin.chat.normalize import SPLITS, is_held_out
+from marin.chat.preference import MalformedPreference, normalize_preference
+from marin.chat.preference_cache import build_pair_cache
+from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
+from marin.parallel import run_tasks
+from marin.storage import join, write_atomic
+from marin.storage.records import OnError, ReadStats, RecordWriter, read_records
+from marin.tokenize.inputs import expand_record_paths
+from marin.tokenize.special import SpecialStringPolicy, check_policy
+from marin.tokenize.tokenizer import load_tokenizer
+from marin.validation import check
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreferenceDataConfig:
+    input_paths: Sequence[str]
+    """Record files, directories or globs of preference rows (any shape ``marin.chat.preference`` reads)."""
+    output_path: str
+    validation_paths: Sequence[str] = ()
+    """Files of an explicit held-out split (all their pairs go to ``validation/``)."""
+    validation_fraction: float = 0.0
+    """Share of prompts held out, chosen by a hash of the prompt (all pairs of a prompt on one side)."""
+    on_error: OnError = "raise"
+    """'raise': a malformed row stops the step naming file, line and field; 'skip': count it and go on."""
+    num_workers: int = 1
+
+    def __post_init__(self):
+        check("PreferenceDataConfig", "input_paths", self.input_paths, lambda v: len(v) > 0, "at least one path")
+        check(
+            "PreferenceDataConfig", "validation_fraction", self.validation_fraction, lambda v: 0 <= v < 1, "in [0, 1)"
+        )
+        check("PreferenceDataConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
+        check("PreferenceDataConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+
+
+def normalize_pair_file(
+    index: int, source: str, output_path: str, split: str | None, fraction: float, on_error: OnError
+) -> dict:
+    """Normalize one input file into ``<split>/<index>.jsonl.gz`` (both splits when ``split`` is None)."""
+    stats, reasons, parsed = ReadStats(), collections.Counter(), []
+
+    def validate(record: dict) -> str | None:
+        try:
+            parsed.append(normalize_preference(record))
+        except MalformedPreference as e:
+            reasons[re.sub(r"\[\d+\]", "[]", str(e).split(":")[0])] += 1
+            return str(e)
+        return None
+
+    splits = (split,) if split else SPLITS
+    writers = {s: RecordWriter(join(output_path, s, f"{index:05d}.jsonl.gz")) for s in splits}
+    counts, rows = collections.Counter(), 0
+    try:
+        for ordinal, _ in enumerate(read_records(source, on_error=on_error, stats=stats, validate=validate)):
+            rows += 1
+            for k, pair in enumerate(parsed.pop()):
+                target = split or ("validation" if is_held_out(pair["prompt"], fraction) else "train")
+                writers[target].write({"id": f"{index:05d}-{ordinal}-{k}", **pair})
+                counts[target] += 1
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    for writer in writers.values():
+        writer.close()
+    return {
+        "source": source,
+        "rows": rows,
+        "pairs": dict(counts),
+        "skipped": stats.skipped,
+        "skip_reasons": dict(reasons),
+    }
+
+
+def normalize_preferences(config: PreferenceDataConfig) -> None:
+    jobs = [(f, None) for f in expand_record_paths(list(config.input_paths))]
+    if config.validation_paths:
+        jobs += [(f, "validation") for f in expand_record_paths(list(config.validation_paths))]
+    args = [
+        (i, f, config.output_path, split, config.validation_fraction, config.on_error)
+        for i, (f, split) in enumerate(jobs)
+    ]
+    files = run_tasks(
+        normalize_pair_file, args, use_ray=config.num_workers > 1, max_workers=config.num_workers, label="pairs"
+    )
+    reasons = collections.Counter()
+    for f in files:
+        reasons.update(f["skip_reasons"])
+    summary = {
+        "pairs": {s: sum(f["pairs"].get(s, 0) for f in files) for s in SPLITS},
+        "rows": sum(f["rows"] for f in files),
+        "skipped": sum(f["skipped"] for f in files),
+        "skip_reasons": dict(sorted(reasons.items())),
+        "files": files,
+    }
+    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
+    logger.info(
+        "normalized %s pairs (%d rows skipped) into %s", summary["pairs"], summary["skipped"], config.output_path
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreferenceTokenizeConfig:
+    train_paths: Sequence[str]
+    """Normalized pair files (a ``normalize_preferences`` step's ``train/``; any shape is read)."""
+    tokenizer: str
+    """A tokenizer.json path/URL, a directory holding one (an SFT step's ``tokenizer/``), or a hub repo id."""
+    output_path: str
+    validation_paths: Sequence[str] = ()
+    template: str = CHAT_TEMPLATE
+    """The chat template (HF convention); the SFT model's, so pairs render as its training conversations did."""
+    model_max_length: int | None = None
+    num_workers: int = 1
+    batch_size: int = 256
+    on_error: OnError = "raise"
+    long_pair_tokens: int = 4096
+    """Pairs whose longer side exceeds this are kept and counted (training truncates at its sequence length)."""
+    special_strings: SpecialStringPolicy = "text"
+    """A pair whose messages hold a special token's string: 'text' encodes it as text (only the template
+    emits control tokens, as for SFT), 'drop' leaves the pair out; both count such pairs."""
+
+    def __post_init__(self):
+        check("PreferenceTokenizeConfig", "train_paths", self.train_paths, lambda v: len(v) > 0, "at least one path")
+        check("PreferenceTokenizeConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+        check_policy("PreferenceTokenizeConfig", self.special_strings)
+
+
+SUMMARY_KEYS = ("num_pairs", "num_tokens", "num_completion_tokens", "special_string_pairs", "dropped_pairs")
+
+
+def tokenize_preferences(config: PreferenceTokenizeConfig) -> None:
+    tokenizer_dir = join(config.output_path, "tokenizer")
+    chat = ChatTokenizer(with_chat_tokens(load_tokenizer(config.tokenizer)), template=config.template)
+    chat.save(tokenizer_dir, model_max_length=config.model_max_length)
+    summary = {"tokenizer": tokenizer_dir, "vocab_size": chat.tokenizer.get_vocab_size()}
+    for split, paths in (("train", config.train_paths), ("validation", config.validation_paths)):
+        if not paths:
+            continue
+        ledger = build_pair_cache(
+            expand_record_paths(list(paths)),
+            join(config.output_path, split),
+            tokenizer_dir,
+            num_workers=config.num_workers,
+            batch_size=config.batch_size,
+            on_error=config.on_error,
+            long_pair_tokens=config.long_pair_tokens,
+            special_strings=config.special_strings,
+        )
+        summary[split] = {k: ledger[k] for k in (*SUMMARY_KEYS, "skipped_records", "long_pairs", "max_pair_tokens")}
+    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
