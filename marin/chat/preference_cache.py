@@ -36,9 +36,9 @@ from marin.storage import filesystem, join, read_text, write_atomic
 from marin.storage.records import OnError, ReadStats, read_records
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, OFFSET_DTYPE, shard_name, shard_paths, token_dtype
 from marin.tokenize.reader import TokenCache
+from marin.tokenize.shards import AtomicFile, batches
 from marin.tokenize.special import SpecialStringPolicy, check_policy, counted
 from marin.tokenize.tokenizer import eos_id, fingerprint
-from marin.tokenize.writer import AtomicFile
 
 logger = logging.getLogger(__name__)
 SUM_KEYS = (
@@ -144,17 +144,6 @@ def _pairs(source: str, on_error: OnError, stats: ReadStats):
         yield from parsed.pop()
 
 
-def _batches(items, size: int):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def build_pair_shard(job: PairShardJob) -> dict:
     """Render and tokenize one file of pairs into one shard (two documents per pair); returns its ledger."""
     chat = ChatTokenizer.load(job.tokenizer_dir)
@@ -169,7 +158,7 @@ def build_pair_shard(job: PairShardJob) -> dict:
         job.special_strings,
     )
     with AtomicFile(paths["tokens"]) as tokens_out, AtomicFile(paths["mask"]) as mask_out:
-        for batch in _batches(pairs, job.batch_size):
+        for batch in batches(pairs, job.batch_size):
             for chosen, rejected, prompt_len in encode_pairs(chat, batch):
                 counts["long"] += max(len(chosen), len(rejected)) > job.long_pair_tokens
                 for ids in (chosen, rejected):

@@ -340,7 +340,7 @@ def test_quickstart_experiment_page_shows_every_step_successful(quickstart_run, 
         page.goto(f"http://127.0.0.1:{port}/")
         page.click("a.experiment:text-matches('^quickstart-')")
         nodes = page.locator("svg.dag g.node")
-        steps = len(quickstart_run["steps"])  # 30 since the quickstart's preference phase (issue 37)
+        steps = len(quickstart_run["steps"])  # 33 since the preference (issue 37) and RL (issue 38) phases
         assert nodes.count() == steps
         assert {nodes.nth(i).get_attribute("data-state") for i in range(steps)} == {"SUCCESS"}
         shot(page, "quickstart_experiment")
