@@ -32,7 +32,7 @@ from marin.chat.schema import MalformedConversation, normalize_record
 from marin.chat.template import ChatTokenizer
 from marin.parallel import run_tasks
 from marin.storage import join, write_atomic
-from marin.storage.records import OnError, ReadStats, read_records
+from marin.storage.records import OnError, read_parsed
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
 from marin.tokenize.shards import ShardSpec, ShardWriter, batches, cache_totals, plan_shards
 from marin.tokenize.special import SpecialStringPolicy, check_policy
@@ -48,27 +48,15 @@ class SftShardJob:
     batch_size: int
 
 
-def _conversations(source: str, on_error: OnError, stats: ReadStats):
-    parsed: list = []
-
-    def validate(record: dict) -> str | None:
-        try:
-            parsed.append(normalize_record(record))
-        except MalformedConversation as e:
-            return str(e)
-        return None
-
-    for _ in read_records(source, on_error=on_error, stats=stats, validate=validate):
-        yield parsed.pop()
-
-
 def build_sft_shard(job: SftShardJob) -> dict:
     """Render and tokenize one file of conversations into one shard with its mask; returns its ledger."""
     chat = ChatTokenizer.load(job.tokenizer_dir)
     shard = ShardWriter(job.shard, token_dtype(chat.tokenizer.get_vocab_size()), streams=("tokens", "mask"))
     eos, masked = eos_id(chat.tokenizer), 0
     conversations = shard.admit(
-        _conversations(job.shard.source, job.shard.on_error, shard.stats),
+        read_parsed(
+            job.shard.source, normalize_record, MalformedConversation, on_error=job.shard.on_error, stats=shard.stats
+        ),
         lambda messages: bool(chat.special_strings_in_messages(messages)),
     )
     with shard:

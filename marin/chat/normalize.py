@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from marin.chat.schema import MalformedConversation, normalize_record
 from marin.parallel import run_tasks
 from marin.storage import join, write_atomic
-from marin.storage.records import OnError, ReadStats, RecordWriter, read_records
+from marin.storage.records import OnError, ReadStats, RecordWriter, read_parsed
 from marin.tokenize.inputs import expand_record_paths
 from marin.validation import check
 
@@ -62,40 +62,51 @@ def is_held_out(messages: list[dict], fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
-def normalize_file(
-    index: int, source: str, output_path: str, split: str | None, fraction: float, on_error: OnError
+def split_file(
+    index: int,
+    source: str,
+    output_path: str,
+    split: str | None,
+    fraction: float,
+    on_error: OnError,
+    *,
+    parse: Callable[[dict], dict | list[dict]],
+    errors: type[Exception],
+    held_out_by: str,
+    noun: str,
 ) -> dict:
-    """Normalize one input file into ``<split>/<index>.jsonl.gz`` (both splits when ``split`` is None)."""
-    stats, reasons = ReadStats(), collections.Counter()
-    parsed: list = []
+    """Normalize one input file into ``<split>/<index>.jsonl.gz`` (both splits when ``split`` is None).
 
-    def validate(record: dict) -> str | None:
-        try:
-            parsed.append(normalize_record(record))
-        except MalformedConversation as e:
-            reasons[re.sub(r"\[\d+\]", "[]", str(e).split(":")[0])] += 1  # by field, not index
-            return str(e)
-        return None
-
+    ``parse`` turns a row into one record (id ``<index>-<row>``) or a list of them (ids ``<index>-<row>-<k>``);
+    a record is held out by a hash of its ``held_out_by`` field. The chat and preference steps share this;
+    ``noun`` names what they count (``conversations``, ``pairs``)."""
+    stats, reasons, counts, rows = ReadStats(), collections.Counter(), collections.Counter(), 0
     splits = (split,) if split else SPLITS
     writers = {s: RecordWriter(join(output_path, s, f"{index:05d}.jsonl.gz")) for s in splits}
-    counts = collections.Counter()
     try:
-        for ordinal, _ in enumerate(read_records(source, on_error=on_error, stats=stats, validate=validate)):
-            messages = parsed.pop()
-            target = split or ("validation" if is_held_out(messages, fraction) else "train")
-            writers[target].write({"id": f"{index:05d}-{ordinal}", "messages": messages})
-            counts[target] += 1
+        parsed = read_parsed(source, parse, errors, on_error=on_error, stats=stats, reasons=reasons)
+        for ordinal, records in enumerate(parsed):
+            rows += 1
+            single = isinstance(records, dict)
+            for k, record in enumerate([records] if single else records):
+                target = split or ("validation" if is_held_out(record[held_out_by], fraction) else "train")
+                record_id = f"{index:05d}-{ordinal}" if single else f"{index:05d}-{ordinal}-{k}"
+                writers[target].write({"id": record_id, **record})
+                counts[target] += 1
     except BaseException:
         for writer in writers.values():
             writer.abort()
         raise
     for writer in writers.values():
         writer.close()
-    return {"source": source, "conversations": dict(counts), "skipped": stats.skipped, "skip_reasons": dict(reasons)}
+    return {"source": source, "rows": rows, noun: dict(counts), "skipped": stats.skipped, "skip_reasons": dict(reasons)}
 
 
-def normalize_chat(config: ChatDataConfig) -> None:
+def split_files(config, *, noun: str, **how) -> dict:
+    """``split_file`` over ``config``'s input and validation files (``how``: its ``parse``, ``errors`` and
+    ``held_out_by``), then write and return ``summary.json``: ``noun`` per split, rows read, rows skipped by
+    reason, and each file's counts."""
+    fn = functools.partial(split_file, noun=noun, **how)
     jobs = [(f, None) for f in expand_record_paths(list(config.input_paths))]
     if config.validation_paths:
         jobs += [(f, "validation") for f in expand_record_paths(list(config.validation_paths))]
@@ -103,22 +114,27 @@ def normalize_chat(config: ChatDataConfig) -> None:
         (i, f, config.output_path, split, config.validation_fraction, config.on_error)
         for i, (f, split) in enumerate(jobs)
     ]
-    files = run_tasks(
-        normalize_file, args, use_ray=config.num_workers > 1, max_workers=config.num_workers, label="normalize chat"
-    )
+    files = run_tasks(fn, args, use_ray=config.num_workers > 1, max_workers=config.num_workers, label=noun)
     reasons = collections.Counter()
     for f in files:
         reasons.update(f["skip_reasons"])
     summary = {
-        "conversations": {s: sum(f["conversations"].get(s, 0) for f in files) for s in SPLITS},
+        noun: {s: sum(f[noun].get(s, 0) for f in files) for s in SPLITS},
+        "rows": sum(f["rows"] for f in files),
         "skipped": sum(f["skipped"] for f in files),
         "skip_reasons": dict(sorted(reasons.items())),
         "files": files,
     }
     write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
     logger.info(
-        "normalized %s conversations (%d skipped) into %s",
-        summary["conversations"],
-        summary["skipped"],
-        config.output_path,
+        "normalized %s %s (%d rows skipped) into %s", summary[noun], noun, summary["skipped"], config.output_path
     )
+    return summary
+
+
+def _conversation(record: dict) -> dict:
+    return {"messages": normalize_record(record)}
+
+
+def normalize_chat(config: ChatDataConfig) -> None:
+    split_files(config, noun="conversations", parse=_conversation, errors=MalformedConversation, held_out_by="messages")

@@ -32,25 +32,17 @@ import numpy as np
 from marin.chat.preference import MalformedPreference, normalize_preference
 from marin.chat.template import ChatTokenizer
 from marin.parallel import run_tasks
-from marin.storage import filesystem, join, read_text, write_atomic
-from marin.storage.records import OnError, ReadStats, read_records
-from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, OFFSET_DTYPE, shard_name, shard_paths, token_dtype
+from marin.storage import join, write_atomic
+from marin.storage.records import OnError, read_parsed
+from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
 from marin.tokenize.reader import TokenCache
-from marin.tokenize.shards import AtomicFile, batches
-from marin.tokenize.special import SpecialStringPolicy, check_policy, counted
+from marin.tokenize.shards import ShardSpec, ShardWriter, batches, cache_totals, plan_shards
+from marin.tokenize.special import SpecialStringPolicy, check_policy
 from marin.tokenize.tokenizer import eos_id, fingerprint
 
 logger = logging.getLogger(__name__)
-SUM_KEYS = (
-    "num_pairs",
-    "num_documents",
-    "num_tokens",
-    "num_completion_tokens",
-    "special_string_pairs",
-    "dropped_pairs",
-    "skipped_records",
-    "long_pairs",
-)
+PAIR_TOTALS = ("num_pairs", "num_completion_tokens", "special_string_pairs", "dropped_pairs", "long_pairs")
+"""Pair counts a pair cache's ledger sums over its shards, beside ``marin.tokenize.shards.TOTALS``."""
 
 
 def encode_pairs(chat: ChatTokenizer, pairs: Sequence[dict]) -> list[tuple[np.ndarray, np.ndarray, int]]:
@@ -120,103 +112,49 @@ class PairCache:
 
 @dataclasses.dataclass(frozen=True)
 class PairShardJob:
-    index: int
-    source: str
-    cache_url: str
+    shard: ShardSpec
     tokenizer_dir: str
     batch_size: int
-    on_error: OnError
-    long_pair_tokens: int
-    special_strings: SpecialStringPolicy = "text"
 
 
-def _pairs(source: str, on_error: OnError, stats: ReadStats):
-    parsed: list = []
-
-    def validate(record: dict) -> str | None:
-        try:
-            parsed.append(normalize_preference(record))
-        except MalformedPreference as e:
-            return str(e)
-        return None
-
-    for _ in read_records(source, on_error=on_error, stats=stats, validate=validate):
-        yield from parsed.pop()
+def _template_sha(chat: ChatTokenizer) -> str:
+    return hashlib.sha256(chat.template.encode("utf-8")).hexdigest()
 
 
 def build_pair_shard(job: PairShardJob) -> dict:
     """Render and tokenize one file of pairs into one shard (two documents per pair); returns its ledger."""
     chat = ChatTokenizer.load(job.tokenizer_dir)
-    paths = shard_paths(job.cache_url, shard_name(job.index))
-    dtype, eos = token_dtype(chat.tokenizer.get_vocab_size()), eos_id(chat.tokenizer)
-    stats, lengths, counts = ReadStats(), [], {"special": 0, "dropped": 0, "completion": 0, "long": 0}
-    hashes = {"tokens": hashlib.sha256(), "mask": hashlib.sha256()}
-    pairs = counted(
-        _pairs(job.source, job.on_error, stats),
-        lambda p: bool(chat.special_strings_in_messages([*p["prompt"], *p["chosen"], *p["rejected"]])),
-        counts,
-        job.special_strings,
+    shard = ShardWriter(job.shard, token_dtype(chat.tokenizer.get_vocab_size()), streams=("tokens", "mask"))
+    eos, counts = eos_id(chat.tokenizer), {"pairs": 0, "completion": 0, "long": 0, "longest": 0}
+    rows = read_parsed(
+        job.shard.source, normalize_preference, MalformedPreference, on_error=job.shard.on_error, stats=shard.stats
     )
-    with AtomicFile(paths["tokens"]) as tokens_out, AtomicFile(paths["mask"]) as mask_out:
+    pairs = shard.admit(
+        (pair for row in rows for pair in row),
+        lambda p: bool(chat.special_strings_in_messages([*p["prompt"], *p["chosen"], *p["rejected"]])),
+    )
+    with shard:
         for batch in batches(pairs, job.batch_size):
             for chosen, rejected, prompt_len in encode_pairs(chat, batch):
-                counts["long"] += max(len(chosen), len(rejected)) > job.long_pair_tokens
+                longest = max(len(chosen), len(rejected))
+                counts["pairs"] += 1
+                counts["long"] += longest > job.shard.long_document_tokens
+                counts["longest"] = max(counts["longest"], longest)
                 for ids in (chosen, rejected):
-                    mask = (np.arange(len(ids) + 1) >= prompt_len) & (np.arange(len(ids) + 1) < len(ids))
+                    positions = np.arange(len(ids) + 1)
+                    mask = (positions >= prompt_len) & (positions < len(ids))
                     counts["completion"] += int(mask.sum())
-                    lengths.append(len(ids) + 1)
-                    for kind, out, data in (
-                        ("tokens", tokens_out, np.append(ids, eos).astype(dtype).tobytes()),
-                        ("mask", mask_out, mask.astype(np.uint8).tobytes()),
-                    ):
-                        hashes[kind].update(data)
-                        out.write(data)
-    offsets = np.zeros(len(lengths) + 1, dtype=OFFSET_DTYPE)
-    np.cumsum(lengths, out=offsets[1:])
-    write_atomic(paths["offsets"], offsets.tobytes())
-    ledger = {
-        "name": shard_name(job.index),
-        "source": job.source,
-        "tokenizer_fingerprint": fingerprint(chat.tokenizer),
-        "chat_template_sha256": hashlib.sha256(chat.template.encode("utf-8")).hexdigest(),
-        "special_strings": job.special_strings,
-        "dtype": dtype.str,
-        "num_pairs": len(lengths) // 2,
-        "num_documents": len(lengths),
-        "num_tokens": int(offsets[-1]),
-        "num_completion_tokens": counts["completion"],
-        "num_bytes": 0,
-        "tokens_sha256": hashes["tokens"].hexdigest(),
-        "mask_sha256": hashes["mask"].hexdigest(),
-        "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
-        "special_string_pairs": counts["special"],
-        "dropped_pairs": counts["dropped"],
-        "skipped_records": stats.skipped,
-        "long_pairs": counts["long"],
-        "max_pair_tokens": max(lengths, default=1) - 1,
-    }
-    write_atomic(paths["ledger"], json.dumps(ledger, indent=2))
-    return ledger
-
-
-def _shard_is_complete(cache_url: str, job: PairShardJob, identity: dict) -> dict | None:
-    paths = shard_paths(cache_url, shard_name(job.index))
-    try:
-        ledger = json.loads(read_text(paths["ledger"]))
-    except (FileNotFoundError, ValueError):
-        return None
-    if any(ledger.get(k) != v for k, v in identity.items()) or ledger.get("source") != job.source:
-        return None
-    expected = {
-        "tokens": ledger["num_tokens"] * np.dtype(ledger["dtype"]).itemsize,
-        "mask": ledger["num_tokens"],
-        "offsets": (ledger["num_documents"] + 1) * OFFSET_DTYPE.itemsize,
-    }
-    for kind, size in expected.items():
-        fs, path = filesystem(paths[kind])
-        if not fs.exists(path) or fs.size(path) != size:
-            return None
-    return ledger
+                    shard.add(tokens=np.append(ids, eos).astype(shard.dtype), mask=mask.astype(np.uint8))
+    return shard.finish(
+        tokenizer_fingerprint=fingerprint(chat.tokenizer),
+        chat_template_sha256=_template_sha(chat),
+        num_pairs=counts["pairs"],
+        num_completion_tokens=counts["completion"],
+        special_string_pairs=shard.counts["special"],
+        dropped_pairs=shard.counts["dropped"],
+        long_pairs=counts["long"],
+        max_pair_tokens=counts["longest"],
+    )
 
 
 def build_pair_cache(
@@ -234,23 +172,22 @@ def build_pair_cache(
     ``tokenizer_dir``; returns the ledger (written last)."""
     check_policy("build_pair_cache", special_strings)
     chat = ChatTokenizer.load(tokenizer_dir)
-    identity = {
-        "tokenizer_fingerprint": fingerprint(chat.tokenizer),
-        "chat_template_sha256": hashlib.sha256(chat.template.encode("utf-8")).hexdigest(),
-        "special_strings": special_strings,
-    }
-    ledgers, jobs = {}, []
-    for index, source in enumerate(files):
-        job = PairShardJob(
-            index, source, cache_url, tokenizer_dir, batch_size, on_error, long_pair_tokens, special_strings
-        )
-        done = _shard_is_complete(cache_url, job, identity)
-        if done is not None:
-            ledgers[index] = done
-        else:
-            jobs.append(job)
+    identity = {"tokenizer_fingerprint": fingerprint(chat.tokenizer), "chat_template_sha256": _template_sha(chat)}
+    ledgers, todo = plan_shards(
+        files,
+        cache_url,
+        identity,
+        streams=("tokens", "mask"),
+        on_error=on_error,
+        long_document_tokens=long_pair_tokens,
+        special_strings=special_strings,
+    )
     results = run_tasks(
-        build_pair_shard, [(job,) for job in jobs], use_ray=num_workers > 1, max_workers=num_workers, label="pairs"
+        build_pair_shard,
+        [(PairShardJob(spec, tokenizer_dir, batch_size),) for spec in todo],
+        use_ray=num_workers > 1,
+        max_workers=num_workers,
+        label="pairs",
     )
     for ledger in results:
         ledgers[int(ledger["name"])] = ledger
@@ -260,13 +197,13 @@ def build_pair_cache(
         "format_version": FORMAT_VERSION,
         "tokenizer": tokenizer_dir,
         **identity,
+        "special_strings": special_strings,
         "loss_mask": True,
         "preference_pairs": True,
         "vocab_size": vocab,
         "dtype": token_dtype(vocab).str,
         "eos_id": eos_id(chat.tokenizer),
-        **{key: sum(s[key] for s in shards) for key in SUM_KEYS},
-        "num_bytes": 0,
+        **cache_totals(shards, extra=PAIR_TOTALS),
         "long_pair_tokens": long_pair_tokens,
         "max_pair_tokens": max((s["max_pair_tokens"] for s in shards), default=0),
         "shards": shards,

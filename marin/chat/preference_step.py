@@ -17,20 +17,17 @@ indices elided) in ``summary.json``. Output file ``k`` comes from input file ``k
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
-import re
 from collections.abc import Sequence
 
-from marin.chat.normalize import SPLITS, is_held_out
+from marin.chat.normalize import split_files
 from marin.chat.preference import MalformedPreference, normalize_preference
 from marin.chat.preference_cache import build_pair_cache
 from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
-from marin.parallel import run_tasks
 from marin.storage import join, write_atomic
-from marin.storage.records import OnError, ReadStats, RecordWriter, read_records
+from marin.storage.records import OnError
 from marin.tokenize.inputs import expand_record_paths
 from marin.tokenize.special import SpecialStringPolicy, check_policy
 from marin.tokenize.tokenizer import load_tokenizer
@@ -61,70 +58,8 @@ class PreferenceDataConfig:
         check("PreferenceDataConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
 
 
-def normalize_pair_file(
-    index: int, source: str, output_path: str, split: str | None, fraction: float, on_error: OnError
-) -> dict:
-    """Normalize one input file into ``<split>/<index>.jsonl.gz`` (both splits when ``split`` is None)."""
-    stats, reasons, parsed = ReadStats(), collections.Counter(), []
-
-    def validate(record: dict) -> str | None:
-        try:
-            parsed.append(normalize_preference(record))
-        except MalformedPreference as e:
-            reasons[re.sub(r"\[\d+\]", "[]", str(e).split(":")[0])] += 1
-            return str(e)
-        return None
-
-    splits = (split,) if split else SPLITS
-    writers = {s: RecordWriter(join(output_path, s, f"{index:05d}.jsonl.gz")) for s in splits}
-    counts, rows = collections.Counter(), 0
-    try:
-        for ordinal, _ in enumerate(read_records(source, on_error=on_error, stats=stats, validate=validate)):
-            rows += 1
-            for k, pair in enumerate(parsed.pop()):
-                target = split or ("validation" if is_held_out(pair["prompt"], fraction) else "train")
-                writers[target].write({"id": f"{index:05d}-{ordinal}-{k}", **pair})
-                counts[target] += 1
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        raise
-    for writer in writers.values():
-        writer.close()
-    return {
-        "source": source,
-        "rows": rows,
-        "pairs": dict(counts),
-        "skipped": stats.skipped,
-        "skip_reasons": dict(reasons),
-    }
-
-
 def normalize_preferences(config: PreferenceDataConfig) -> None:
-    jobs = [(f, None) for f in expand_record_paths(list(config.input_paths))]
-    if config.validation_paths:
-        jobs += [(f, "validation") for f in expand_record_paths(list(config.validation_paths))]
-    args = [
-        (i, f, config.output_path, split, config.validation_fraction, config.on_error)
-        for i, (f, split) in enumerate(jobs)
-    ]
-    files = run_tasks(
-        normalize_pair_file, args, use_ray=config.num_workers > 1, max_workers=config.num_workers, label="pairs"
-    )
-    reasons = collections.Counter()
-    for f in files:
-        reasons.update(f["skip_reasons"])
-    summary = {
-        "pairs": {s: sum(f["pairs"].get(s, 0) for f in files) for s in SPLITS},
-        "rows": sum(f["rows"] for f in files),
-        "skipped": sum(f["skipped"] for f in files),
-        "skip_reasons": dict(sorted(reasons.items())),
-        "files": files,
-    }
-    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
-    logger.info(
-        "normalized %s pairs (%d rows skipped) into %s", summary["pairs"], summary["skipped"], config.output_path
-    )
+    split_files(config, noun="pairs", parse=normalize_preference, errors=MalformedPreference, held_out_by="prompt")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ Every data step reads and writes documents through this module, so the rules liv
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import gzip
 import io
@@ -36,6 +37,7 @@ import json
 import logging
 import math
 import os
+import re
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -213,6 +215,33 @@ def read_records(
         yield record
     if stats.skipped > skipped_before:
         logger.warning("%s: skipped %d malformed records", url, stats.skipped - skipped_before)
+
+
+def read_parsed(
+    url: str,
+    parse: Callable[[dict], Any],
+    errors: type[Exception] | tuple[type[Exception], ...],
+    *,
+    on_error: OnError = "raise",
+    stats: ReadStats | None = None,
+    reasons: collections.Counter | None = None,
+) -> Iterator[Any]:
+    """``parse(record)`` of each record of ``url``. A record whose ``parse`` raises one of ``errors`` is malformed
+    like any other (``RecordError`` naming file, line and the message; or counted and skipped); ``reasons``, if
+    given, counts the skips by the message's field (before its first ``:``, list indices elided)."""
+    parsed: list = []
+
+    def validate(record: dict) -> str | None:
+        try:
+            parsed.append(parse(record))
+        except errors as e:
+            if reasons is not None:
+                reasons[re.sub(r"\[\d+\]", "[]", str(e).split(":")[0])] += 1
+            return str(e)
+        return None
+
+    for _ in read_records(url, on_error=on_error, stats=stats, validate=validate):
+        yield parsed.pop()
 
 
 def _text_is_string(record: dict) -> str | None:
