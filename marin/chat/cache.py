@@ -21,7 +21,6 @@ shards verified by size and skipped on rerun.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -36,7 +35,7 @@ from marin.storage.records import OnError, read_parsed
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
 from marin.tokenize.shards import ShardSpec, ShardWriter, batches, cache_totals, plan_shards
 from marin.tokenize.special import SpecialStringPolicy, check_policy
-from marin.tokenize.tokenizer import eos_id, fingerprint
+from marin.tokenize.tokenizer import eos_id
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +65,9 @@ def build_sft_shard(job: SftShardJob) -> dict:
                 shard.add(tokens=np.append(ids, eos).astype(shard.dtype), mask=mask)
                 masked += int(mask.sum())
     return shard.finish(
-        tokenizer_fingerprint=fingerprint(chat.tokenizer),
-        chat_template_sha256=_template_sha(chat),
+        **chat.identity(),
         num_masked_tokens=masked,
     )
-
-
-def _template_sha(chat: ChatTokenizer) -> str:
-    return hashlib.sha256(chat.template.encode("utf-8")).hexdigest()
 
 
 def build_sft_cache(
@@ -91,7 +85,7 @@ def build_sft_cache(
     saved in ``tokenizer_dir``; returns the ledger (written last)."""
     check_policy("build_sft_cache", special_strings)
     chat = ChatTokenizer.load(tokenizer_dir)
-    identity = {"tokenizer_fingerprint": fingerprint(chat.tokenizer), "chat_template_sha256": _template_sha(chat)}
+    identity = chat.identity()
     ledgers, todo = plan_shards(
         files,
         cache_url,

@@ -22,7 +22,6 @@ last, finished shards skipped on rerun.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
 from marin.tokenize.reader import TokenCache
 from marin.tokenize.shards import ShardSpec, ShardWriter, batches, cache_totals, plan_shards
 from marin.tokenize.special import SpecialStringPolicy, check_policy
-from marin.tokenize.tokenizer import eos_id, fingerprint
+from marin.tokenize.tokenizer import eos_id
 
 logger = logging.getLogger(__name__)
 PAIR_TOTALS = ("num_pairs", "num_completion_tokens", "special_string_pairs", "dropped_pairs", "long_pairs")
@@ -117,10 +116,6 @@ class PairShardJob:
     batch_size: int
 
 
-def _template_sha(chat: ChatTokenizer) -> str:
-    return hashlib.sha256(chat.template.encode("utf-8")).hexdigest()
-
-
 def build_pair_shard(job: PairShardJob) -> dict:
     """Render and tokenize one file of pairs into one shard (two documents per pair); returns its ledger."""
     chat = ChatTokenizer.load(job.tokenizer_dir)
@@ -146,8 +141,7 @@ def build_pair_shard(job: PairShardJob) -> dict:
                     counts["completion"] += int(mask.sum())
                     shard.add(tokens=np.append(ids, eos).astype(shard.dtype), mask=mask.astype(np.uint8))
     return shard.finish(
-        tokenizer_fingerprint=fingerprint(chat.tokenizer),
-        chat_template_sha256=_template_sha(chat),
+        **chat.identity(),
         num_pairs=counts["pairs"],
         num_completion_tokens=counts["completion"],
         special_string_pairs=shard.counts["special"],
@@ -172,7 +166,7 @@ def build_pair_cache(
     ``tokenizer_dir``; returns the ledger (written last)."""
     check_policy("build_pair_cache", special_strings)
     chat = ChatTokenizer.load(tokenizer_dir)
-    identity = {"tokenizer_fingerprint": fingerprint(chat.tokenizer), "chat_template_sha256": _template_sha(chat)}
+    identity = chat.identity()
     ledgers, todo = plan_shards(
         files,
         cache_url,

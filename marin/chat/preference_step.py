@@ -18,19 +18,18 @@ indices elided) in ``summary.json``. Output file ``k`` comes from input file ``k
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import logging
 from collections.abc import Sequence
 
 from marin.chat.normalize import split_files
 from marin.chat.preference import MalformedPreference, normalize_preference
-from marin.chat.preference_cache import build_pair_cache
-from marin.chat.template import CHAT_TEMPLATE, ChatTokenizer, with_chat_tokens
-from marin.storage import join, write_atomic
+from marin.chat.preference_cache import PAIR_TOTALS, build_pair_cache
+from marin.chat.step import save_chat_tokenizer
+from marin.chat.template import CHAT_TEMPLATE
 from marin.storage.records import OnError
-from marin.tokenize.inputs import expand_record_paths
 from marin.tokenize.special import SpecialStringPolicy, check_policy
-from marin.tokenize.tokenizer import load_tokenizer
+from marin.tokenize.step import build_split_caches
 from marin.validation import check
 
 logger = logging.getLogger(__name__)
@@ -88,26 +87,21 @@ class PreferenceTokenizeConfig:
         check_policy("PreferenceTokenizeConfig", self.special_strings)
 
 
-SUMMARY_KEYS = ("num_pairs", "num_tokens", "num_completion_tokens", "special_string_pairs", "dropped_pairs")
-
-
 def tokenize_preferences(config: PreferenceTokenizeConfig) -> None:
-    tokenizer_dir = join(config.output_path, "tokenizer")
-    chat = ChatTokenizer(with_chat_tokens(load_tokenizer(config.tokenizer)), template=config.template)
-    chat.save(tokenizer_dir, model_max_length=config.model_max_length)
-    summary = {"tokenizer": tokenizer_dir, "vocab_size": chat.tokenizer.get_vocab_size()}
-    for split, paths in (("train", config.train_paths), ("validation", config.validation_paths)):
-        if not paths:
-            continue
-        ledger = build_pair_cache(
-            expand_record_paths(list(paths)),
-            join(config.output_path, split),
-            tokenizer_dir,
-            num_workers=config.num_workers,
-            batch_size=config.batch_size,
-            on_error=config.on_error,
-            long_pair_tokens=config.long_pair_tokens,
-            special_strings=config.special_strings,
-        )
-        summary[split] = {k: ledger[k] for k in (*SUMMARY_KEYS, "skipped_records", "long_pairs", "max_pair_tokens")}
-    write_atomic(join(config.output_path, "summary.json"), json.dumps(summary, indent=2))
+    tokenizer_dir, chat = save_chat_tokenizer(config)
+    build = functools.partial(
+        build_pair_cache,
+        tokenizer_dir=tokenizer_dir,
+        num_workers=config.num_workers,
+        batch_size=config.batch_size,
+        on_error=config.on_error,
+        long_pair_tokens=config.long_pair_tokens,
+        special_strings=config.special_strings,
+    )
+    build_split_caches(
+        config.output_path,
+        {"train": config.train_paths, "validation": config.validation_paths},
+        build,
+        summary={"tokenizer": tokenizer_dir, "vocab_size": chat.tokenizer.get_vocab_size()},
+        extra_keys=(*PAIR_TOTALS, "max_pair_tokens"),
+    )

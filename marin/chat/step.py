@@ -68,10 +68,17 @@ class SftTokenizeConfig:
         check_policy("SftTokenizeConfig", self.special_strings)
 
 
-def tokenize_chat(config: SftTokenizeConfig) -> None:
+def save_chat_tokenizer(config) -> tuple[str, ChatTokenizer]:
+    """The chat tokenizer of a chat tokenize ``config`` (SFT or preference: its ``tokenizer`` with the chat tokens,
+    its ``template``) saved under ``<output_path>/tokenizer/``, where training and serving read it."""
     tokenizer_dir = join(config.output_path, TOKENIZER_DIR)
     chat = ChatTokenizer(with_chat_tokens(load_tokenizer(config.tokenizer)), template=config.template)
     chat.save(tokenizer_dir, model_max_length=config.model_max_length)
+    return tokenizer_dir, chat
+
+
+def tokenize_chat(config: SftTokenizeConfig) -> None:
+    tokenizer_dir, chat = save_chat_tokenizer(config)
     build = functools.partial(
         build_sft_cache,
         tokenizer_dir=tokenizer_dir,

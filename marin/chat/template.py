@@ -26,6 +26,7 @@ exactly the whole-text ids. ``special_strings_in_messages`` tells the chat cache
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -36,6 +37,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer
 
 from marin.tokenize.special import special_strings, special_strings_in, text_encoder
+from marin.tokenize.tokenizer import fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +132,14 @@ class ChatTokenizer:
         self._special_pattern = (
             re.compile("|".join(map(re.escape, self.special_strings))) if self.special_strings else None
         )
+
+    def identity(self) -> dict[str, str]:
+        """What a cache rendered with this tokenizer must match to be reused: the tokenizer's fingerprint and the
+        template's sha256 (both cache ledgers, SFT and pairs, record them)."""
+        return {
+            "tokenizer_fingerprint": fingerprint(self.tokenizer),
+            "chat_template_sha256": hashlib.sha256(self.template.encode("utf-8")).hexdigest(),
+        }
 
     def special_strings_in_messages(self, messages: Sequence[Message]) -> tuple[str, ...]:
         """The special-token strings that occur in the messages' contents (data, not template)."""
