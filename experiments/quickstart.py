@@ -112,6 +112,30 @@ def build(
         )
         for domain in DOMAINS
     }
+    model = llama_nano(vocab_size=VOCAB, seq_len=256)
+    base = pretrain_phase(tokenizer, tokenized, eval_tasks, model, num_train_steps, stage_change_step)
+    return {
+        "corpus": corpus,
+        "raw": raw,
+        "documents": documents,
+        **web,
+        "tokenizer": tokenizer,
+        **tokenized,
+        **base,
+        **(instruct := instruct_phase(tokenizer, base["checkpoints"], model, sft_steps=sft_steps)),
+        **preference_phase(instruct["sft"], instruct["sft_data"] / "tokenizer", model, dpo_steps=dpo_steps),
+    }
+
+
+def pretrain_phase(
+    tokenizer: ExecutorStep,
+    tokenized: dict[str, ExecutorStep],
+    eval_tasks,
+    model,
+    num_train_steps: int,
+    stage_change: int,
+) -> dict[str, ExecutorStep]:
+    """The base model: two-stage mixture training (stories-heavy, then arithmetic-heavy), its evals and export."""
     train_config = SimpleTrainConfig(
         num_train_steps=num_train_steps,
         batch_size=16,
@@ -125,14 +149,13 @@ def build(
         compute_dtype="float32",  # a laptop CPU has no fast bf16 matmuls
         wandb=False,
     )
-    model = llama_nano(vocab_size=VOCAB, seq_len=256)
     checkpoints = default_train(
         "quickstart-nano",
         tokenized,
         model,
         train_config,
         weights={"stories": 0.7, "arithmetic": 0.3},
-        weight_changes=[(stage_change_step, {"stories": 0.4, "arithmetic": 0.6})],
+        weight_changes=[(stage_change, {"stories": 0.4, "arithmetic": 0.6})],
     )
     evaluation = default_eval(
         "quickstart-nano",
@@ -144,19 +167,7 @@ def build(
         max_documents=500,
     )
     export = default_export("quickstart-nano", checkpoints, tokenizer=tokenizer)
-    return {
-        "corpus": corpus,
-        "raw": raw,
-        "documents": documents,
-        **web,
-        "tokenizer": tokenizer,
-        **tokenized,
-        "checkpoints": checkpoints,
-        "evaluation": evaluation,
-        "export": export,
-        **(instruct := instruct_phase(tokenizer, checkpoints, model, sft_steps=sft_steps)),
-        **preference_phase(instruct["sft"], instruct["sft_data"] / "tokenizer", model, dpo_steps=dpo_steps),
-    }
+    return {"checkpoints": checkpoints, "evaluation": evaluation, "export": export}
 
 
 # --- Web data (issue 16): raw HTML -> extract -> quality and language classifiers -> filter -> dedupe ---------
