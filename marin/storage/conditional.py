@@ -17,7 +17,6 @@ safe for one executor, not for several processes. docs/storage.md tabulates what
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import hashlib
 import logging
@@ -26,23 +25,12 @@ import threading
 import uuid
 
 from marin.storage import local_lock
+from marin.storage.blob import ConditionalWriteUnsupported, VersionedBlob
 from marin.storage.fence import check_fence
 from marin.storage.paths import filesystem, is_local, local_path
 from marin.storage.urls import OBJECT_STORE_FOR_SCHEME, scheme_of, split_url
 
 logger = logging.getLogger(__name__)
-
-
-class ConditionalWriteUnsupported(RuntimeError):
-    """The backend cannot make a write conditional; raised only where a caller demands a real guarantee."""
-
-
-@dataclasses.dataclass(frozen=True)
-class VersionedBlob:
-    """The content of a small file together with the token that identifies this exact version of it."""
-
-    data: bytes
-    version: str
 
 
 def create_only(url: str, data: bytes) -> VersionedBlob | None:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from marin.storage.conditional import ConditionalWriteUnsupported, VersionedBlob
+from marin.storage.blob import ConditionalWriteUnsupported, VersionedBlob
 from marin.storage.urls import split_bucket
 
 logger = logging.getLogger(__name__)
