@@ -14,6 +14,8 @@ Each round starts a fresh process per way of starting, in rotating order, and tr
   imports the trainer first: the import applies the policy);
 * ``jax_first_env``: the same, in a process started with ``marin.allocator.large_buffers_env()``, as the
   executor starts training steps' workers;
+* ``engine_first``: what an RL process does (``train_rl``): the policy first, then the serving engine's
+  rollouts on the same model (continuous batching, KV cache, sampling), then training steps;
 * ``no_policy``: no malloc policy at all (``MARIN_MALLOC_DEFAULTS=1``), for scale.
 
 Per start it reports tokens/s over ``--steps`` steps after two warm-up steps, and the minor page faults per
@@ -36,7 +38,7 @@ from host import cpu_model  # noqa: E402  benchmarks/ is the script's own direct
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-STARTS = ("fresh", "jax_first", "import_first", "jax_first_env", "no_policy")
+STARTS = ("fresh", "jax_first", "import_first", "jax_first_env", "engine_first", "no_policy")
 
 
 def worker(start: str, config: str, steps: int) -> dict:
@@ -58,6 +60,8 @@ def worker(start: str, config: str, steps: int) -> dict:
     import trainer_bench
 
     c = trainer_bench.CONFIGS[config]
+    if start == "engine_first":
+        rollouts(trainer_bench, c)
     step, to_float = trainer_bench.jax_worker(c, {"tune_malloc": False})
     to_float(step())
     to_float(step())
@@ -69,6 +73,21 @@ def worker(start: str, config: str, steps: int) -> dict:
     seconds = time.perf_counter() - t0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return {"tokens_per_s": steps * c["batch"] * c["seq_len"] / seconds, "faults_per_step": faults / steps}
+
+
+def rollouts(trainer_bench, c: dict) -> None:
+    """An RL iteration's sampling: 32 prompts x 64 new tokens through the engine on the benchmark's model."""
+    import jax
+    import numpy as np
+
+    from marin.inference.engine import Engine, EngineConfig
+    from marin.inference.sampling_params import SamplingParams
+    from marin.trainer.model import LlamaConfig, init_params
+
+    cfg = LlamaConfig(**trainer_bench.model_dims(c))
+    engine = Engine(cfg, init_params(cfg, jax.random.PRNGKey(1)), EngineConfig(slots=16, prefill_chunk=64))
+    prompts = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(32, 48)).tolist()
+    engine.generate(prompts, [SamplingParams(max_tokens=64, temperature=1.0, seed=i) for i in range(32)])
 
 
 def run(start: str, config: str, steps: int) -> dict:
