@@ -41,13 +41,15 @@ logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class SftShardJob:
+class ChatShardJob:
+    """One shard of a cache rendered with a chat template (SFT conversations or preference pairs)."""
+
     shard: ShardSpec
     tokenizer_dir: str
     batch_size: int
 
 
-def build_sft_shard(job: SftShardJob) -> dict:
+def build_sft_shard(job: ChatShardJob) -> dict:
     """Render and tokenize one file of conversations into one shard with its mask; returns its ledger."""
     chat = ChatTokenizer.load(job.tokenizer_dir)
     shard = ShardWriter(job.shard, token_dtype(chat.tokenizer.get_vocab_size()), streams=("tokens", "mask"))
@@ -95,7 +97,7 @@ def build_sft_cache(
         long_document_tokens=long_document_tokens,
         special_strings=special_strings,
     )
-    jobs = [SftShardJob(spec, tokenizer_dir, batch_size) for spec in todo]
+    jobs = [ChatShardJob(spec, tokenizer_dir, batch_size) for spec in todo]
     results = run_tasks(
         build_sft_shard,
         [(job,) for job in jobs],

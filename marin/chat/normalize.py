@@ -34,24 +34,33 @@ SPLITS = ("train", "validation")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ChatDataConfig:
+class SplitDataConfig:
+    """What ``split_files`` reads: record files of any shape its parser takes, split into ``train/`` and
+    ``validation/`` under ``output_path``."""
+
     input_paths: Sequence[str]
-    """Record files, directories or globs of conversations (messages, ShareGPT or Alpaca rows)."""
+    """Record files, directories or globs."""
     output_path: str
     validation_paths: Sequence[str] = ()
-    """Files of an explicit held-out split (all their conversations go to ``validation/``)."""
+    """Files of an explicit held-out split (everything in them goes to ``validation/``)."""
     validation_fraction: float = 0.0
-    """Share of ``input_paths``' conversations held out, chosen by a hash of their content (stable)."""
+    """Share of ``input_paths``' records held out, chosen by a hash of their content (stable)."""
     on_error: OnError = "raise"
     """'raise': a malformed row stops the step naming file, line and field; 'skip': count it and go on."""
     num_workers: int = 1
     """Files normalized at once (Ray tasks when > 1); the output does not depend on it."""
 
     def __post_init__(self):
-        check("ChatDataConfig", "input_paths", self.input_paths, lambda v: len(v) > 0, "at least one path")
-        check("ChatDataConfig", "validation_fraction", self.validation_fraction, lambda v: 0 <= v < 1, "in [0, 1)")
-        check("ChatDataConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
-        check("ChatDataConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+        name = type(self).__name__
+        check(name, "input_paths", self.input_paths, lambda v: len(v) > 0, "at least one path")
+        check(name, "validation_fraction", self.validation_fraction, lambda v: 0 <= v < 1, "in [0, 1)")
+        check(name, "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
+        check(name, "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChatDataConfig(SplitDataConfig):
+    """Conversations (messages, ShareGPT or Alpaca rows), held out by a hash of their messages."""
 
 
 def is_held_out(messages: list[dict], fraction: float) -> bool:
@@ -102,7 +111,7 @@ def split_file(
     return {"source": source, "rows": rows, noun: dict(counts), "skipped": stats.skipped, "skip_reasons": dict(reasons)}
 
 
-def split_files(config, *, noun: str, **how) -> dict:
+def split_files(config: SplitDataConfig, *, noun: str, **how) -> dict:
     """``split_file`` over ``config``'s input and validation files (``how``: its ``parse``, ``errors`` and
     ``held_out_by``), then write and return ``summary.json``: ``noun`` per split, rows read, rows skipped by
     reason, and each file's counts."""

@@ -21,13 +21,13 @@ last, finished shards skipped on rerun.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Sequence
 
 import numpy as np
 
+from marin.chat.cache import ChatShardJob
 from marin.chat.preference import MalformedPreference, normalize_preference
 from marin.chat.template import ChatTokenizer
 from marin.parallel import run_tasks
@@ -35,7 +35,7 @@ from marin.storage import join, write_atomic
 from marin.storage.records import OnError, read_parsed
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
 from marin.tokenize.reader import TokenCache
-from marin.tokenize.shards import ShardSpec, ShardWriter, batches, cache_totals, plan_shards
+from marin.tokenize.shards import ShardWriter, batches, cache_totals, plan_shards
 from marin.tokenize.special import SpecialStringPolicy, check_policy
 from marin.tokenize.tokenizer import eos_id
 
@@ -109,14 +109,7 @@ class PairCache:
         return self._prompts
 
 
-@dataclasses.dataclass(frozen=True)
-class PairShardJob:
-    shard: ShardSpec
-    tokenizer_dir: str
-    batch_size: int
-
-
-def build_pair_shard(job: PairShardJob) -> dict:
+def build_pair_shard(job: ChatShardJob) -> dict:
     """Render and tokenize one file of pairs into one shard (two documents per pair); returns its ledger."""
     chat = ChatTokenizer.load(job.tokenizer_dir)
     shard = ShardWriter(job.shard, token_dtype(chat.tokenizer.get_vocab_size()), streams=("tokens", "mask"))
@@ -178,7 +171,7 @@ def build_pair_cache(
     )
     results = run_tasks(
         build_pair_shard,
-        [(PairShardJob(spec, tokenizer_dir, batch_size),) for spec in todo],
+        [(ChatShardJob(spec, tokenizer_dir, batch_size),) for spec in todo],
         use_ray=num_workers > 1,
         max_workers=num_workers,
         label="pairs",

@@ -22,7 +22,7 @@ import functools
 import logging
 from collections.abc import Sequence
 
-from marin.chat.normalize import split_files
+from marin.chat.normalize import SplitDataConfig, split_files
 from marin.chat.preference import MalformedPreference, normalize_preference
 from marin.chat.preference_cache import PAIR_TOTALS, build_pair_cache
 from marin.chat.step import save_chat_tokenizer
@@ -36,25 +36,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PreferenceDataConfig:
-    input_paths: Sequence[str]
-    """Record files, directories or globs of preference rows (any shape ``marin.chat.preference`` reads)."""
-    output_path: str
-    validation_paths: Sequence[str] = ()
-    """Files of an explicit held-out split (all their pairs go to ``validation/``)."""
-    validation_fraction: float = 0.0
-    """Share of prompts held out, chosen by a hash of the prompt (all pairs of a prompt on one side)."""
-    on_error: OnError = "raise"
-    """'raise': a malformed row stops the step naming file, line and field; 'skip': count it and go on."""
-    num_workers: int = 1
-
-    def __post_init__(self):
-        check("PreferenceDataConfig", "input_paths", self.input_paths, lambda v: len(v) > 0, "at least one path")
-        check(
-            "PreferenceDataConfig", "validation_fraction", self.validation_fraction, lambda v: 0 <= v < 1, "in [0, 1)"
-        )
-        check("PreferenceDataConfig", "on_error", self.on_error, lambda v: v in ("raise", "skip"), "'raise' or 'skip'")
-        check("PreferenceDataConfig", "num_workers", self.num_workers, lambda v: v >= 1, ">= 1")
+class PreferenceDataConfig(SplitDataConfig):
+    """Preference rows (any shape ``marin.chat.preference`` reads), held out by a hash of the prompt, so that all
+    pairs of a prompt fall on one side."""
 
 
 def normalize_preferences(config: PreferenceDataConfig) -> None:
