@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -72,6 +72,65 @@ def build_sft_shard(job: ChatShardJob) -> dict:
     )
 
 
+def build_chat_cache(
+    build_shard: Callable[[ChatShardJob], dict],
+    files: Sequence[str],
+    cache_url: str,
+    tokenizer_dir: str,
+    *,
+    num_workers: int,
+    batch_size: int,
+    on_error: OnError,
+    long_document_tokens: int,
+    special_strings: SpecialStringPolicy,
+    extra_totals: tuple[str, ...] = (),
+    extra_fields: Callable[[list[dict]], dict] = lambda shards: {},
+    label: str = "chat cache",
+) -> dict:
+    """Build (or finish) a cache rendered with the chat tokenizer saved in ``tokenizer_dir``: shard ``k`` of
+    ``cache_url`` by ``build_shard`` from ``files[k]`` (finished shards kept), then the cache's ledger (written
+    last, returned): the common fields, ``extra_totals`` summed over the shards and ``extra_fields(shards)``.
+    The SFT cache and the pair cache (``marin.chat.preference_cache``) differ only in their shards."""
+    chat = ChatTokenizer.load(tokenizer_dir)
+    identity = chat.identity()
+    ledgers, todo = plan_shards(
+        files,
+        cache_url,
+        identity,
+        streams=("tokens", "mask"),
+        on_error=on_error,
+        long_document_tokens=long_document_tokens,
+        special_strings=special_strings,
+    )
+    results = run_tasks(
+        build_shard,
+        [(ChatShardJob(spec, tokenizer_dir, batch_size),) for spec in todo],
+        use_ray=num_workers > 1,
+        max_workers=num_workers,
+        label=f"{label} {cache_url.rstrip('/').rsplit('/', 1)[-1]}",
+    )
+    for ledger in results:
+        ledgers[int(ledger["name"])] = ledger
+    shards = [ledgers[i] for i in range(len(files))]
+    vocab = chat.tokenizer.get_vocab_size()
+    ledger = {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer_dir,
+        **identity,
+        "special_strings": special_strings,
+        "loss_mask": True,
+        "vocab_size": vocab,
+        "dtype": token_dtype(vocab).str,
+        "eos_id": eos_id(chat.tokenizer),
+        **cache_totals(shards, extra=extra_totals),
+        "long_document_tokens": long_document_tokens,
+        **extra_fields(shards),
+        "shards": shards,
+    }
+    write_atomic(join(cache_url, LEDGER_FILE), json.dumps(ledger, indent=2))
+    return ledger
+
+
 def build_sft_cache(
     files: Sequence[str],
     cache_url: str,
@@ -86,48 +145,25 @@ def build_sft_cache(
     """Build (or finish) the SFT cache at ``cache_url`` from conversation ``files`` with the chat tokenizer
     saved in ``tokenizer_dir``; returns the ledger (written last)."""
     check_policy("build_sft_cache", special_strings)
-    chat = ChatTokenizer.load(tokenizer_dir)
-    identity = chat.identity()
-    ledgers, todo = plan_shards(
+    ledger = build_chat_cache(
+        build_sft_shard,
         files,
         cache_url,
-        identity,
-        streams=("tokens", "mask"),
+        tokenizer_dir,
+        num_workers=num_workers,
+        batch_size=batch_size,
         on_error=on_error,
         long_document_tokens=long_document_tokens,
         special_strings=special_strings,
+        extra_totals=("num_masked_tokens",),
+        label="sft cache",
     )
-    jobs = [ChatShardJob(spec, tokenizer_dir, batch_size) for spec in todo]
-    results = run_tasks(
-        build_sft_shard,
-        [(job,) for job in jobs],
-        use_ray=num_workers > 1,
-        max_workers=num_workers,
-        label=f"sft cache {cache_url.rstrip('/').rsplit('/', 1)[-1]}",
-    )
-    for ledger in results:
-        ledgers[int(ledger["name"])] = ledger
-    shards = [ledgers[i] for i in range(len(files))]
-    ledger = {
-        "format_version": FORMAT_VERSION,
-        "tokenizer": tokenizer_dir,
-        **identity,
-        "special_strings": special_strings,
-        "loss_mask": True,
-        "vocab_size": chat.tokenizer.get_vocab_size(),
-        "dtype": token_dtype(chat.tokenizer.get_vocab_size()).str,
-        "eos_id": eos_id(chat.tokenizer),
-        **cache_totals(shards, extra=("num_masked_tokens",)),
-        "long_document_tokens": long_document_tokens,
-        "shards": shards,
-    }
-    write_atomic(join(cache_url, LEDGER_FILE), json.dumps(ledger, indent=2))
     logger.info(
         "%s: %d conversations, %d tokens (%d trained) in %d shards",
         cache_url,
         ledger["num_documents"],
         ledger["num_tokens"],
         ledger["num_masked_tokens"],
-        len(shards),
+        len(ledger["shards"]),
     )
     return ledger

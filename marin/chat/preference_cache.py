@@ -21,21 +21,18 @@ last, finished shards skipped on rerun.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 
 import numpy as np
 
-from marin.chat.cache import ChatShardJob
+from marin.chat.cache import ChatShardJob, build_chat_cache
 from marin.chat.preference import MalformedPreference, normalize_preference
 from marin.chat.template import ChatTokenizer
-from marin.parallel import run_tasks
-from marin.storage import join, write_atomic
 from marin.storage.records import OnError, read_parsed
-from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
+from marin.tokenize.cache_format import token_dtype
 from marin.tokenize.reader import TokenCache
-from marin.tokenize.shards import ShardWriter, batches, cache_totals, plan_shards
+from marin.tokenize.shards import ShardWriter, batches
 from marin.tokenize.special import SpecialStringPolicy, check_policy
 from marin.tokenize.tokenizer import eos_id
 
@@ -158,45 +155,29 @@ def build_pair_cache(
     """Build (or finish) the pair cache at ``cache_url`` from pair ``files`` with the chat tokenizer saved in
     ``tokenizer_dir``; returns the ledger (written last)."""
     check_policy("build_pair_cache", special_strings)
-    chat = ChatTokenizer.load(tokenizer_dir)
-    identity = chat.identity()
-    ledgers, todo = plan_shards(
+    ledger = build_chat_cache(
+        build_pair_shard,
         files,
         cache_url,
-        identity,
-        streams=("tokens", "mask"),
+        tokenizer_dir,
+        num_workers=num_workers,
+        batch_size=batch_size,
         on_error=on_error,
         long_document_tokens=long_pair_tokens,
         special_strings=special_strings,
-    )
-    results = run_tasks(
-        build_pair_shard,
-        [(ChatShardJob(spec, tokenizer_dir, batch_size),) for spec in todo],
-        use_ray=num_workers > 1,
-        max_workers=num_workers,
+        extra_totals=PAIR_TOTALS,
+        extra_fields=lambda shards: {
+            "preference_pairs": True,
+            "long_pair_tokens": long_pair_tokens,
+            "max_pair_tokens": max((s["max_pair_tokens"] for s in shards), default=0),
+        },
         label="pairs",
     )
-    for ledger in results:
-        ledgers[int(ledger["name"])] = ledger
-    shards = [ledgers[i] for i in range(len(files))]
-    vocab = chat.tokenizer.get_vocab_size()
-    ledger = {
-        "format_version": FORMAT_VERSION,
-        "tokenizer": tokenizer_dir,
-        **identity,
-        "special_strings": special_strings,
-        "loss_mask": True,
-        "preference_pairs": True,
-        "vocab_size": vocab,
-        "dtype": token_dtype(vocab).str,
-        "eos_id": eos_id(chat.tokenizer),
-        **cache_totals(shards, extra=PAIR_TOTALS),
-        "long_pair_tokens": long_pair_tokens,
-        "max_pair_tokens": max((s["max_pair_tokens"] for s in shards), default=0),
-        "shards": shards,
-    }
-    write_atomic(join(cache_url, LEDGER_FILE), json.dumps(ledger, indent=2))
     logger.info(
-        "%s: %d pairs, %d tokens in %d shards", cache_url, ledger["num_pairs"], ledger["num_tokens"], len(shards)
+        "%s: %d pairs, %d tokens in %d shards",
+        cache_url,
+        ledger["num_pairs"],
+        ledger["num_tokens"],
+        len(ledger["shards"]),
     )
     return ledger
