@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from marin.inference.request import Request, Result, TokenLogprob
@@ -70,6 +71,9 @@ __all__ = [
 ]
 
 
+SERVING_DTYPES = (None, "float32", "bfloat16")
+
+
 class QueueFull(RuntimeError):
     """More requests are waiting than ``EngineConfig.max_waiting`` allows."""
 
@@ -90,10 +94,21 @@ class EngineConfig:
     third fewer programs to compile at warm-up)."""
     max_waiting: int = 256
     """Requests queued beyond the slots; ``submit`` raises ``QueueFull`` past it (the server answers 429)."""
+    max_model_len: int | None = None
+    """Longest sequence served (prompt + generated tokens), at most the model's ``seq_len`` (None: that). The
+    cache holds this many positions per slot and warm-up compiles only the attention spans they need: less
+    memory and fewer programs where requests are short (vLLM's ``max_model_len``)."""
+    dtype: str | None = None
+    """Precision of the weights and the KV cache: "bfloat16", "float32", or None (the parameters' own).
+    Attention's softmax, the logits and every log-probability are fp32 whatever this is."""
 
     def __post_init__(self):
         if self.slots < 1 or self.max_waiting < 0:
             raise ValueError(f"EngineConfig: slots must be >= 1 and max_waiting >= 0, got {self}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"EngineConfig.max_model_len must be >= 1 or None, got {self.max_model_len}")
+        if self.dtype not in SERVING_DTYPES:
+            raise ValueError(f"EngineConfig.dtype must be one of {sorted(SERVING_DTYPES, key=str)}, got {self.dtype!r}")
         for name, off in (("prefill_chunk", False), ("mixed_chunk", True)):
             size = getattr(self, name)
             if (size < 16 or size & (size - 1)) and not (off and size == 0):
@@ -119,8 +134,14 @@ class Engine:
         config: EngineConfig = EngineConfig(),
         end_tokens: Sequence[int] = (),
     ):
+        if config.max_model_len is not None:
+            if config.max_model_len > cfg.seq_len:
+                raise ValueError(
+                    f"EngineConfig.max_model_len ({config.max_model_len}) exceeds the model's seq_len ({cfg.seq_len})"
+                )
+            cfg = dataclasses.replace(cfg, seq_len=config.max_model_len)  # the context; RoPE does not depend on it
         self.cfg, self.config = cfg, config
-        self.params = split_layers(params)  # one weight dict per layer: read in place by the steps
+        self.params = split_layers(self._cast(params))  # one weight dict per layer: read in place by the steps
         self.end_tokens = tuple(end_tokens)
         self.cache = self._new_cache()
         self.scratch = cache_positions(self.cache) - 1
@@ -148,12 +169,12 @@ class Engine:
         if not all(_is_token(t) and 0 <= t < vocab for t in prompt):
             raise InvalidRequest("prompt", f"prompt token ids must be integers in [0, {vocab})")
         if len(prompt) > context:
-            raise InvalidRequest("prompt", f"the prompt has {len(prompt)} tokens; the model's context is {context}")
+            raise InvalidRequest("prompt", f"the prompt has {len(prompt)} tokens; the context served is {context} tokens")
         if len(prompt) + params.max_tokens > context:
             raise InvalidRequest(
                 "max_tokens",
-                f"the prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds the model's "
-                f"context of {context} tokens",
+                f"the prompt ({len(prompt)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
+                f"context served, {context} tokens",
             )
         if any(t >= vocab for t in params.stop_token_ids):
             raise InvalidRequest("stop_token_ids", f"stop_token_ids must be token ids in [0, {vocab})")
@@ -188,7 +209,7 @@ class Engine:
         with self._lock:
             if self.busy:
                 raise RuntimeError("update_params needs an idle engine (requests are waiting or running)")
-            new = split_layers(params)
+            new = split_layers(self._cast(params))
             old = jax.tree.map(lambda x: (x.shape, x.dtype), self.params)
             if jax.tree.map(lambda x: (x.shape, x.dtype), new) != old:
                 raise ValueError("update_params: the new parameters' shapes or dtypes differ from the engine's")
@@ -318,6 +339,13 @@ class Engine:
                 self.cache = self._new_cache()
 
     # ---- internals: admission, failures ----------------------------------------------------------
+
+    def _cast(self, params):
+        """The floating-point parameters in ``config.dtype`` (a copy), or as they are."""
+        if self.config.dtype is None:
+            return params
+        dtype = jnp.dtype(self.config.dtype)
+        return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
 
     def _new_cache(self):
         return init_slot_cache(self.cfg, self.config.slots, self.config.prefill_chunk, self.params["embed"].dtype)

@@ -1,5 +1,6 @@
 """python -m marin.inference.serve --checkpoint PATH [--tokenizer DIR] [--host 127.0.0.1] [--port 8000]
    [--model_name NAME] [--slots 16] [--prefill_chunk 256] [--mixed_chunk 64] [--max_waiting 256] [--api_key KEY]
+   [--dtype auto|float32|bfloat16] [--max_model_len N]
 
 Serve a model with an OpenAI-compatible API (``marin.inference.server``). PATH is a Hugging Face export
 (its tokenizer and, for an instruct model, its chat template are used) or a training or SFT run's output
@@ -12,7 +13,9 @@ tokenizer from PATH with ``model=PATH``. Before it listens, the server compiles 
 need (prefill chunk sizes and attention spans; ``--no_warmup`` skips it). On Ctrl-C or SIGTERM the server
 stops taking requests, lets the running ones finish for ``--graceful_seconds``, then cancels the rest: each
 of their clients gets its answer so far with ``finish_reason: "cancelled"`` (a stream ends with ``[DONE]``),
-and the process exits.
+and the process exits. ``--dtype auto`` (the default) serves bf16 weights and KV cache on a GPU or TPU, as
+vLLM does with an fp32 checkpoint, and the weights' own precision on a CPU; ``--max_model_len`` caps prompt +
+generated tokens below the model's context, for a smaller cache and fewer programs to compile.
 See docs/serving.md.
 """
 
@@ -68,7 +71,25 @@ def load_served_model(
     )
 
 
-def main(argv=None) -> None:
+def engine_config(args: argparse.Namespace, platform: str):
+    """The engine's settings from the command line; ``--dtype auto`` is bf16 on an accelerator (``platform``
+    is ``jax.default_backend()``) and the weights' own precision on a CPU."""
+    from marin.inference.engine import EngineConfig
+
+    dtype = args.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if platform in ("gpu", "cuda", "rocm", "tpu") else None
+    return EngineConfig(
+        slots=args.slots,
+        prefill_chunk=args.prefill_chunk,
+        mixed_chunk=args.mixed_chunk,
+        max_waiting=args.max_waiting,
+        max_model_len=args.max_model_len,
+        dtype=dtype,
+    )
+
+
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Serve a model with an OpenAI-compatible API.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--tokenizer", default=None)
@@ -89,17 +110,29 @@ def main(argv=None) -> None:
         "--graceful_seconds", type=float, default=30, help="on SIGTERM, how long running requests may finish"
     )
     parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="weights and KV cache; auto: bfloat16 on a GPU or TPU, the weights' own on a CPU",
+    )
+    parser.add_argument(
+        "--max_model_len", type=int, default=None, help="longest prompt + output served (default: the model's)"
+    )
+    parser.add_argument(
         "--no_warmup", action="store_true", help="skip compiling every program at start (first requests wait)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> None:
+    args = argument_parser().parse_args(argv)
     configure_logging(logging.INFO)
 
-    from marin.inference.engine import EngineConfig
+    import jax
+
     from marin.inference.server import make_server
 
-    config = EngineConfig(
-        slots=args.slots, prefill_chunk=args.prefill_chunk, mixed_chunk=args.mixed_chunk, max_waiting=args.max_waiting
-    )
+    config = engine_config(args, jax.default_backend())
     model = load_served_model(args.checkpoint, args.tokenizer, args.model_name, config, warmup=not args.no_warmup)
     server = make_server(
         model, host=args.host, port=args.port, api_key=args.api_key, graceful_seconds=args.graceful_seconds

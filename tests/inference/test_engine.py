@@ -3,11 +3,13 @@ sampling independent of the batch, exact prompt log-probabilities, stops, cancel
 its request, and a steady state that never recompiles."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from marin.inference import InvalidRequest, SamplingParams
 from marin.inference.engine import Engine, EngineConfig, QueueFull, compilations
+from marin.inference.slots import cache_positions
 from marin.trainer.model.llama import forward
 from tests.export.tiny_model import make_tiny_export
 
@@ -197,6 +199,55 @@ def test_steady_state_never_recompiles(tiny, mixed_chunk):
     engine.run_until_idle()
     assert compilations() == warm
     assert (engine.mixed_steps > 0) == bool(mixed_chunk)
+
+
+def test_max_model_len_bounds_the_context_the_cache_and_the_programs(tiny):
+    """A served context shorter than the model's: requests past it are refused naming the field, the cache
+    holds only its positions, warm-up compiles fewer programs (no spans past it), and what runs is exact."""
+    cfg, params, _ = tiny
+    short = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=32, max_model_len=64))
+    full = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=32))
+    assert cache_positions(short.cache) == 64 + 32 and cache_positions(full.cache) == cfg.seq_len + 32
+    with pytest.raises(InvalidRequest) as error:
+        short.submit([1] * 60, SamplingParams(max_tokens=5))
+    assert error.value.param == "max_tokens" and "64" in str(error.value)
+    with pytest.raises(InvalidRequest) as error:
+        short.submit([1] * 65, SamplingParams(max_tokens=1))
+    assert error.value.param == "prompt"
+    before = compilations()
+    short.warmup()
+    short_programs = compilations() - before
+    before = compilations()
+    full.warmup()
+    assert short_programs < compilations() - before
+    prompt = _prompts(1, seed=5, longest=40)[0]
+    [result] = short.generate([prompt], SamplingParams(max_tokens=64 - len(prompt), temperature=0))
+    assert result.tokens == greedy_by_recomputation(cfg, params, prompt, 64 - len(prompt))
+    with pytest.raises(ValueError, match="max_model_len"):
+        Engine(cfg, params, EngineConfig(max_model_len=cfg.seq_len + 1))
+
+
+def test_bfloat16_serving_keeps_fp32_log_probabilities(tiny):
+    """``dtype="bfloat16"``: weights and cache in bf16 (half the memory), an fp32 RL refresh cast on the way
+    in, and log-probabilities still fp32 and within bf16's rounding of the fp32 engine's."""
+    cfg, params, _ = tiny
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=32, dtype="bfloat16"))
+    assert {leaf.dtype for leaf in jax.tree.leaves(engine.params)} == {jnp.dtype(jnp.bfloat16)}
+    assert {leaf.dtype for leaf in jax.tree.leaves(engine.cache)} == {jnp.dtype(jnp.bfloat16)}
+    prompts = _prompts(3, seed=11, longest=50)
+    sampling = SamplingParams(max_tokens=6, temperature=0, logprobs=1, prompt_logprobs=1)
+    half = engine.generate(prompts, sampling)
+    exact = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=32)).generate(prompts, sampling)
+    for h, e in zip(half, exact):
+        assert h.tokens[0] == e.tokens[0]
+        assert isinstance(h.logprobs[0].logprob, float)
+        got = [x.logprob for x in h.prompt_logprobs[1:]]
+        np.testing.assert_allclose(got, [x.logprob for x in e.prompt_logprobs[1:]], atol=0.05)
+        assert got != [x.logprob for x in e.prompt_logprobs[1:]]  # it really computed in bf16
+    engine.update_params(params)  # fp32 parameters from a trainer: cast, not refused
+    assert engine.generate(prompts[:1], sampling)[0].tokens == half[0].tokens
+    with pytest.raises(ValueError, match="dtype"):
+        EngineConfig(dtype="float16")
 
 
 def _solo(cfg, params, prompt, sampling, detokenize=None):

@@ -129,6 +129,25 @@ def test_bad_requests_get_openai_errors_naming_the_field(base):
     assert httpx.get(f"{url}/health").json()["status"] == "ok"
 
 
+def test_served_context_and_precision(exports):
+    """``--max_model_len`` and ``--dtype``: /v1/models reports the context served, a request past it is a 400
+    naming ``max_tokens``, and ``auto`` is bf16 on an accelerator, the weights' own precision on a CPU."""
+    from marin.inference.serve import argument_parser, engine_config
+
+    args = argument_parser().parse_args(["--checkpoint", exports["base"], "--max_model_len", "48"])
+    assert engine_config(args, "gpu").dtype == "bfloat16" and engine_config(args, "tpu").dtype == "bfloat16"
+    assert engine_config(args, "cpu").dtype is None and engine_config(args, "gpu").max_model_len == 48
+    pinned = argument_parser().parse_args(["--checkpoint", "x", "--dtype", "float32"])
+    assert engine_config(pinned, "gpu").dtype == "float32"
+    with serving(exports["base"], max_model_len=48, dtype="bfloat16") as (url, model, _):
+        [entry] = httpx.get(f"{url}/v1/models").json()["data"]
+        assert entry["max_model_len"] == 48
+        with pytest.raises(openai.BadRequestError) as error:
+            _client(url).completions.create(model=model.name, prompt="x", max_tokens=60)
+        assert error.value.body["param"] == "max_tokens"
+        assert _client(url).completions.create(model=model.name, prompt="x", max_tokens=4).choices[0].text is not None
+
+
 def test_api_key(exports):
     with serving(exports["base"], api_key="s3cret") as (url, model, _):
         with pytest.raises(openai.AuthenticationError):
