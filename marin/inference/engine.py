@@ -169,7 +169,7 @@ class Engine:
         if not all(_is_token(t) and 0 <= t < vocab for t in prompt):
             raise InvalidRequest("prompt", f"prompt token ids must be integers in [0, {vocab})")
         if len(prompt) > context:
-            raise InvalidRequest("prompt", f"the prompt has {len(prompt)} tokens; the context served is {context} tokens")
+            raise InvalidRequest("prompt", f"the prompt has {len(prompt)} tokens; {context} are served")
         if len(prompt) + params.max_tokens > context:
             raise InvalidRequest(
                 "max_tokens",
