@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# The accelerator proof (issue 29) on a lent NVIDIA GPU, in two phases that each fit one device call:
+# The accelerator proof (issues 29 and 39) on a lent NVIDIA GPU, in phases that each fit one device call:
 #
 #   bash benchmarks/gpu_proof.sh attention  # attention backends' time and memory (bf16, packed)
 #   bash benchmarks/gpu_proof.sh kernels    # attention errors vs fp32, FP8 benchmark, trainer tests on the GPU
 #   bash benchmarks/gpu_proof.sh training   # real runs on the bundled data; side by side with PyTorch
 #   bash benchmarks/gpu_proof.sh levers1    # issue 39: cuDNN's packing mask, the step beside torch.compile
 #   bash benchmarks/gpu_proof.sh levers2    # issue 39: owed GPU tests, more step levers, FP8 at 8B shapes
+#   bash benchmarks/gpu_proof.sh serving    # issue 39: the server on llama_1b at 1/16/64 clients beside transformers
+#   bash benchmarks/gpu_proof.sh levers3    # issue 39: the two tests fixed after the H200; FP8 over a step at 8B blocks
 #
 # Run from the repository root on the GPU machine, with the wheels its image lacks in .whl/ (draccus,
-# mergedeep, toml, orjson, zstandard; torchao for the FP8 torch peer) and, for `training`, the token
-# cache from `benchmarks/train_run.py prepare --out .gpudata` (docs/trainer.md, "On a GPU", says how).
+# mergedeep, toml, orjson, zstandard; for `serving` the server's fastapi, starlette, uvicorn, pydantic,
+# pydantic-core, annotated-types, annotated-doc, typing-inspection, opentelemetry-api, typing-extensions;
+# torchao for the FP8 torch peer) and, for `training`, the token cache from
+# `benchmarks/train_run.py prepare --out .gpudata` (docs/trainer.md, "On a GPU", says how; docs/serving.md,
+# "On a GPU", lists the serving wheels' versions).
 # Logs and JSON results go to $OUT (default: benchmarks/results/gpu); every section has its own time
 # limit, so one that fails or hangs does not take the others with it.
 set -u
-PHASE=${1:?attention, kernels, training, levers1 or levers2}
+PHASE=${1:?attention, kernels, training, levers1, levers2, serving or levers3}
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -31,6 +36,12 @@ section() {  # section NAME SECONDS COMMAND...: run with a time limit, log its o
   echo "=== $name ($(date -u +%T), limit ${limit}s): $*" | tee -a "$LOG"
   timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
   echo "=== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+}
+
+versions() {  # the device and the frameworks' versions, into the log
+  section env 40 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv;
+    python3 -c "import jax, torch, transformers; print(\"jax\", jax.__version__, \"torch\", torch.__version__,
+\"transformers\", transformers.__version__, jax.devices())"'
 }
 
 [ "$PHASE" = attention ] && section env 60 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; python3 - <<EOF
@@ -99,7 +110,26 @@ elif [ "$PHASE" = levers2 ]; then
     --jax-variant fp8='{"peer": "jax", "matmul_dtype": "float8"}' \
     --out "$OUT/levers2.json"
   section "fp8 8b" 60 python3 benchmarks/fp8_bench.py --models llama_8b --reps 10 --out "$OUT/fp8_8b.json"
+elif [ "$PHASE" = serving ]; then
+  # Issue 39, a third lease's first call: the serving engine and server on llama_1b (random weights, HF
+  # export, bf16 by --dtype auto) at 1, 16 and 64 clients, beside transformers' generate (bf16, static
+  # cache, torch.compile'd by generate on CUDA), each in its own process, one after the other.
+  versions
+  section serving 540 python3 benchmarks/serving_bench.py --device gpu --preset llama_1b --concurrency 1 16 64 \
+    --requests_per_client 4 --max_tokens 64 --peers server transformers --peer_timeout 250 \
+    --out "$OUT/serving_gpu.json"
+elif [ "$PHASE" = levers3 ]; then
+  # Second call: the two tests fixed after the H200 lease, then FP8 over a whole step at llama_8b's blocks
+  # (the largest that fits one H100 unsharded) beside bf16, layers unrolled (the GPU default).
+  versions
+  section tests 90 env MARIN_TEST_JAX_PLATFORMS=cuda JAX_DEFAULT_MATMUL_PRECISION=highest \
+    python3 -m pytest -q -p no:cacheprovider --timeout 80 -o addopts="" -rf --tb=short \
+    tests/trainer/test_model.py::test_flops_per_token_matches_xla_cost_analysis \
+    tests/trainer/test_model.py::test_remat_lowers_peak_temp_memory_of_the_layer_scan
+  section "fp8 8b blocks" 240 python3 benchmarks/trainer_bench.py --device gpu --configs gpu_8b_blocks \
+    --dtype bfloat16 --peak 989e12 --rounds 1 --steps 6 --peers jax \
+    --jax-variant fp8='{"peer": "jax", "matmul_dtype": "float8"}' --out "$OUT/fp8_8b_blocks.json"
 else
-  echo "unknown phase $PHASE: attention, kernels, training, levers1 or levers2" >&2
+  echo "unknown phase $PHASE: attention, kernels, training, levers1, levers2, serving or levers3" >&2
   exit 2
 fi

@@ -251,36 +251,46 @@ class Engine:
         if decoding:
             self._decode(decoding)
 
-    def warmup(self) -> int:
-        """Compile every program a request can need (each prefill chunk size at each attention span, the
-        decoding step and the mixed step at each width and span) on the free cache, so that no request
-        waits for a compilation; returns how many there are. Call before serving (``marin.inference.serve``
-        does)."""
-        if self.busy:
-            raise RuntimeError("warm up an idle engine")
-        cache_len, chunk = self.scratch + 1, self.config.prefill_chunk
-        greedy = self._rows([None])
+    def programs(self) -> list[tuple[str, int, int]]:
+        """Every program a request can need, as (kind, size, attention span): a prefill chunk of each size at
+        each span it can reach, the decoding step and the mixed step at each width of rows and each span."""
+        cache_len, chunk, mixed = self.scratch + 1, self.config.prefill_chunk, self._mixed_chunk
         # a prompt is fed in chunks of `chunk` tokens from position 0, its last chunk rounded up to a bucket
         sizes = sorted({_bucket(n, chunk) for n in range(1, chunk + 1)})
-        for start in range(0, self.cfg.seq_len, chunk):
-            for size in sizes:
-                tokens = np.zeros(size, np.int32)
-                span = attention_span(start + size, cache_len)
-                _, self.cache = prefill_chunk(
-                    self.cfg, self.params, self.cache, 0, tokens, tokens, start, 1, False, greedy, span
-                )
-        widths = sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)})
-        mixed = self._mixed_chunk
+        found = {
+            ("prefill", size, attention_span(start + size, cache_len)): None
+            for start in range(0, self.cfg.seq_len, chunk)
+            for size in sizes
+        }
+        spans = sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)})
         # a mixed step's span covers its chunk, which may reach past seq_len into the cache's spare room
-        mixed_spans = sorted(
-            {attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)} if mixed else ()
+        mixed_spans = (
+            sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)}) if mixed else []
         )
-        for width in widths:
-            zeros, rows = np.zeros(width, np.int32), self._rows([None] * width)
-            for span in sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + 1)}):
+        for width in sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)}):
+            found.update({("decode", width, span): None for span in spans})
+            found.update({("mixed", width, span): None for span in mixed_spans})
+        return list(found)
+
+    def warmup(self) -> int:
+        """Compile every program a request can need (``programs()``) on the free cache, so that no request
+        waits for a compilation; returns how many programs the process has compiled. Call before serving
+        (``marin.inference.serve`` does)."""
+        if self.busy:
+            raise RuntimeError("warm up an idle engine")
+        greedy = self._rows([None])
+        for kind, size, span in self.programs():
+            if kind == "prefill":
+                tokens = np.zeros(size, np.int32)
+                _, self.cache = prefill_chunk(
+                    self.cfg, self.params, self.cache, 0, tokens, tokens, 0, 1, False, greedy, span
+                )
+                continue
+            zeros, rows = np.zeros(size, np.int32), self._rows([None] * size)
+            if kind == "decode":
                 _, self.cache = decode_slots(self.cfg, self.params, self.cache, zeros, zeros, rows, span)
-            for span in mixed_spans:
-                tokens = np.zeros(mixed, np.int32)
+            else:
+                tokens = np.zeros(self._mixed_chunk, np.int32)
                 *_, self.cache = mixed_step(
                     self.cfg, self.params, self.cache, 0, tokens, tokens, 0, 1, False, greedy, zeros, zeros, rows, span
                 )

@@ -54,10 +54,10 @@ NOT_RUN: dict[str, str] = {
     ),
     **{
         f"bash benchmarks/gpu_proof.sh {phase}": (
-            "needs an NVIDIA GPU (it ran on a lent H100, 2026-11-25: benchmarks/results/gpu/); its scripts run "
-            "on CPU in tests/trainer/test_attention_bench.py and tests/trainer/test_gpu_bench_scripts.py"
+            "needs an NVIDIA GPU (the first phases ran on lent H100 and H200 machines: benchmarks/results/gpu/); its "
+            "scripts run on CPU in tests/trainer/test_attention_bench.py and tests/trainer/test_gpu_bench_scripts.py"
         )
-        for phase in ("attention", "kernels", "training")
+        for phase in ("attention", "kernels", "training", "serving", "levers3")
     },
     "ray job submit --address http://127.0.0.1:8265 --working-dir . --runtime-env-json "
     '\'{"env_vars": {"MARIN_PREFIX": "gs://YOUR_BUCKET/lab"}}\' -- python experiments/hello_world.py': (

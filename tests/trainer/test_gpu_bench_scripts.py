@@ -80,3 +80,24 @@ def test_train_run_prepares_the_bundled_cache_and_trains_on_it(tmp_path):
     assert summary["final_loss"] < summary["first_loss"]  # it trains on the bundled text
     assert summary["eval"]["eval/bundled/bpb"] > 0
     assert (tmp_path / "run" / "checkpoints").is_dir() and (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_serving_bench_in_gpu_mode_runs_the_server_and_records_a_failed_peer(tmp_path):
+    """``gpu_proof.sh serving``'s command at a tiny size on this CPU: the server runs with the served context
+    bounded (``--max_model_len``) and reports every concurrency; ``transformers``, which asks for CUDA, fails
+    here and is recorded with its error while the benchmark still writes its table."""
+    out = tmp_path / "serving.json"
+    proc = _run(
+        "benchmarks/serving_bench.py",
+        *("--device", "gpu", "--preset", "nano", "--concurrency", "1", "2", "--requests_per_client", "1"),
+        *("--max_tokens", "4", "--peers", "server", "transformers", "--peer_timeout", "200", "--out", str(out)),
+        timeout=400,
+    )
+    record = json.loads(out.read_text())
+    assert set(record["median"]) == {"server"} and set(record["median"]["server"]) == {"1", "2"}
+    for c in ("1", "2"):
+        assert record["median"]["server"][c]["output_tokens_per_s"] > 0
+        assert record["median"]["server"][c]["requests"] == int(c)
+    [failed] = record["rounds"]["transformers"]
+    assert "CUDA" in failed["error"]
+    assert "transformers failed" in proc.stdout and record["host"]["jax"] and "gpu" in record["host"]
