@@ -116,7 +116,7 @@ elif [ "$PHASE" = serving ]; then
   # cache, torch.compile'd by generate on CUDA), each in its own process, one after the other.
   versions
   section serving 540 python3 benchmarks/serving_bench.py --device gpu --preset llama_1b --concurrency 1 16 64 \
-    --requests_per_client 4 --max_tokens 64 --peers server transformers --peer_timeout 250 \
+    --requests_per_client 4 --max_tokens 64 --peers server transformers --peer_timeout 300 --budget 520 \
     --out "$OUT/serving_gpu.json"
 elif [ "$PHASE" = levers3 ]; then
   # Second call: the two tests fixed after the H200 lease, then FP8 over a whole step at llama_8b's blocks

@@ -2,7 +2,7 @@
 and ``transformers``' batched ``generate``, on the same weights.
 
     python benchmarks/serving_bench.py [--preset small] [--concurrency 1 4 16] [--requests_per_client 4]
-        [--max_tokens 64] [--rounds 1] [--baseline REV] [--device cpu|gpu] [--peer_timeout 900]
+        [--max_tokens 64] [--rounds 1] [--baseline REV] [--device cpu|gpu] [--peer_timeout 1800] [--budget S]
 
     # on one NVIDIA GPU (issue 39; benchmarks/gpu_proof.sh serving runs this):
     python benchmarks/serving_bench.py --device gpu --preset llama_1b --concurrency 1 16 64 \
@@ -321,16 +321,28 @@ def accelerator() -> dict:
 
 
 def run_peer(command: list[str], device: str, timeout: float) -> dict:
-    """One peer's process: its numbers per concurrency, or {"error": why} (a failure or a timeout)."""
+    """One peer's process: its numbers per concurrency, or {"error": why} (a failure or a timeout). The peer
+    runs in its own process group, so a timeout also stops the server it started (which holds the GPU)."""
+    import signal
+
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=worker_env(device),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, cwd=ROOT, env=worker_env(device), timeout=timeout
-        )
-    except subprocess.TimeoutExpired as error:
-        return {"error": f"timed out after {timeout:.0f} s: {(error.stderr or b'')[-1500:]!r}"}
-    if done.returncode:
-        return {"error": f"exit {done.returncode}: {done.stderr[-3000:]}"}
-    return {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        return {"error": f"timed out after {timeout:.0f} s: {stderr[-1500:]}"}
+    if proc.returncode:
+        return {"error": f"exit {proc.returncode}: {stderr[-3000:]}"}
+    return {int(k): v for k, v in json.loads(stdout.strip().splitlines()[-1]).items()}
 
 
 def table_lines(args, host: dict, rounds: dict) -> tuple[dict, list[str]]:
@@ -388,6 +400,9 @@ def main() -> None:
     parser.add_argument("--peers", nargs="+", default=list(PEERS))
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--peer_timeout", type=float, default=1800, help="seconds one peer's process may take")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds for the whole run: a peer still running then is stopped"
+    )
     parser.add_argument("--worker", choices=list(PEERS), help=argparse.SUPPRESS)
     parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--server_root", help=argparse.SUPPRESS)
@@ -420,6 +435,7 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(record, indent=2))
         return lines
 
+    begun = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         export = f"{tmp}/export"
         started = time.perf_counter()
@@ -432,7 +448,10 @@ def main() -> None:
                 command += ["--requests_per_client", str(args.requests_per_client)]
                 command += ["--max_tokens", str(args.max_tokens)]
                 started = time.perf_counter()
-                rounds[peer].append(run_peer(command, args.device, args.peer_timeout))
+                timeout = args.peer_timeout
+                if args.budget is not None:  # stop a peer in time to record it, not be killed with the run
+                    timeout = max(1.0, min(timeout, args.budget - (started - begun)))
+                rounds[peer].append(run_peer(command, args.device, timeout))
                 print(f"{peer}: {time.perf_counter() - started:.0f} s", flush=True)
                 write()
     print("\n".join(write()))

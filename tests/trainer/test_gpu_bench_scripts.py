@@ -101,3 +101,25 @@ def test_serving_bench_in_gpu_mode_runs_the_server_and_records_a_failed_peer(tmp
     [failed] = record["rounds"]["transformers"]
     assert "CUDA" in failed["error"]
     assert "transformers failed" in proc.stdout and record["host"]["jax"] and "gpu" in record["host"]
+
+
+def test_serving_bench_stops_a_peer_past_its_budget_with_the_server_it_started(tmp_path):
+    """A lease's time limit: a peer still running when ``--budget`` is spent is stopped and recorded as timed
+    out (the run still writes its JSON), and the server process it started is stopped with it."""
+    import psutil
+
+    out = tmp_path / "serving.json"
+    _run(
+        "benchmarks/serving_bench.py",
+        *("--preset", "nano", "--concurrency", "1", "--requests_per_client", "1", "--max_tokens", "4"),
+        *("--peers", "server", "--budget", "8", "--out", str(out)),
+        timeout=120,
+    )
+    [stopped] = json.loads(out.read_text())["rounds"]["server"]
+    assert stopped["error"].startswith("timed out")
+    left = [
+        p.info["cmdline"]
+        for p in psutil.process_iter(["cmdline"])
+        if "marin.inference.serve" in (p.info["cmdline"] or [])
+    ]
+    assert not left, left
