@@ -411,9 +411,9 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.worker:  # one peer, in this process; its numbers as JSON on stdout's last line
-        from marin.inference.hf import config_from_hf
-
-        vocab = config_from_hf(json.loads(Path(args.export, "config.json").read_text())).vocab_size
+        # (the config's JSON read directly: importing the lab here could start JAX on the GPU in this process,
+        # which would take the memory the server it starts needs)
+        vocab = json.loads(Path(args.export, "config.json").read_text())["vocab_size"]
         more = {"root": Path(args.server_root)} if args.server_root else {}
         result = PEERS[args.worker](
             args.export, args.concurrency, args.requests_per_client, args.max_tokens, vocab, args.device, **more
