@@ -113,11 +113,12 @@ elif [ "$PHASE" = levers2 ]; then
 elif [ "$PHASE" = serving ]; then
   # Issue 39, a third lease's first call: the serving engine and server on llama_1b (random weights, HF
   # export, bf16 by --dtype auto) at 1, 16 and 64 clients, beside transformers' generate (bf16, static
-  # cache, torch.compile'd by generate on CUDA), each in its own process, one after the other.
+  # cache; uncompiled, then torch.compile'd by generate on CUDA), each in its own process, one after the
+  # other; a peer past the budget is stopped and recorded, the JSON keeps the rest.
   versions
   section serving 540 python3 benchmarks/serving_bench.py --device gpu --preset llama_1b --concurrency 1 16 64 \
-    --requests_per_client 4 --max_tokens 64 --peers server transformers --peer_timeout 300 --budget 520 \
-    --out "$OUT/serving_gpu.json"
+    --requests_per_client 4 --max_tokens 64 --peers server transformers_eager transformers \
+    --peer_timeout 300 --budget 520 --out "$OUT/serving_gpu.json"
 elif [ "$PHASE" = levers3 ]; then
   # Second call, in order of what the issue needs most (each section keeps what it measured if the call is
   # cut): the step beside torch.compile on this card (the H200's 1.025x, unrolled, was never run on an

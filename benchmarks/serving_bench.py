@@ -22,6 +22,8 @@ would stop anywhere). At each concurrency c:
   streams nothing (no time to first token). On the CPU: fp32, dynamic cache, padded to the batch's longest
   prompt. On a GPU: bf16, the static cache (which ``generate`` compiles with ``torch.compile`` on CUDA), every
   batch padded to the longest prompt the workload has (128), so each batch size compiles once, in warm-up.
+- **transformers_eager**: the same on a GPU without the compilation (``disable_compile``): a number that
+  costs no compile time, in case the compiled peer outlasts a lease.
 
 ``--device gpu``: the server and ``transformers`` run on the GPU (the server with its default ``--dtype auto``:
 bf16 weights and cache), each peer process alone on it; one warm-up batch per concurrency first. vLLM, the
@@ -42,6 +44,7 @@ Results: stdout (Markdown) and benchmarks/results/serving_bench.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -253,8 +256,10 @@ def peer_one_at_a_time(
 
 
 def peer_transformers(
-    export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int, device: str
+    export: str, concurrency: list[int], per_client: int, max_tokens: int, vocab: int, device: str, compile=True
 ) -> dict:
+    """``compile=False`` (the ``transformers_eager`` peer): the static cache without ``generate``'s
+    ``torch.compile``, a number that costs no compilation (on the CPU ``generate`` never compiles)."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -277,7 +282,7 @@ def peer_transformers(
                 min_new_tokens=max_tokens,
                 do_sample=False,
                 pad_token_id=0,
-                **({"cache_implementation": "static"} if gpu else {}),
+                **({"cache_implementation": "static", "disable_compile": not compile} if gpu else {}),
             )
         out.cpu()  # the batch is done when its tokens are on the host
 
@@ -299,7 +304,12 @@ def peer_transformers(
     return out
 
 
-PEERS = {"server": peer_server, "one_at_a_time": peer_one_at_a_time, "transformers": peer_transformers}
+PEERS = {
+    "server": peer_server,
+    "one_at_a_time": peer_one_at_a_time,
+    "transformers": peer_transformers,
+    "transformers_eager": functools.partial(peer_transformers, compile=False),
+}
 
 
 def accelerator() -> dict:
@@ -397,7 +407,7 @@ def main() -> None:
     parser.add_argument("--requests_per_client", type=int, default=4)
     parser.add_argument("--max_tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--peers", nargs="+", default=list(PEERS))
+    parser.add_argument("--peers", nargs="+", default=["server", "one_at_a_time", "transformers"], choices=list(PEERS))
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--peer_timeout", type=float, default=1800, help="seconds one peer's process may take")
     parser.add_argument(
