@@ -161,6 +161,14 @@ def _rope_at(cfg: LlamaConfig, positions: jax.Array):
     return jnp.cos(angles), jnp.sin(angles)  # [n, head_dim / 2]
 
 
+def _scores(spec: str, q, k):
+    """q·k in fp32 whatever the cache's dtype (a bf16 score would round a logit of 30 by up to 0.06). XLA:CPU
+    has no batched bf16 product with an fp32 result, so there the operands are widened first."""
+    if q.dtype != jnp.float32 and jax.default_backend() == "cpu":
+        q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    return jnp.einsum(spec, q, k, preferred_element_type=jnp.float32)
+
+
 def _attention(cfg: LlamaConfig, q, keys: list, values: list, visible, query_axis: str):
     """Grouped-query attention of q [n, heads, hd] over the cache segments' keys [.., kv, hd, t_i] and values
     [.., kv, t_i, hd] (in position order) under visible [n, sum t_i]. ``query_axis`` "n" means each query
@@ -168,8 +176,8 @@ def _attention(cfg: LlamaConfig, q, keys: list, values: list, visible, query_axi
     (prefill)."""
     h, kv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
     q = q.reshape(q.shape[0], kv, h // kv, hd)
-    scores = [jnp.einsum(f"ngqd,{query_axis}gdt->ngqt", q, k) for k in keys]
-    scores = jnp.concatenate(scores, axis=-1).astype(jnp.float32) / np.sqrt(hd)
+    scores = [_scores(f"ngqd,{query_axis}gdt->ngqt", q, k) for k in keys]
+    scores = jnp.concatenate(scores, axis=-1) / np.sqrt(hd)
     scores = jnp.where(visible[:, None, None, :], scores, -jnp.inf)
     probs = jax.nn.softmax(scores, axis=-1).astype(values[0].dtype)
     out, start = 0, 0
