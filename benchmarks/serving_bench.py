@@ -191,7 +191,6 @@ def peer_server(
             *(["--max_model_len", str(LONGEST_PROMPT + max_tokens)] if device == "gpu" else []),
         ],
         cwd=root,
-        env=worker_env(device),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -359,13 +358,14 @@ def table_lines(args, host: dict, rounds: dict) -> tuple[dict, list[str]]:
     """Medians over the rounds per peer and concurrency, and the Markdown table."""
 
     def median(peer, c, key):
-        values = [r[c][key] for r in rounds[peer] if "error" not in r and r[c][key] is not None]
+        values = [r[c][key] for r in measured[peer] if r[c][key] is not None]
         return statistics.median(values) if values else None
 
+    measured = {peer: [r for r in runs if "error" not in r] for peer, runs in rounds.items()}
     table = {
-        peer: {c: {k: median(peer, c, k) for k in KEYS} for c in args.concurrency}
-        for peer in rounds
-        if any("error" not in r for r in rounds[peer])
+        peer: {c: {k: median(peer, c, k) for k in ok[0][c]} for c in args.concurrency}
+        for peer, ok in measured.items()
+        if ok
     }
     where = f"{host['cpu']}, {host['cores']} cores" + (f"; GPU {host['gpu']}" if args.device == "gpu" else "")
     lines = [
@@ -395,9 +395,6 @@ def table_lines(args, host: dict, rounds: dict) -> tuple[dict, list[str]]:
             if "error" in r:
                 lines.append(f"\n{peer} failed: {r['error'][-500:]}")
     return table, lines
-
-
-KEYS = ("requests", "output_tokens_per_s", "ttft_p50_s", "latency_p50_s", "latency_p99_s", "wall_s")
 
 
 def main() -> None:
