@@ -44,6 +44,7 @@ from marin.environments import (
     prepare_gsm8k,
 )
 from marin.evaluation.instruct import InstructEvalConfig, evaluate_instruct
+from marin.evaluation.samples import SampleTextConfig, sample_text
 from marin.evaluation.step import EvalConfig, evaluate_model
 from marin.execution import ExecutorStep, InputName, ResourceConfig, output_path_of, this_output_path, versioned
 from marin.export.step import ExportConfig, export_checkpoint
@@ -247,12 +248,14 @@ def default_train_tokenizer(
     max_documents: int | None = 50_000,
     special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
     pre_tokenizer: str = "llama3",
+    kind: str = "bpe",
 ) -> ExecutorStep:
     """``tokenizers/<name>``: a byte-level BPE trained on ``documents``; ``special_tokens`` may reserve more
     than end-of-document and padding (``(*DEFAULT_SPECIAL_TOKENS, *CHAT_SPECIAL_TOKENS)`` for a later
     instruct phase: the model then has their embeddings from the start). ``pre_tokenizer`` "llama3" (the
     default, versioned: tokenizers trained with GPT-2's split before it are never reused as its output)
-    keeps chat prompts a prefix of the training ids and equal to ``transformers``' own."""
+    keeps chat prompts a prefix of the training ids and equal to ``transformers``' own. ``kind="char"`` derives a
+    character vocabulary instead (``marin.tokenize.chars``; ``vocab_size`` then caps it)."""
     # The default set is left out of the identity, so tokenizers declared before the field existed keep theirs.
     specials = tuple(special_tokens)
     return ExecutorStep(
@@ -265,6 +268,8 @@ def default_train_tokenizer(
             max_documents=versioned(max_documents),
             special_tokens=specials if specials == DEFAULT_SPECIAL_TOKENS else versioned(specials),
             pre_tokenizer=versioned(pre_tokenizer),
+            # like the default specials: BPE tokenizers declared before the field existed keep their identity
+            kind=kind if kind == "bpe" else versioned(kind),
         ),
         resources=CPU_DATA,
     )
@@ -353,6 +358,11 @@ def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerC
     optimizer = OptimizerConfig(
         learning_rate=train.learning_rate,
         weight_decay=train.weight_decay,
+        decay_embeddings=train.decay_embeddings,
+        beta1=train.beta1,
+        beta2=train.beta2,
+        epsilon=train.epsilon,
+        max_grad_norm=train.max_grad_norm,
         schedule=train.schedule,
         warmup=train.warmup,
         decay=train.decay,
@@ -372,6 +382,8 @@ def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerC
         seed=train.seed,
         log_every=train.log_every,
         eval_every=train.eval_every,
+        max_eval_sequences=train.max_eval_sequences,
+        eval_batch_size=train.eval_batch_size,
         checkpoint=CheckpointConfig(save_interval_minutes=train.save_interval_minutes, keep_every=train.keep_every),
         tracker=TrackerConfig(wandb=train.wandb, progress_bar=True),
     )
@@ -421,6 +433,39 @@ def default_eval(
             task_limit=versioned(task_limit),
         ),
         resources=resources,
+    )
+
+
+def default_samples(
+    name: str,
+    checkpoint: ExecutorStep,
+    *,
+    tokenizer: Input,
+    prompts: Sequence[str] = ("\n",),
+    num_samples: int = 2,
+    max_new_tokens: int | None = None,
+    temperature: float = 0.8,
+    top_k: int = 200,
+    seed: int = 0,
+) -> ExecutorStep:
+    """``samples/<name>``: ``num_samples`` completions of each prompt drawn through the serving engine
+    (``marin.evaluation.samples``), shown by the data browser beside the run."""
+    return ExecutorStep(
+        name=f"samples/{name}",
+        fn=sample_text,
+        config=SampleTextConfig(
+            checkpoint_path=checkpoint,
+            tokenizer=_input(tokenizer),
+            output_path=this_output_path(),
+            prompts=versioned(tuple(prompts)),
+            num_samples=versioned(num_samples),
+            max_new_tokens=versioned(max_new_tokens),
+            temperature=versioned(temperature),
+            top_k=versioned(top_k),
+            seed=versioned(seed),
+        ),
+        description=f"samples from {name}",
+        resources=CPU_DATA,
     )
 
 

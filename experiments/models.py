@@ -70,6 +70,14 @@ class SimpleTrainConfig:
     """wsd_s only: steps at which a cycle ends (and the next re-warms)."""
     rewarmup: float = _default(OptimizerConfig, "rewarmup")
     weight_decay: float = _default(OptimizerConfig, "weight_decay")
+    decay_embeddings: bool = _default(OptimizerConfig, "decay_embeddings")
+    """Weight-decay the embedding and output projection too (nanoGPT and GPT-2 do; Llama does not)."""
+    beta1: float = _default(OptimizerConfig, "beta1")
+    beta2: float = _default(OptimizerConfig, "beta2")
+    """Adam's second-moment decay: 0.95 by default (Llama, Marin); TRL and torch default to 0.999."""
+    epsilon: float = _default(OptimizerConfig, "epsilon")
+    max_grad_norm: float | None = _default(OptimizerConfig, "max_grad_norm")
+    """Clip the global gradient norm to this; None: no clipping."""
     ema_decay: float | None = _default(OptimizerConfig, "ema_decay")
     compute_dtype: str = _default(PrecisionPolicy, "compute_dtype")
     """bfloat16 by default; CPU experiments choose float32 (faster on CPUs without bf16 units)."""
@@ -83,6 +91,9 @@ class SimpleTrainConfig:
     sharding: ShardingSpec = _default(TrainerConfig, "sharding")
     """dp, fsdp, tp, fsdp_tp or explicit rules (marin/trainer/mesh.py)."""
     eval_every: int | None = _default(TrainerConfig, "eval_every")
+    max_eval_sequences: int = _default(TrainerConfig, "max_eval_sequences")
+    """Sequences evaluated per validation set during training, from its start."""
+    eval_batch_size: int | None = _default(TrainerConfig, "eval_batch_size")
     log_every: int = _default(TrainerConfig, "log_every")
     save_interval_minutes: float | None = _default(CheckpointConfig, "save_interval_minutes")
     keep_every: int | None = _default(CheckpointConfig, "keep_every")

@@ -16,6 +16,7 @@ import dataclasses
 import fnmatch
 import logging
 import os
+from urllib.parse import quote
 
 from marin.storage import is_url, scheme_of
 
@@ -104,7 +105,8 @@ def list_url_files(source: str, patterns: tuple[str, ...] = (), files: tuple[str
     is_http = source.startswith(("http://", "https://"))
     kind = "http" if is_http else "fsspec"
     if files:
-        out = [RemoteFile(path=f, url=join(source, f), kind=kind) for f in files]
+        # http(s): the path is percent-encoded in the URL ("Austen, Jane/Emma.txt" -> "Austen%2C%20Jane/Emma.txt")
+        out = [RemoteFile(path=f, url=join(source, quote(f) if is_http else f), kind=kind) for f in files]
         return Listing(_with_sizes(out))
     if is_http:
         if source.endswith("/") or patterns:

@@ -8,7 +8,7 @@ Files keep their relative paths. Each file is one Ray task (``marin.parallel``);
 downloaded and verified by an earlier run is skipped, a partially downloaded one resumes
 (``marin.download.fetch``). ``provenance.json`` is written last::
 
-    {"source": "hf://datasets/...", "revision": "<requested>", "resolved_revision": "<commit sha>",
+    {"source": "hf://datasets/...", "license": ..., "revision": "<requested>", "resolved_revision": "<commit sha>",
      "files": [{"path", "url", "size", "sha256", "git_sha1"?}], "total_bytes": ..., "finished_at": ...}
 """
 
@@ -50,6 +50,8 @@ class DownloadConfig:
     """Attempts per file after the first; each resumes where the previous one stopped."""
     max_workers: int | None = None
     use_ray: bool = True
+    license: str | None = None
+    """The data's licence in a line (recorded in ``provenance.json``: a data set travels with its terms)."""
 
     def __post_init__(self):
         name = "DownloadConfig"
@@ -95,6 +97,7 @@ def download_dataset(config: DownloadConfig) -> dict:
     skipped = sum(r.pop("skipped") for r in rows)
     provenance = {
         "source": config.source,
+        "license": config.license,
         "revision": config.revision,
         "resolved_revision": listing.revision,
         "patterns": list(config.patterns),

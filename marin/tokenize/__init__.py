@@ -3,12 +3,14 @@
 The format is described in ``marin.tokenize.cache_format`` and docs/token_cache.md.
 """
 
+from marin.tokenize.chars import UnknownCharacter, build_char_tokenizer, is_char_tokenizer
 from marin.tokenize.reader import CacheError, TokenCache
 from marin.tokenize.special import special_strings, text_encoder
 from marin.tokenize.step import TokenizeConfig, tokenize_corpus
 from marin.tokenize.tokenizer import (
     TrainTokenizerConfig,
     build_bpe_tokenizer,
+    build_tokenizer,
     eos_id,
     fingerprint,
     load_tokenizer,
@@ -21,10 +23,14 @@ __all__ = [
     "TokenCache",
     "TokenizeConfig",
     "TrainTokenizerConfig",
+    "UnknownCharacter",
     "build_bpe_tokenizer",
     "build_cache",
+    "build_char_tokenizer",
+    "build_tokenizer",
     "eos_id",
     "fingerprint",
+    "is_char_tokenizer",
     "load_tokenizer",
     "special_strings",
     "text_encoder",

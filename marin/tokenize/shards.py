@@ -89,6 +89,11 @@ class ShardWriter:
             f.__exit__(exc_type, exc, tb)
         return False
 
+    @property
+    def num_documents(self) -> int:
+        """Documents added so far."""
+        return len(self._lengths)
+
     def add(self, **arrays: np.ndarray) -> None:
         """One document: ``tokens`` (EOS included) and, per extra stream, an array aligned with it."""
         self._lengths.append(len(arrays["tokens"]))

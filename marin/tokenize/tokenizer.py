@@ -1,4 +1,5 @@
-"""Tokenizers: load any HF `tokenizers` tokenizer, fingerprint it, and train a byte-level BPE.
+"""Tokenizers: load any HF `tokenizers` tokenizer, fingerprint it, and train a byte-level BPE or derive a
+character-level one (``marin.tokenize.chars``).
 
     tok = load_tokenizer("gs://bucket/tok/tokenizer.json")   # a file or URL
     tok = load_tokenizer("local_store/tokenizers/stories-1a2b")   # a directory holding tokenizer.json
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from marin.storage import exists, is_absolute, join, read_text, write_atomic
+from marin.tokenize.chars import build_char_tokenizer
 from marin.validation import check, concrete
 
 logger = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ not, so a chat prompt ending in the header's blank line tokenizes the same alone
 (GPT-2's split reads "\n\n" as one piece at the end, but "\n" + "\n..." before text); digits go in
 groups of at most three."""
 PRE_TOKENIZERS = ("llama3", "gpt2")
+TOKENIZER_KINDS = ("bpe", "char")
 
 
 def load_tokenizer(name_or_path: str) -> Tokenizer:
@@ -96,9 +99,15 @@ class TrainTokenizerConfig:
     pre_tokenizer: str = "llama3"
     """How text is split before BPE: "llama3" (``LLAMA3_SPLIT``, then bytes) or "gpt2" (GPT-2's byte-level
     split, the lab's tokenizers before issue 25)."""
+    kind: str = "bpe"
+    """"bpe": a byte-level BPE of ``vocab_size`` entries; "char": one id per distinct character of the corpus
+    (sorted), then the special tokens (``marin.tokenize.chars``); ``vocab_size`` is then the most it may hold."""
 
     def __post_init__(self):
         # check() skips executor placeholders: the executor re-validates the concrete config.
+        check(
+            "TrainTokenizerConfig", "kind", self.kind, lambda v: v in TOKENIZER_KINDS, f"one of {list(TOKENIZER_KINDS)}"
+        )
         check(
             "TrainTokenizerConfig",
             "pre_tokenizer",
@@ -114,13 +123,14 @@ class TrainTokenizerConfig:
             "at least the end-of-document token",
         )
         known, specials = concrete(self.special_tokens)
-        minimum = 256 + (len(specials) if known else 1)
+        kind_known, kind = concrete(self.kind)
+        minimum = (0 if kind_known and kind == "char" else 256) + (len(specials) if known else 1)
         check(
             "TrainTokenizerConfig",
             "vocab_size",
             self.vocab_size,
             lambda v: v >= minimum,
-            f">= {minimum} (the 256 byte tokens and the special tokens)",
+            f">= {minimum} (the 256 byte tokens, for a BPE, and the special tokens)",
         )
 
 
@@ -149,15 +159,32 @@ def build_bpe_tokenizer(texts: Iterator[str], config: TrainTokenizerConfig) -> T
     return tokenizer
 
 
+def build_tokenizer(texts: Iterator[str], config: TrainTokenizerConfig) -> Tokenizer:
+    """The tokenizer ``config.kind`` names, learned from ``texts``."""
+    if config.kind == "bpe":
+        return build_bpe_tokenizer(texts, config)
+    tokenizer = build_char_tokenizer(texts, config.special_tokens)
+    if tokenizer.get_vocab_size() > config.vocab_size:
+        chars = tokenizer.get_vocab_size() - len(config.special_tokens)
+        raise ValueError(
+            f"TrainTokenizerConfig.vocab_size: the corpus has {chars} distinct characters, more than "
+            f"vocab_size={config.vocab_size} allows with "
+            f"{len(config.special_tokens)} special tokens"
+        )
+    return tokenizer
+
+
 def train_tokenizer(config: TrainTokenizerConfig) -> None:
-    """Step: train a byte-level BPE on a corpus and write ``tokenizer.json`` + ``tokenizer_info.json``."""
+    """Step: train a byte-level BPE (or derive a character vocabulary) from a corpus and write
+    ``tokenizer.json`` + ``tokenizer_info.json``."""
     from marin.tokenize.inputs import expand_record_paths, iter_texts
 
     files = expand_record_paths(config.input_paths)
     texts = iter_texts(files, config.text_key, limit=config.max_documents)
-    tokenizer = build_bpe_tokenizer(texts, config)
+    tokenizer = build_tokenizer(texts, config)
     write_atomic(join(config.output_path, TOKENIZER_FILE), tokenizer.to_str())
     info = {
+        "kind": config.kind,
         "vocab_size": tokenizer.get_vocab_size(),
         "special_tokens": list(config.special_tokens),
         "fingerprint": fingerprint(tokenizer),

@@ -27,6 +27,7 @@ from marin.progress import progress_bar
 from marin.storage import join, write_atomic
 from marin.storage.records import OnError
 from marin.tokenize.cache_format import FORMAT_VERSION, LEDGER_FILE, token_dtype
+from marin.tokenize.chars import explain_encode_failure
 from marin.tokenize.inputs import iter_texts
 from marin.tokenize.shards import ShardSpec, ShardWriter, batches, cache_totals, plan_shards
 from marin.tokenize.special import SpecialStringPolicy, check_policy, special_strings_in, text_encoder
@@ -57,9 +58,21 @@ def build_shard(job: ShardJob) -> dict:
     )
     with shard:
         for batch in batches(_non_empty(texts, shard.counts), job.batch_size):
-            for enc in tokenizer.encode_batch(batch, add_special_tokens=False):
+            for enc in _encode(tokenizer, batch, job.shard.source, first=shard.num_documents):
                 shard.add(tokens=np.asarray(enc.ids + [job.eos], dtype=shard.dtype))
     return shard.finish(tokenizer_fingerprint=job.tokenizer_fingerprint)
+
+
+def _encode(tokenizer: Tokenizer, texts: list[str], source: str, first: int) -> list:
+    """``texts`` encoded; a failure names the file, the document and, for a character tokenizer, the
+    character it has no id for and its position."""
+    try:
+        return tokenizer.encode_batch(texts, add_special_tokens=False)
+    except Exception as e:  # tokenizers raises a bare Exception ("Missing [UNK] token ...")
+        explained = explain_encode_failure(tokenizer, texts, source, first)
+        if explained is not None:
+            raise explained from e
+        raise ValueError(f"{source}: could not tokenize documents {first}..{first + len(texts) - 1}: {e}") from e
 
 
 def _non_empty(texts, counts: dict):
