@@ -14,6 +14,8 @@ from marin.storage import filesystem
 METRICS_FILE = "metrics.jsonl"
 RESULTS_FILE = "results.json"
 FIT_FILE = "fit.json"
+SAMPLES_FILE = "samples.jsonl"
+"""Written by a samples step (``marin.evaluation.samples``; the browser imports no inference code)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,15 +28,17 @@ class StepFiles:
     """``results.json``: evaluation results on ``/training``."""
     fit: bool = False
     """``fit.json``: a scaling-ladder analysis on ``/fit``."""
+    samples: bool = False
+    """``samples.jsonl``: text sampled from a checkpoint, on ``/training`` (its own and its run's page)."""
 
     @property
     def training(self) -> bool:
         """Whether ``/training`` has anything to show."""
-        return self.metrics or self.results
+        return self.metrics or self.results or self.samples
 
 
 def files_from_names(names: set[str]) -> StepFiles:
-    return StepFiles(True, METRICS_FILE in names, RESULTS_FILE in names, FIT_FILE in names)
+    return StepFiles(True, METRICS_FILE in names, RESULTS_FILE in names, FIT_FILE in names, SAMPLES_FILE in names)
 
 
 def step_files(path: str) -> StepFiles:

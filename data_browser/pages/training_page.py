@@ -1,15 +1,18 @@
-"""One training (or evaluation) step (``/training``, JSON at ``/api/metrics``): every numeric series of
-its ``metrics.jsonl`` as charts and its ``results.json`` as a table."""
+"""One training (or evaluation, or samples) step (``/training``, JSON at ``/api/metrics``): every numeric series
+of its ``metrics.jsonl`` as charts, its ``results.json`` as a table, and text sampled from it (its own
+``samples.jsonl``, or the samples steps that sampled this run)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from fastapi import APIRouter
 
 from data_browser import experiments as exp
-from data_browser import training
-from data_browser.step_files import METRICS_FILE, RESULTS_FILE
+from data_browser import samples, training
+from data_browser.step_files import METRICS_FILE, RESULTS_FILE, SAMPLES_FILE
 from data_browser.web import BrowserState, State, page
-from marin.storage import join
+from marin.storage import exists, join
 
 router = APIRouter()
 
@@ -30,6 +33,10 @@ def training_data(state: State, path: str) -> dict:
     )
     results, error = training.load_results(state.resolve(join(path, RESULTS_FILE)), config.max_json_bytes)
     table = training.results_table(results)
+    if exists(join(path, SAMPLES_FILE)):
+        sampled = [samples.read_samples(path, config.max_line_bytes)]
+    else:
+        sampled = samples.samples_for(path, state.allowed, config.max_json_bytes, config.max_line_bytes)
     return {
         "path": path,
         "metrics": metrics.columns,
@@ -37,4 +44,5 @@ def training_data(state: State, path: str) -> dict:
         "results": results,
         "results_error": error,
         "results_table": table.rows if table else None,
+        "samples": [dataclasses.asdict(s) for s in sampled],
     }
