@@ -186,7 +186,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="nanogpt-bench-"))
     nanogpt = run_nanogpt(src, work / "nanoGPT", args.iters)
     lab = run_lab(work / "lab", args.iters)
-    nanogpt["same_windows"] = json.loads(
+    nanogpt["same_windows"] = json.loads(  # the last line: model.py prints the parameter count first
         subprocess.run(
             [
                 sys.executable,
@@ -199,7 +199,7 @@ def main() -> None:
             check=True,
             capture_output=True,
             text=True,
-        ).stdout
+        ).stdout.splitlines()[-1]
     )
     lab["same_windows"] = lab_windows_loss(lab["run"])
     result = {

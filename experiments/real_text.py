@@ -103,3 +103,13 @@ def gutenberg_documents(*, bundled: bool | None = None, validation_fraction: flo
         validation_fraction=validation_fraction,
         text_sha256=text.text_sha256(),
     )
+
+
+def real_text_validation(*, bundled: bool | None = None) -> dict[str, ExecutorStep]:
+    """Held-out real text as evaluation sets, one per corpus (as Paloma reports bits-per-byte per source):
+    ``{"tinyshakespeare": ..., "gutenberg": ...}``, each a documents step's ``validation/`` records, which the
+    eval step tokenizes with the model's own tokenizer (``default_eval(validation={**own, **these})``)."""
+    return {
+        "tinyshakespeare": shakespeare_documents(bundled=bundled) / "validation",
+        "gutenberg": gutenberg_documents(bundled=bundled) / "validation",
+    }

@@ -54,6 +54,7 @@ from experiments.defaults import (
     default_train,
 )
 from experiments.models import TPU_V4_2048, SimpleTrainConfig, llama_8b
+from experiments.real_text import real_text_validation
 from marin.environments import GSM8K_URLS
 from marin.execution import ResourceConfig, executor_main
 from marin.posttrain import PreferenceLossConfig
@@ -236,7 +237,8 @@ evals = [
         f"tootsie-8b-{name}",
         step,
         tokenizer=LLAMA3_TOKENIZER,
-        validation=validation,
+        # Paloma, plus the lab's real public-domain text held out per corpus (experiments.real_text: small files)
+        validation={**validation, **real_text_validation()},
         tasks=TASKS,
         model=model,
         resources=EVAL_HOST,

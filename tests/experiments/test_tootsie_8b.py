@@ -36,7 +36,10 @@ def test_dag_structure_and_phase_chaining():
     assert phase1.version["config"]["optimizer"]["learning_rate"] == 1e-3
     assert phase2.version["config"]["optimizer"]["ema_decay"] is not None
     downloads = [s for s in p.steps if s.name.startswith("raw/")]
-    assert downloads and all(s.version["config"]["revision"] for s in downloads)
+    # every download is pinned: a hub revision, or a SHA-256 for each file (the real-text evaluation sets)
+    pinned = lambda c: c.get("revision") or (c.get("files") and set(c["files"]) == set(c.get("expected_sha256", {})))
+    assert downloads and all(pinned(s.version["config"]) for s in downloads)
+    assert {"raw/tinyshakespeare", "raw/gutenberg"} <= {s.name for s in downloads}
     assert (phase1.step.resource_config.hosts, phase1.step.resource_config.tpu.slices) == (128, 2)
 
 
