@@ -23,10 +23,10 @@ import os
 import socket
 import subprocess
 import threading
-import time
 import urllib.request
 
 from tests.requirements import require_object_stores
+from tests.waiting import wait_for
 
 GCS_BUCKET = "marin-test-gcs"
 S3_BUCKET = "marin-test-s3"
@@ -77,16 +77,17 @@ def start_fake_gcs(log_path: str) -> tuple[str, subprocess.Popen]:
         "warn",
     ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(log_path, "ab"))
-    deadline = time.monotonic() + 20
-    while True:
+
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1):
-                return url, process
+                return True
         except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"fake-gcs-server did not start on {url}; see {log_path}") from None
-            time.sleep(0.05)
+            return False
+
+    # as long as it runs: a loaded host may take longer than any fixed guess (issue 47)
+    wait_for(answers, f"fake-gcs-server to answer on {url} (log: {log_path})", proc=process, log=log_path, poll_s=0.05)
+    return url, process
 
 
 def _serialize_moto_puts() -> None:

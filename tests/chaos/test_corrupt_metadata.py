@@ -85,9 +85,7 @@ def test_damaged_status_is_one_line_on_the_command_line(tmp_path):
     prefix = str(tmp_path / "store")
     calls, b, out_b = finished(tmp_path, prefix)
     Path(out_b, ".executor_status").write_text('{"state": "RUNNING", "time": 1}\n{"state": "SUCC')
-    proc = subprocess.run(
-        [sys.executable, str(script), "--prefix", prefix], capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run([sys.executable, str(script), "--prefix", prefix], capture_output=True, text=True)
     assert proc.returncode == 1
     [line] = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert f"{out_b}/.executor_status, line 2: not a status event" in line

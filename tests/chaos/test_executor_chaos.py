@@ -55,15 +55,11 @@ def launch(ray_address, prefix, calls, log, sleep_s, flags=FAST_LEASES):
     )
 
 
-def wait_all(procs, logs, timeout=240):
-    deadline = time.time() + timeout
-    for proc, log in zip(procs, logs):
-        try:
-            proc.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail(f"executor {proc.pid} did not finish within {timeout}s:\n{Path(log).read_text()[-3000:]}")
+def wait_all(procs):
+    """Until every executor has finished: running the DAG is work, bounded by the test's timeout (a fixed bound
+    guessed the host's speed: issue 47); the callers then check each one's exit status and log."""
+    for proc in procs:
+        proc.wait()
 
 
 def count(calls, kind):
@@ -112,7 +108,7 @@ def test_eight_executors_at_once_on_gcs_run_each_step_exactly_once(tmp_path, ray
     # Default lease timings: nobody dies here, and 8 executors starting at once on 2 cores can starve a
     # heartbeat thread for longer than the 1.5 s "stale" of the kill test (a takeover would then be correct).
     procs = [launch(ray_address, gcs_prefix, calls, log, 0.05, flags=("--poll_s", "0.5")) for log in logs]
-    wait_all(procs, logs)
+    wait_all(procs)
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log.read_text()[-3000:]
     assert {label: len(traces(str(calls), label, "start")) for label in LABELS} == {label: 1 for label in LABELS}
@@ -154,7 +150,7 @@ def test_sigkilled_executors_rerun_until_done_lose_and_duplicate_nothing(tmp_pat
                         f"round {round_}: killed executor {i} after {count(calls, 'start')} attempts "
                         f"started, {count(calls, 'done')} finished"
                     )
-        wait_all(procs, logs)
+        wait_all(procs)
         for proc, log in zip(procs, logs):
             assert proc.pid in killed_pids or proc.returncode == 0, log.read_text()[-3000:]
         states = {

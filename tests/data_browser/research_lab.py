@@ -203,3 +203,19 @@ def write_wide(prefix, chains=20, length=10):
         json.dumps({"script": "wide", "caller_file": "experiments/wide.py", "user": "lab", "steps": steps})
     )
     return record
+
+
+def write_rl_run(run):
+    """An RL run's files as ``marin.posttrain.rl`` writes them (two environments, three iterations) into ``run``."""
+    (run / "rollouts").mkdir(parents=True)
+    metrics = []
+    for it in (1, 2, 3):
+        metrics.append({"step": it, "rl/math/reward_mean": 0.1 * it, "rl/letters/reward_mean": 0.5, "train/loss": 0.0})
+        rows = [
+            {"iteration": it, "env": "math", "record_id": f"q{g}", "group": g, "sample": s,
+             "prompt": f"What is {g} + {it}?", "completion": f"{g} + {it} = {g + it + s}", "reward": float(s == 0),
+             "advantage": 1.0 if s == 0 else -1.0, "completion_tokens": 8, "finish_reason": "stop", "seed": 7}
+            for g in range(2) for s in range(2)
+        ]  # fmt: skip
+        (run / "rollouts" / f"iteration-{it:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))

@@ -11,6 +11,7 @@ import pytest
 
 from data_browser.app import create_app
 from data_browser.config import BrowserConfig
+from tests.data_browser.research_lab import write_rl_run
 from tests.requirements import require_module, require_path
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -31,15 +32,22 @@ require_module("playwright.sync_api", "playwright (the dev extra)")
 
 
 @pytest.fixture(scope="module")
-def server(lab):
+def rl_run(tmp_path_factory):
+    """An RL run's files (its rollouts page), under a second root beside the lab's."""
+    run = tmp_path_factory.mktemp("rl") / "checkpoints" / "nano-rl"
+    write_rl_run(run)
+    return str(run)
+
+
+@pytest.fixture(scope="module")
+def server(lab, rl_run):
     import uvicorn
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(BrowserConfig(roots=[lab["prefix"]])), host="127.0.0.1", port=port, log_level="warning"
-    )
+    roots = [lab["prefix"], str(Path(rl_run).parent)]
+    config = uvicorn.Config(create_app(BrowserConfig(roots=roots)), host="127.0.0.1", port=port, log_level="warning")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -257,10 +265,11 @@ def test_a_200_step_dag_fits_the_page_and_zooms_within_its_box(page, server, lab
 
 
 SPLIT_WORDS = r"""(root) => {
-  // Words and numbers (text between spaces and path separators) drawn over more than one line.
+  // Words and numbers (text between spaces and path separators) drawn over more than one line. Data in <pre>
+  // (configs, results) counts; text (records, web pages, chats, completions) wraps as text does.
   const split = [], walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (node.parentElement.closest("pre, script, style, .record")) continue;  // record text wraps as text does
+    if (node.parentElement.closest("script, style, .record, pre.text, pre.chat")) continue;
     for (const m of node.data.matchAll(/[^\s\/_=,;:()\[\]·-]+/g)) {
       const range = document.createRange();
       range.setStart(node, m.index);
@@ -275,7 +284,9 @@ SPLIT_WORDS = r"""(root) => {
 
 
 def laid_out_whole(page):
-    """The page fits its window and no word or number on it is split over two lines ("9 2 0 . 2 k")."""
+    """The page fits its window and no word or number on it is split over two lines ("9 2 0 . 2 k"), with
+    every ``<details>`` open (a step's config, a result's fields): what a reader can unfold counts too."""
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
     assert fits_the_viewport(page), page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert page.eval_on_selector("main", SPLIT_WORDS) == []
 
@@ -288,7 +299,7 @@ def phone(browser, server):
     page.close()
 
 
-def test_every_page_fits_a_phone_without_splitting_words_or_numbers(phone, server, lab):
+def test_every_page_fits_a_phone_without_splitting_words_or_numbers(phone, server, lab, rl_run):
     from urllib.parse import quote
 
     def visit(path, ready="main", name=None):
@@ -305,9 +316,17 @@ def test_every_page_fits_a_phone_without_splitting_words_or_numbers(phone, serve
     visit("/compare/runs?" + "&".join(f"step={quote(r, safe='')}" for r in runs), "#charts[data-drawn] canvas")
     visit("/leaderboard", "table.leaderboard", "phone_leaderboard")
     visit(f"/experiment?path={quote(lab['research_record'], safe='')}", "svg.dag")
+    steps = "(t => [t.scrollWidth, t.clientWidth])(document.getElementById('steps'))"
+    wide, box = phone.evaluate(steps)  # the opened configs: the table is wider than the phone, and scrolls
+    assert wide > box and phone.evaluate("getComputedStyle(document.getElementById('steps')).overflowX") == "auto"
+    visit(f"/experiment?path={quote(lab['record'], safe='')}", "svg.dag")
     visit(f"/fit?path={quote(lab['fit'], safe='')}", "div.chart canvas")
+    visit("/")
     visit(f"/browse?path={quote(lab['raw'], safe='')}")
     visit(f"/records?path={quote(lab['raw'] + '/docs.jsonl', safe='')}", "#summary")
+    left, right = (quote(f"{lab['raw']}/{name}", safe="") for name in ("docs.jsonl", "deduped.jsonl"))
+    visit(f"/compare?left={left}&right={right}", "div.record.right")
+    visit(f"/rollouts?path={quote(rl_run, safe='')}&iteration=2", "#rollouts")
 
 
 def test_a_long_experiment_path_leaves_the_leaderboards_numbers_whole_on_a_desktop(page, server):

@@ -1,7 +1,6 @@
 """An RL run in the browser: reward curves per environment and a table of sample rollouts per iteration,
 read from what the RL step writes (``metrics.jsonl``, ``rollouts/iteration-<k>.jsonl``); roots enforced."""
 
-import json
 from urllib.parse import quote
 
 import pytest
@@ -9,24 +8,14 @@ from fastapi.testclient import TestClient
 
 from data_browser.app import create_app
 from data_browser.config import BrowserConfig
+from tests.data_browser.research_lab import write_rl_run
 
 
 @pytest.fixture(scope="module")
 def rl_lab(tmp_path_factory):
     """An RL run's files as ``marin.posttrain.rl`` writes them (two environments, three iterations)."""
     run = tmp_path_factory.mktemp("rllab") / "checkpoints" / "nano-rl"
-    (run / "rollouts").mkdir(parents=True)
-    metrics = []
-    for it in (1, 2, 3):
-        metrics.append({"step": it, "rl/math/reward_mean": 0.1 * it, "rl/letters/reward_mean": 0.5, "train/loss": 0.0})
-        rows = [
-            {"iteration": it, "env": "math", "record_id": f"q{g}", "group": g, "sample": s,
-             "prompt": f"What is {g} + {it}?", "completion": f"{g} + {it} = {g + it + s}", "reward": float(s == 0),
-             "advantage": 1.0 if s == 0 else -1.0, "completion_tokens": 8, "finish_reason": "stop", "seed": 7}
-            for g in range(2) for s in range(2)
-        ]  # fmt: skip
-        (run / "rollouts" / f"iteration-{it:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    write_rl_run(run)
     client = TestClient(create_app(BrowserConfig(roots=[str(run.parent)])))
     return run, client
 

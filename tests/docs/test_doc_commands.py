@@ -6,12 +6,12 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
 from pathlib import Path
 
 from marin.storage import exists, glob, read_text
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,30 +22,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve_and_get(args: list[str], port: int, timeout: float = 90.0) -> str:
-    """Start ``python -m data_browser <args>``, return the body of ``/`` once it answers, stop it."""
+def _serve_and_get(args: list[str], port: int, log: Path) -> str:
+    """Start ``python -m data_browser <args>``, return the body of ``/`` once it answers (waited for as long as
+    it runs: issue 47), stop it."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "data_browser", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "data_browser", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    page = []
+
+    def answered() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+                page.append(r.read().decode())
+                return True
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
-                    return r.read().decode()
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"data browser did not serve: {proc.communicate()[1][-2000:]}") from None
-                time.sleep(0.3)
+        wait_for(answered, "the data browser to serve", proc=proc, log=log, poll_s=0.3)
+        return page[0]
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=30)  # a shutdown, not work
 
 
 def test_data_browser_command_lines_serve(tmp_path, gcs_prefix):
@@ -56,13 +56,13 @@ def test_data_browser_command_lines_serve(tmp_path, gcs_prefix):
     (local / "experiments" / "hello_world-0000.json").write_text(json.dumps({"steps": []}))
 
     port = _free_port()  # docs: --root ./local_store --root gs://bucket/prefix --port 5000
-    page = _serve_and_get(["--root", str(local), "--root", gcs_prefix, "--port", str(port)], port)
+    page = _serve_and_get(["--root", str(local), "--root", gcs_prefix, "--port", str(port)], port, tmp_path / "a.log")
     assert str(local) in page and gcs_prefix in page and "hello_world-0000.json" in page
 
     port = _free_port()
     config = tmp_path / "browser.yaml"
     config.write_text(f"roots: ['{local}']\nport: {port}\n")
-    page = _serve_and_get(["--config_path", str(config)], port)
+    page = _serve_and_get(["--config_path", str(config)], port, tmp_path / "b.log")
     assert str(local) in page and gcs_prefix not in page
 
 

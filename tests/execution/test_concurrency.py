@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from marin.execution.plan import plan_steps
@@ -16,6 +15,7 @@ from marin.storage import exists, join, read_text
 from tests.execution.race_script import build
 from tests.execution.steps_lib import call_counts
 from tests.stores import on_stores
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "execution" / "race_script.py"
@@ -50,7 +50,7 @@ def succeeded(output_path) -> bool:
 def test_six_executors_at_once_run_each_step_exactly_once(tmp_path, ray_address, store_prefix):
     prefix, calls = store_prefix, tmp_path / "calls"
     procs = [launch(ray_address, prefix, calls, RACE_SLEEP=0.3) for _ in range(6)]
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    outputs = [p.communicate()[0] for p in procs]  # runs: bounded by the test's timeout
     for proc, out in zip(procs, outputs):
         assert proc.returncode == 0, out
     assert call_counts(calls) == {label: 1 for label in LABELS}
@@ -71,13 +71,11 @@ def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray
     )
     plan = plan_steps(build(str(calls), 0.0), str(prefix))
     side = next(p for p in plan.steps if p.name == "race/side")
-    deadline = time.time() + 120
     # Kill while joined runs and everything else it does not wait on has committed: race/side has no inputs
     # and may still be committing when joined starts (seen on a loaded CI host), and a step killed mid-commit
     # rightly runs again.
-    while "race_joined" not in call_counts(calls) or not succeeded(side.output_path):
-        assert time.time() < deadline and victim.poll() is None, victim.stdout.read() if victim.poll() else "timeout"
-        time.sleep(0.1)
+    ready = lambda: "race_joined" in call_counts(calls) and succeeded(side.output_path)  # noqa: E731
+    wait_for(ready, "race/joined to run with race/side committed", proc=victim, poll_s=0.1)
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
 
@@ -88,7 +86,7 @@ def test_sigkilled_executor_leaves_no_success_and_rerun_takes_over(tmp_path, ray
     assert not exists(join(joined.output_path, "result.json"))
 
     rerun = launch(ray_address, prefix, calls, *lease_flags, RACE_SLEEP=0.05)
-    out = rerun.communicate(timeout=120)[0]
+    out = rerun.communicate()[0]
     assert rerun.returncode == 0, out
     assert "took over stale lease" in out
     states, _ = final_states(prefix, calls)
@@ -106,12 +104,9 @@ def test_live_heartbeat_keeps_a_long_step_from_being_taken_over(tmp_path, ray_ad
     lease_flags = ("--lease_heartbeat_s", "0.25", "--lease_stale_after_s", "2")
     slow = dict(RACE_SLEEP=0.05, RACE_SLOW_LABEL="race/joined", RACE_SLOW_S=7)  # 3.5 stale periods
     holder = launch(ray_address, prefix, calls, *lease_flags, **slow)
-    deadline = time.time() + 120
-    while "race_joined" not in call_counts(calls):
-        assert time.time() < deadline and holder.poll() is None, holder.stdout.read() if holder.poll() else "timeout"
-        time.sleep(0.1)
+    wait_for(lambda: "race_joined" in call_counts(calls), "race/joined to start", proc=holder, poll_s=0.1)
     waiter = launch(ray_address, prefix, calls, *lease_flags, **slow)
-    outputs = [p.communicate(timeout=180)[0] for p in (holder, waiter)]
+    outputs = [p.communicate()[0] for p in (holder, waiter)]
     assert holder.returncode == 0 and waiter.returncode == 0, outputs
     assert not any("took over stale lease" in out for out in outputs), outputs
     assert call_counts(calls) == {label: 1 for label in LABELS}

@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 HELLO = ROOT / "experiments" / "hello_world.py"
 
 
-def run_script(script, *args, cwd, env=None, timeout=180):
+def run_script(script, *args, cwd, env=None):
     environment = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
     environment.update(env or {})
     return subprocess.run(
-        [sys.executable, str(script), *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(script), *args], cwd=cwd, env=environment, capture_output=True, text=True
     )
 
 
@@ -52,7 +52,6 @@ def test_hello_world_default_prefix_run_rerun_and_dry_run(tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
         env={k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")},
     )
     assert noop.returncode == 0 and "IMPORTED []" in noop.stdout, noop.stdout + noop.stderr

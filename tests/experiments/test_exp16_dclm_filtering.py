@@ -17,7 +17,6 @@ def test_dclm_filtering_dry_runs_anywhere(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     actions = [line.split()[1].split("/")[-2] for line in out.stdout.splitlines() if line.startswith("run ")]

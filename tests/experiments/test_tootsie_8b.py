@@ -78,7 +78,6 @@ def test_dry_run_on_a_laptop_prints_plan_params_and_tokens(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "8.03B parameters" in out.stdout

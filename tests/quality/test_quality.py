@@ -153,7 +153,6 @@ def test_attribute_files_line_up_after_a_kill_and_resume(extracted, quality_mode
         check=False,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert proc.returncode == -9, proc.stderr
     finished = tree_bytes(out, "attributes")

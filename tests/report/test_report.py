@@ -315,7 +315,6 @@ def test_cli_entry_point_runs_as_a_module(lab, tmp_path):
         cwd=lab["repo"],
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == [str(out), str(tmp_path / "cli_loss.png")]
@@ -325,7 +324,6 @@ def test_cli_entry_point_runs_as_a_module(lab, tmp_path):
         cwd=lab["repo"],
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert missing.returncode == 2 and "no experiment record for experiments/nope.py" in missing.stderr
 

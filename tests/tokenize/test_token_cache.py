@@ -7,7 +7,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from marin.tokenize import (
     tokenize_corpus,
     train_tokenizer,
 )
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = "the a cat dog sat on mat ran far away and then slept ünïcödé 数字 3 + 4 = 7 def f(x): return x".split()
@@ -286,10 +286,9 @@ def test_kill_and_resume_rebuilds_only_unfinished_shards_and_matches(corpus, tok
     build_cache(files, str(tmp_path / "clean"), tok, tokenizer_name="t")
     target = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(target), tokenizer_path, *files])
-    deadline = time.time() + 60
-    while len(list((target / "shards").glob("*.json"))) < 2 if (target / "shards").exists() else True:
-        assert time.time() < deadline and proc.poll() is None
-        time.sleep(0.02)
+    # (a glob of the not yet created shards/ finds nothing)
+    two_shards = lambda: len(list((target / "shards").glob("*.json"))) >= 2  # noqa: E731
+    wait_for(two_shards, "two finished shards", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     finished = sorted((target / "shards").glob("*.json"))
