@@ -808,6 +808,7 @@ def default_scaling_ladder(
     heldout: str = "heldout",
     bootstrap_samples: int = 1000,
     skip_invalid_runs: bool = False,
+    eval_max_documents: int | None = 1000,
 ) -> ScalingLadder:
     """An isoFLOP ladder over ``family`` at ``budgets`` (``marin.scaling.ladder``), trained on ``tokenized``'s
     ``train/`` cache and evaluated on its ``validation/`` cache (named ``heldout`` in the results), an
@@ -819,11 +820,19 @@ def default_scaling_ladder(
     on its own budget and size only, so adding a budget adds steps and reruns none. The fit depends on the
     target only ``nonblocking()``: it predicts without waiting for the target and names where its actual
     loss will be. ``skip_invalid_runs``: a run whose loss is NaN or infinite is left out of the fit (and listed
-    in ``fit.json``) instead of failing it."""
+    in ``fit.json``) instead of failing it. ``eval_max_documents`` caps the held-out documents each run is
+    scored on (None: all of them; whole books are long)."""
 
     def run(point: LadderPoint, label: str) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
         return _ladder_run(
-            f"{name}-{label}", point, tokenized, tokenizer=tokenizer, train=train, rules=rules, heldout=heldout
+            f"{name}-{label}",
+            point,
+            tokenized,
+            tokenizer=tokenizer,
+            train=train,
+            rules=rules,
+            heldout=heldout,
+            eval_max_documents=eval_max_documents,
         )
 
     grid = [run(p, f"{_budget_label(p.budget)}-{p.label}") for p in isoflop_grid(budgets, family, rules)]
@@ -869,6 +878,7 @@ def _ladder_run(
     train: SimpleTrainConfig,
     rules: LadderRules,
     heldout: str,
+    eval_max_documents: int | None = 1000,
 ) -> tuple[ExecutorStep, ExecutorStep, LadderRunRef]:
     """One ladder run: its training step (``train`` with the rules' steps, batch, rate and schedule), its eval
     on ``heldout``, and the analysis step's reference to both."""
@@ -884,7 +894,12 @@ def _ladder_run(
     )
     checkpoint = default_train(run_name, {heldout: tokenized}, point.model, config, validation={})
     evaluation = default_eval(
-        run_name, checkpoint, tokenizer=tokenizer, validation={heldout: tokenized / "validation"}, model=point.model
+        run_name,
+        checkpoint,
+        tokenizer=tokenizer,
+        validation={heldout: tokenized / "validation"},
+        model=point.model,
+        max_documents=eval_max_documents,
     )
     ref = LadderRunRef(
         run=checkpoint.name,

@@ -34,6 +34,7 @@
    the lab's engine; the held-out instructions are evaluated again (base -> SFT -> RL, docs/rl.md).
 """
 
+import dataclasses
 import json
 import os
 
@@ -215,10 +216,16 @@ def build_web(raw: ExecutorStep, eval_tasks) -> dict[str, ExecutorStep]:
 # corpus's facts, a chat template, SFT from the base checkpoint, and held-out instructions before and after.
 
 
+def seeded(name: str, seed: int) -> str:
+    """A post-training step's name under ``seed``: the quickstart's own (seed 0) keep theirs."""
+    return name if seed == 0 else f"{name}-s{seed}"
+
+
 def instruct_phase(
-    tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 100
+    tokenizer: ExecutorStep, base: ExecutorStep, model, *, sft_steps: int = 100, seed: int = 0
 ) -> dict[str, ExecutorStep]:
-    """Steps of the instruct phase, keyed by role; ``base`` is the pretraining step it starts from."""
+    """Steps of the instruct phase, keyed by role; ``base`` is the pretraining step it starts from. ``seed``
+    orders the SFT data (and the RL phase's prompts and samples); other seeds give other step names."""
     instructions = ExecutorStep(
         name="corpus/instructions",
         fn=generate_instructions,
@@ -240,13 +247,16 @@ def instruct_phase(
         eval_every=sft_steps,
         log_every=10,
         compute_dtype="float32",
+        seed=seed,
         wandb=False,
     )
-    sft = default_sft("quickstart-nano-instruct", {"instructions": sft_data}, model, sft_config, initialize_from=base)
+    sft = default_sft(
+        seeded("quickstart-nano-instruct", seed), {"instructions": sft_data}, model, sft_config, initialize_from=base
+    )
     held_out = {"instructions": instructions / "validation"}
     chat_tokenizer = sft_data / "tokenizer"
     return {
-        **rl_phase(sft, chat_tokenizer, held_out),
+        **rl_phase(sft, chat_tokenizer, held_out, seed=seed),
         "instructions": instructions,
         "chat": chat,
         "sft_data": sft_data,
@@ -255,14 +265,14 @@ def instruct_phase(
             "quickstart-nano", base, chat_tokenizer=chat_tokenizer, eval_sets=held_out, max_items=200, max_new_tokens=32
         ),
         "instruct_eval_sft": default_instruct_eval(
-            "quickstart-nano-instruct",
+            seeded("quickstart-nano-instruct", seed),
             sft,
             chat_tokenizer=chat_tokenizer,
             eval_sets=held_out,
             max_items=200,
             max_new_tokens=32,
         ),
-        "export_instruct": default_export("quickstart-nano-instruct", sft, tokenizer=chat_tokenizer),
+        "export_instruct": default_export(seeded("quickstart-nano-instruct", seed), sft, tokenizer=chat_tokenizer),
     }
 
 
@@ -283,11 +293,15 @@ RL_GRPO = GrpoConfig(
 RL_OPTIMIZER = OptimizerConfig(learning_rate=5e-5, schedule="constant", warmup=0, weight_decay=0.0)
 
 
-def rl_phase(sft: ExecutorStep, chat_tokenizer, held_out: dict, grpo: GrpoConfig = RL_GRPO) -> dict[str, ExecutorStep]:
-    """Steps of the RL phase, keyed by role; ``sft`` is the instruct step it starts from."""
+def rl_phase(
+    sft: ExecutorStep, chat_tokenizer, held_out: dict, grpo: GrpoConfig = RL_GRPO, *, seed: int = 0
+) -> dict[str, ExecutorStep]:
+    """Steps of the RL phase, keyed by role; ``sft`` is the instruct step it starts from, ``seed`` the GRPO
+    seed (prompt order and every rollout's sampling seed)."""
     prompts = {"addition": default_arithmetic_prompts("addition")}
+    grpo = dataclasses.replace(grpo, seed=seed) if seed else grpo
     rl = default_rl(
-        "quickstart-nano-rl",
+        seeded("quickstart-nano-rl", seed),
         sft,
         {kind: default_environment(step, rewards=(("exact", 1.0),)) for kind, step in prompts.items()},
         chat_tokenizer=chat_tokenizer,
@@ -296,7 +310,12 @@ def rl_phase(sft: ExecutorStep, chat_tokenizer, held_out: dict, grpo: GrpoConfig
         wandb=False,
     )
     evaluation = default_instruct_eval(
-        "quickstart-nano-rl", rl, chat_tokenizer=chat_tokenizer, eval_sets=held_out, max_items=200, max_new_tokens=32
+        seeded("quickstart-nano-rl", seed),
+        rl,
+        chat_tokenizer=chat_tokenizer,
+        eval_sets=held_out,
+        max_items=200,
+        max_new_tokens=32,
     )
     return {**{f"rl_prompts_{k}": step for k, step in prompts.items()}, "rl": rl, "instruct_eval_rl": evaluation}
 
@@ -331,9 +350,10 @@ def summarize_instruct(result) -> None:
 
 
 def preference_phase(
-    sft: ExecutorStep, chat_tokenizer, model, *, dpo_steps: int = DPO_STEPS
+    sft: ExecutorStep, chat_tokenizer, model, *, dpo_steps: int = DPO_STEPS, seed: int = 0
 ) -> dict[str, ExecutorStep]:
-    """Steps of the preference phase, keyed by role; ``sft`` is the instruct step DPO starts from and compares to."""
+    """Steps of the preference phase, keyed by role; ``sft`` is the instruct step DPO starts from and compares to,
+    ``seed`` orders the pairs (other seeds give other step names)."""
     pairs = ExecutorStep(
         name="corpus/instruction-pairs",
         fn=generate_instruction_pairs,
@@ -361,10 +381,13 @@ def preference_phase(
         eval_every=dpo_steps,
         log_every=10,
         compute_dtype="float32",
+        seed=seed,
         wandb=False,
     )
     loss = PreferenceLossConfig(type="sigmoid", beta=0.1)
-    dpo = default_dpo("quickstart-nano-dpo", pair_caches, model, dpo_config, initialize_from=sft, loss=loss)
+    dpo = default_dpo(
+        seeded("quickstart-nano-dpo", seed), pair_caches, model, dpo_config, initialize_from=sft, loss=loss
+    )
     held_out = {"instruction_pairs": preferences / "validation"}
 
     def evaluation(name: str, checkpoint: ExecutorStep) -> ExecutorStep:
@@ -378,8 +401,8 @@ def preference_phase(
         "pair_caches": pair_caches,
         "reference": dpo.config.reference_logps,  # the reference step default_dpo declared
         "dpo": dpo,
-        "preference_eval_sft": evaluation("quickstart-nano-instruct", sft),
-        "preference_eval_dpo": evaluation("quickstart-nano-dpo", dpo),
+        "preference_eval_sft": evaluation(seeded("quickstart-nano-instruct", seed), sft),
+        "preference_eval_dpo": evaluation(seeded("quickstart-nano-dpo", seed), dpo),
     }
 
 

@@ -8,7 +8,8 @@ The bundled copies (``marin.corpus.public``) are the default, so nothing reaches
 ``MARIN_TEXT_SOURCE=upstream`` the same steps download the pinned upstream files instead (TinyShakespeare
 from char-rnn, all 258 Gutenberg books, 110.6 MB): the download client verifies each file's SHA-256 either
 way, the documents step checks each text's SHA-256 after decompressing, and the two routes are different
-steps (their file lists differ), so neither output is ever mistaken for the other.
+steps (their file lists differ), so neither output is ever mistaken for the other. ``MARIN_TEXT_MIRROR=<dir or
+URL>`` reads the upstream files from a copy instead (same pins, same step).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from marin.download import DownloadConfig, download_dataset
 from marin.execution import ExecutorStep, this_output_path, versioned
 
 TEXT_SOURCE_ENV = "MARIN_TEXT_SOURCE"
+TEXT_MIRROR_ENV = "MARIN_TEXT_MIRROR"
+"""A directory or URL holding the upstream files under their relative paths (a bucket copy, a local clone):
+read instead of the upstream URL. Every file is still checked against its pin, and the step's identity (its
+files and their SHA-256s) is the same, so a mirror's output is the upstream download's."""
 
 
 def bundled_by_default() -> bool:
@@ -40,11 +45,14 @@ def public_text_download(name: str, *, bundled: bool | None = None) -> ExecutorS
     text = public_text(name)
     bundled = bundled_by_default() if bundled is None else bundled
     files = text.files(bundled)
+    source = text.source(bundled)
+    if not bundled and os.environ.get(TEXT_MIRROR_ENV):
+        source = os.environ[TEXT_MIRROR_ENV]
     return ExecutorStep(
         name=f"raw/{name}" if bundled else f"raw/{name}-upstream",
         fn=download_dataset,
         config=DownloadConfig(
-            source=text.source(bundled),
+            source=source,
             files=versioned(tuple(files)),
             expected_sha256=versioned(files),
             output_path=this_output_path(),

@@ -43,6 +43,18 @@ NOT_RUN: dict[str, str] = {
         "needs the exp11 run above; the same report command runs here on the quickstart, and tests/report runs it "
         "on a hand-made prefix with every step state"
     ),
+    "python experiments/shakespeare_char.py": (
+        "2,000 iterations (~2 minutes); tests/experiments/test_shakespeare_char.py runs the same DAG at 150 iterations "
+        "and its --dry_run runs here"
+    ),
+    "python experiments/exp43_books_ladder.py": (
+        "13 ladder runs and a target (~20 minutes); tests/experiments/test_exp43_books_ladder.py runs a tiny ladder on "
+        "the same books and its --dry_run runs here"
+    ),
+    "python benchmarks/nanogpt_shakespeare.py": (
+        "needs nanoGPT's checkout under benchmarks/peers (not part of the repository) and ~5 minutes; its lab side is "
+        "the experiment above, its nanoGPT side nanoGPT's own train.py"
+    ),
     ".venv/bin/python benchmarks/sft_bench.py": (
         "minutes of training at its default sizes; tests/chat/test_sft_bench.py runs the same script at small sizes"
     ),

@@ -1,0 +1,34 @@
+"""A tiny version of the books ladder, end to end through the executor on the bundled Gutenberg slice: the real
+text's data steps, two budgets of three widths, their evals on the held-out books, the fit and the target."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import exp43_books_ladder
+from marin.execution import Executor
+from marin.scaling.ladder import LadderRules
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_RULES = LadderRules(seq_len=64, min_steps=6, max_batch=16, min_tokens_per_param=0.05, max_tokens_per_param=1e4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tiny_books_ladder_fits_and_predicts_on_held_out_books(tmp_path, ray_address):
+    ladder = exp43_books_ladder.build(
+        budgets=(3e9, 6e9), target_budget=2.4e10, rules=TINY_RULES, widths=(16, 24, 32), bootstrap_samples=200
+    )
+    caller = str(ROOT / "experiments" / "exp43_books_ladder.py")
+    result = Executor(prefix=str(tmp_path), caller_file=caller).run(ladder.steps)
+    paths = {p.name: Path(p.output_path) for p in result.plan.steps}
+    documents = json.loads((paths["documents/gutenberg"] / "summary.json").read_text())
+    assert documents["train"]["documents"] == 45 and documents["validation"]["documents"] == 2
+    fit = json.loads((paths[ladder.fit.name] / "fit.json").read_text())
+    assert len(fit["runs"]) == 6 and fit["heldout"] == "gutenberg" and fit["metric"] == "bpb"
+    for run in fit["runs"]:  # bits per byte of real English: below 8 (a byte's worth) and above 1
+        results = json.loads((Path(run["eval_path"]) / "results.json").read_text())["validation"]["gutenberg"]
+        assert run["loss"] == results["bits_per_byte"] and 1.0 < run["loss"] < 8.0
+        assert results["bytes"] == documents["validation"]["bytes"]
+    assert 1.0 < fit["prediction"]["loss"] < 8.0
