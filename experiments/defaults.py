@@ -356,6 +356,9 @@ def default_train(
 def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerConfig]:
     """``train`` expanded field for field into the trainer's own configs."""
     optimizer = OptimizerConfig(
+        kind=train.optimizer,
+        muon_lr_scaling=train.muon_lr_scaling,
+        muon_adam_learning_rate=train.muon_adam_learning_rate,
         learning_rate=train.learning_rate,
         weight_decay=train.weight_decay,
         decay_embeddings=train.decay_embeddings,

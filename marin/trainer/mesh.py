@@ -229,10 +229,18 @@ def optimizer_state_shardings(
     replicated = NamedSharding(context.mesh, jax.sharding.PartitionSpec())
 
     def mirror(leaf, param, sharding):
+        if isinstance(leaf, optax.MaskedNode):  # a partition's (muon's) state leaves out the other part's parameters
+            return leaf
         return sharding if tuple(leaf.shape) == tuple(param.shape) else replicated
 
     return optax.tree_map_params(
-        optimizer, mirror, state_shapes, params_shapes, param_shardings, transform_non_params=lambda _: replicated
+        optimizer,
+        mirror,
+        state_shapes,
+        params_shapes,
+        param_shardings,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, optax.MaskedNode),
     )
 
 

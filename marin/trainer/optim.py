@@ -1,8 +1,26 @@
-"""AdamW with learning-rate schedules, a weight-decay mask, global-norm clipping and optional EMA.
+"""Optimizers (AdamW, Muon, Lion, Adafactor) with learning-rate schedules, a weight-decay mask, global-norm
+clipping and optional EMA.
 
     opt = OptimizerConfig(learning_rate=3e-3, schedule="wsd", warmup=0.05, decay=0.2, min_lr_ratio=0.1)
     tx = opt.build(num_train_steps=1000, axes=param_axes(model_cfg))   # an optax GradientTransformation
     opt.lr_schedule(1000)(999)                                           # the lr of the last update
+    OptimizerConfig(kind="muon", learning_rate=0.02, muon_adam_learning_rate=3e-3)
+
+Every kind is ``clip -> direction -> decoupled weight decay -> -lr(t)``, the decay masked by ``decay_mask``
+(matrices, not norms; embeddings only with ``decay_embeddings``) and multiplied by the learning rate as in
+torch's AdamW, Muon and Lion. The direction, per kind (docs/optimizers.md lists it per parameter):
+
+- ``adamw``: Adam's ``m / (sqrt(v) + eps)`` (``beta1``, ``beta2``, ``epsilon``) on every parameter.
+- ``muon``: on the hidden matrices, chosen by logical axes (``marin.trainer.muon.matrix_dims``), momentum
+  ``muon_momentum`` (Nesterov by default) orthogonalized by ``muon_ns_steps`` Newton–Schulz steps and scaled
+  by ``muon_lr_scaling``; on the embedding, the output head, the norms and any other parameter, Adam as
+  above at peak ``muon_adam_learning_rate`` (default: ``learning_rate``), on the same schedule.
+- ``lion``: ``sign(beta1 * m + (1 - beta1) * g)``, then ``m <- beta2 * m + (1 - beta2) * g`` (Chen et al.
+  2023, optax's ``scale_by_lion``; the paper's betas are 0.9 and 0.99, and its lr 3-10x smaller than AdamW's).
+- ``adafactor``: optax's ``adafactor`` (factored second moments, decay rate 0.8, update clipping at RMS 1)
+  with momentum ``beta1`` and without its relative step (``multiply_by_parameter_scale=False``), so the
+  learning rate means what it means for AdamW; its weight decay is ``weight_decay`` times the learning rate
+  too, as above (optax's own ``weight_decay_rate`` is not multiplied by it).
 
 Schedules take ``step`` = the number of updates already applied (the first update uses ``lr(0)``).
 With peak ``p``, floor ``f = min_lr_ratio * p``, ``W`` warmup steps and ``T`` total steps:
@@ -32,17 +50,21 @@ import jax.numpy as jnp
 import optax
 
 from marin.trainer.axes import EMBED, VOCAB
+from marin.trainer.muon import LR_SCALINGS, MatrixDims, is_axes, matrix_dims, scale_by_muon
 
 logger = logging.getLogger(__name__)
 
 SCHEDULES = ("constant", "linear", "cosine", "wsd", "wsd_s")
+KINDS = ("adamw", "muon", "lion", "adafactor")
 Schedule = Callable[[jax.Array | int], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
+    kind: str = "adamw"
+    """One of adamw, muon, lion, adafactor (the module docstring says what each does to which parameter)."""
     learning_rate: float = 3e-4
-    """Peak learning rate."""
+    """Peak learning rate (for muon: of the hidden matrices)."""
     weight_decay: float = 0.1
     """Decoupled (AdamW) decay, applied only to matrices that are neither norms nor embeddings."""
     beta1: float = 0.9
@@ -66,8 +88,29 @@ class OptimizerConfig:
     """Also weight-decay the embedding and output projection (Llama does not)."""
     ema_decay: float | None = None
     """Keep an exponential moving average of the parameters with this decay (e.g. 0.999); None: off."""
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_ns_steps: int = 5
+    muon_lr_scaling: str = "jordan"
+    """jordan: sqrt(max(1, fan_out / fan_in)) (Keller Jordan; torch's "original"); moonlight:
+    0.2 * sqrt(max(fan_in, fan_out)) (Liu et al. 2025; torch's "match_rms_adamw": AdamW's lr carries over)."""
+    muon_adam_learning_rate: float | None = None
+    """muon: peak lr of the parameters that get AdamW (embedding, output head, norms); None: learning_rate."""
 
     def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"OptimizerConfig.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.muon_lr_scaling not in LR_SCALINGS:
+            raise ValueError(
+                f"OptimizerConfig.muon_lr_scaling must be one of {LR_SCALINGS}, got {self.muon_lr_scaling!r}"
+            )
+        if not 0 <= self.muon_momentum < 1 or self.muon_ns_steps < 1:
+            raise ValueError(
+                f"OptimizerConfig: muon_momentum must be in [0, 1) and muon_ns_steps >= 1, got "
+                f"{self.muon_momentum} and {self.muon_ns_steps}"
+            )
+        if self.muon_adam_learning_rate is not None and self.muon_adam_learning_rate <= 0:
+            raise ValueError(f"OptimizerConfig.muon_adam_learning_rate must be > 0, got {self.muon_adam_learning_rate}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"OptimizerConfig.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.learning_rate <= 0:
@@ -104,15 +147,41 @@ class OptimizerConfig:
         return lambda step: _select_cycle(pieces, bounds, step)
 
     def build(self, num_train_steps: int, axes: Any) -> optax.GradientTransformation:
-        """AdamW over parameters whose logical axes are given by ``axes`` (the tree of ``param_axes``)."""
+        """The optimizer over parameters whose logical axes are given by ``axes`` (the tree of ``param_axes``)."""
         schedule = self.lr_schedule(num_train_steps)
-        parts = [] if self.max_grad_norm is None else [optax.clip_by_global_norm(self.max_grad_norm)]
-        parts += [
-            optax.scale_by_adam(b1=self.beta1, b2=self.beta2, eps=self.epsilon),
-            optax.add_decayed_weights(self.weight_decay, mask=self.decay_mask(axes)),
-            optax.scale_by_learning_rate(schedule),
-        ]
-        return optax.chain(*parts)
+        clip = [] if self.max_grad_norm is None else [optax.clip_by_global_norm(self.max_grad_norm)]
+        decay = optax.add_decayed_weights(self.weight_decay, mask=self.decay_mask(axes))
+        step = optax.scale_by_learning_rate(schedule)
+        adam = optax.scale_by_adam(b1=self.beta1, b2=self.beta2, eps=self.epsilon)
+        if self.kind == "adamw":
+            return optax.chain(*clip, adam, decay, step)
+        if self.kind == "lion":
+            return optax.chain(*clip, optax.scale_by_lion(b1=self.beta1, b2=self.beta2), decay, step)
+        if self.kind == "adafactor":
+            factored = optax.adafactor(
+                learning_rate=None,
+                momentum=self.beta1 or None,
+                multiply_by_parameter_scale=False,
+            )  # with learning_rate None: the direction only (the sign and lr come below, as for the others)
+            return optax.chain(*clip, factored, optax.scale(-1.0), decay, step)
+        dims = jax.tree.map(matrix_dims, axes, is_leaf=is_axes)
+        muon = scale_by_muon(
+            dims,
+            momentum=self.muon_momentum,
+            nesterov=self.muon_nesterov,
+            ns_steps=self.muon_ns_steps,
+            lr_scaling=self.muon_lr_scaling,
+        )
+        labels = jax.tree.map(lambda d: "muon" if isinstance(d, MatrixDims) else "adam", dims, is_leaf=_is_dims)
+        ratio = (self.muon_adam_learning_rate or self.learning_rate) / self.learning_rate
+        adam_ratio = jax.tree.map(lambda label: 1.0 if label == "muon" else ratio, labels)
+        return optax.chain(
+            *clip,
+            optax.transforms.partition({"muon": muon, "adam": adam}, labels),
+            decay,
+            step,
+            _scale_leaves(adam_ratio),
+        )
 
     def decay_mask(self, axes: Any) -> Any:
         """True for parameters to decay: matrices (rank >= 2 without the layers axis), not embeddings."""
@@ -124,6 +193,20 @@ class OptimizerConfig:
             return self.decay_embeddings or not (VOCAB in named and EMBED in named)
 
         return jax.tree.map(decays, axes, is_leaf=lambda x: isinstance(x, tuple))
+
+
+def _is_dims(x: Any) -> bool:
+    return x is None or isinstance(x, MatrixDims)
+
+
+def _scale_leaves(factors: Any) -> optax.GradientTransformation:
+    """Multiply each update leaf by its own constant (muon: the AdamW part's lr relative to the matrices')."""
+
+    def update(updates, state, params=None):
+        del params
+        return jax.tree.map(lambda u, f: u if f == 1.0 else u * jnp.asarray(f, u.dtype), updates, factors), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def _steps(value: float, total: int) -> int:

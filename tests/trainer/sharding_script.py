@@ -1,6 +1,6 @@
 """Train the tiny model under several meshes on 8 simulated CPU devices; print one JSON report.
 
-    python sharding_script.py OUTPUT_DIR [--eval] single fsdp tp restore:fsdp:tp restore:tp:fsdp init_from:fsdp:tp
+    python sharding_script.py OUTPUT_DIR [--eval] [--optimizer=muon] single fsdp tp restore:fsdp:tp init_from:fsdp:tp
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` only takes effect before JAX initialises, and the
 pytest process initialised it long ago, hence a subprocess. Each run name is a key of ``RUNS`` (a mesh and a
@@ -48,8 +48,11 @@ RUNS = {
 }
 
 
+OPTIMIZER = "adamw"  # --optimizer=KIND sets it for every run
+
+
 def config(output_path: Path, run: str, evaluate: bool = False) -> TrainLmConfig:
-    return tiny_config(output_path, *RUNS[run], evaluate=evaluate)
+    return tiny_config(output_path, *RUNS[run], evaluate=evaluate, optimizer=OPTIMIZER)
 
 
 def spec_of(array: jax.Array) -> list:
@@ -130,4 +133,6 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
 
 if __name__ == "__main__":
     args = sys.argv[2:]
-    print(json.dumps(main(Path(sys.argv[1]), [a for a in args if a != "--eval"], evaluate="--eval" in args)))
+    OPTIMIZER = next((a.split("=", 1)[1] for a in args if a.startswith("--optimizer=")), OPTIMIZER)
+    jobs = [a for a in args if not a.startswith("--")]
+    print(json.dumps(main(Path(sys.argv[1]), jobs, evaluate="--eval" in args)))

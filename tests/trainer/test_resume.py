@@ -57,6 +57,13 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
     _kill_and_resume(tmp_path)
 
 
+@pytest.mark.slow  # three training processes
+@pytest.mark.timeout(600)
+def test_killed_and_resumed_muon_run_is_bitwise_identical(tmp_path):
+    """Muon's momentum (and AdamW's moments of the embedding, head and norms) checkpointed and restored."""
+    _kill_and_resume(tmp_path, "muon")
+
+
 @pytest.mark.slow  # four training processes
 @pytest.mark.timeout(900)
 def test_killed_and_resumed_sft_run_is_bitwise_identical(tmp_path):

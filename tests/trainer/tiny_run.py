@@ -19,7 +19,10 @@ from marin.trainer.model import LlamaConfig
 STEPS = 5
 
 
-def tiny_config(output_path: Path, mesh: MeshConfig, sharding: ShardingSpec, evaluate: bool = False) -> TrainLmConfig:
+def tiny_config(
+    output_path: Path, mesh: MeshConfig, sharding: ShardingSpec, evaluate: bool = False, optimizer: str = "adamw"
+) -> TrainLmConfig:
+    """``optimizer``: adamw (the settings below) or another ``OptimizerConfig.kind`` at its usual scale."""
     validation = {"held": SyntheticSourceConfig(vocab_size=256, num_tokens=5_000, seed=7)} if evaluate else {}
     model = LlamaConfig(
         vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32
@@ -32,7 +35,15 @@ def tiny_config(output_path: Path, mesh: MeshConfig, sharding: ShardingSpec, eva
         # gradient is near eps: with eps 1e-8 and lr 1e-2 one w_gate entry (gradient ~1e-9) moved 7e-5
         # between the 1-device and 8-device runs (measured). eps 1e-6 and lr 1e-3 keep every entry away
         # from that regime, so the 1e-5 comparison measures the sharding, not Adam's conditioning.
-        optimizer=OptimizerConfig(learning_rate=1e-3, epsilon=1e-6, schedule="cosine", warmup=1, ema_decay=0.9),
+        optimizer=OptimizerConfig(
+            kind=optimizer,
+            learning_rate={"muon": 0.02, "lion": 1e-4}.get(optimizer, 1e-3),
+            muon_adam_learning_rate=1e-3 if optimizer == "muon" else None,
+            epsilon=1e-6,
+            schedule="cosine",
+            warmup=1,
+            ema_decay=0.9,
+        ),
         trainer=TrainerConfig(
             num_train_steps=STEPS,
             batch_size=16,

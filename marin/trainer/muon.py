@@ -1,0 +1,163 @@
+"""Muon's direction: momentum, then Newton–Schulz orthogonalization of each hidden matrix (Jordan et al. 2024).
+
+    dims = jax.tree.map(matrix_dims, param_axes(cfg), is_leaf=is_axes)   # MatrixDims or None per parameter
+    tx = scale_by_muon(dims, momentum=0.95, nesterov=True, ns_steps=5, lr_scaling="jordan")
+
+For each parameter whose logical axes make it a hidden matrix (``matrix_dims``: ``embed`` against heads,
+head_dim or mlp; never the embedding or the output head, whose ``vocab`` axis marks them), with ``g`` the
+gradient and ``m`` the momentum (zero at the start), as ``torch.optim.Muon`` and Keller Jordan's reference:
+
+    m <- beta * m + (1 - beta) * g
+    u  = (1 - beta) * g + beta * m           (nesterov; else u = m)
+    d  = NS5(u) * scale(fan_in, fan_out)
+
+``NS5`` is five quintic Newton–Schulz iterations with coefficients (3.4445, -4.7750, 2.0315) on the matrix
+``fan_in × fan_out`` that the parameter's reduction and output axes form (every ``layers`` entry separately),
+divided first by its Frobenius norm. ``scale`` is ``sqrt(max(1, fan_out / fan_in))`` ("jordan", torch's
+"original") or ``0.2 * sqrt(max(fan_in, fan_out))`` ("moonlight", Liu et al. 2025, torch's
+"match_rms_adamw": an update of AdamW's RMS, so AdamW's learning rate and weight decay carry over). Parameters
+with ``None`` dims pass through unchanged (``OptimizerConfig`` gives them AdamW).
+
+optax 0.2.8 has ``optax.contrib.muon``, but its Nesterov step bias-corrects the momentum and the gradient by
+different factors, which is not a scalar rescaling of the above (Newton–Schulz removes scalars only), so it
+leaves torch's and Jordan's trajectory from the second step; this module keeps their convention and is tested
+against ``torch.optim.Muon`` (tests/trainer/test_optimizer_parity.py).
+
+Under a mesh the orthogonalization is written on the logical (whole) matrix: with FSDP or TP the matmuls
+run on the sharded operands and XLA inserts the collectives, so every device computes the gathered matrix's
+result, never a per-shard orthogonalization (tests/trainer/test_optimizers.py: 8 host devices equal one).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from marin.trainer.axes import EMBED, LAYERS, VOCAB
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+LR_SCALINGS = ("jordan", "moonlight")
+
+
+class MatrixDims(NamedTuple):
+    """Positions of a parameter's axes: stacked copies (each orthogonalized on its own), inputs, outputs."""
+
+    batch: tuple[int, ...]
+    reduction: tuple[int, ...]
+    output: tuple[int, ...]
+
+
+def is_axes(x: Any) -> bool:
+    return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
+
+
+def matrix_dims(axes: tuple) -> MatrixDims | None:
+    """The matrix Muon orthogonalizes for a parameter with logical ``axes``, or None (AdamW's parameters).
+
+    A hidden matrix maps the residual stream (``embed``) to features or back: ``embed`` is its first feature
+    axis (an input projection: ``x @ W``) or its last (an output projection). ``layers`` is a batch axis."""
+    features = [i for i, a in enumerate(axes) if a != LAYERS]
+    names = [axes[i] for i in features]
+    if len(names) < 2 or EMBED not in names or VOCAB in names:
+        return None
+    batch = tuple(i for i, a in enumerate(axes) if a == LAYERS)
+    if names[0] == EMBED:
+        return MatrixDims(batch, (features[0],), tuple(features[1:]))
+    if names[-1] == EMBED:
+        return MatrixDims(batch, tuple(features[:-1]), (features[-1],))
+    raise ValueError(f"parameter axes {axes}: 'embed' must be the first or last feature axis of a hidden matrix")
+
+
+def newton_schulz(x: jax.Array, steps: int, coefficients: tuple[float, float, float], eps: float) -> jax.Array:
+    """``steps`` quintic Newton–Schulz iterations on one matrix (fp32): approximately ``U V^T`` of its SVD."""
+    a, b, c = coefficients
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    x = x / jnp.maximum(jnp.linalg.norm(x), eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def orthogonalize(
+    update: jax.Array, dims: MatrixDims, steps: int, coefficients: tuple[float, float, float], eps: float
+) -> jax.Array:
+    """Newton–Schulz on the ``fan_in × fan_out`` matrix of each batch entry of ``update``."""
+    order = dims.batch + dims.reduction + dims.output
+    moved = jnp.transpose(update, order).astype(jnp.float32)
+    fan_in, fan_out = _fans(update.shape, dims)
+    flat = moved.reshape(-1, fan_in, fan_out)
+    done = jax.vmap(lambda m: newton_schulz(m, steps, coefficients, eps))(flat).reshape(moved.shape)
+    return jnp.transpose(done, _inverse(order)).astype(update.dtype)
+
+
+def shape_scale(shape: tuple[int, ...], dims: MatrixDims, lr_scaling: str) -> float:
+    fan_in, fan_out = _fans(shape, dims)
+    if lr_scaling == "jordan":
+        return math.sqrt(max(1.0, fan_out / fan_in))
+    if lr_scaling == "moonlight":
+        return 0.2 * math.sqrt(max(fan_in, fan_out))
+    raise ValueError(f"muon lr_scaling must be one of {LR_SCALINGS}, got {lr_scaling!r}")
+
+
+class MuonState(NamedTuple):
+    momentum: Any
+
+
+def scale_by_muon(
+    dims: Any,
+    *,
+    momentum: float = 0.95,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+    eps: float = 1e-7,
+    lr_scaling: str = "jordan",
+) -> optax.GradientTransformation:
+    """Muon's direction on the leaves whose ``dims`` is a ``MatrixDims``; other leaves pass through (and keep
+    an unused momentum unless, as in ``OptimizerConfig``, a partition hands them to another optimizer)."""
+    if lr_scaling not in LR_SCALINGS:
+        raise ValueError(f"muon lr_scaling must be one of {LR_SCALINGS}, got {lr_scaling!r}")
+    flat_dims, treedef = jax.tree.flatten(dims, is_leaf=lambda d: d is None or isinstance(d, MatrixDims))
+
+    def init(params):
+        # a plain map over the parameters (not over ``dims``): OptimizerConfig runs this under a partition,
+        # where AdamW's parameters arrive as empty MaskedNodes, and optax.tree_map_params runs it on a
+        # placeholder to find which state mirrors the parameters (their shardings, marin.trainer.mesh)
+        return MuonState(jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+
+    def one(d: MatrixDims | None, g: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+        if d is None:
+            return g, m
+        g32 = g.astype(jnp.float32)
+        m = momentum * m + (1.0 - momentum) * g32
+        u = (1.0 - momentum) * g32 + momentum * m if nesterov else m
+        direction = orthogonalize(u, d, ns_steps, coefficients, eps) * shape_scale(g.shape, d, lr_scaling)
+        return direction.astype(g.dtype), m
+
+    def update(updates, state, params=None):
+        del params
+        done = [
+            one(d, g, m)
+            for d, g, m in zip(flat_dims, treedef.flatten_up_to(updates), treedef.flatten_up_to(state.momentum))
+        ]
+        return treedef.unflatten([u for u, _ in done]), MuonState(treedef.unflatten([m for _, m in done]))
+
+    return optax.GradientTransformation(init, update)
+
+
+def _fans(shape: tuple[int, ...], dims: MatrixDims) -> tuple[int, int]:
+    return math.prod(shape[i] for i in dims.reduction), math.prod(shape[i] for i in dims.output)
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    inverse = [0] * len(order)
+    for position, axis in enumerate(order):
+        inverse[axis] = position
+    return tuple(inverse)

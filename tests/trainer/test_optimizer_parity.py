@@ -1,0 +1,284 @@
+"""Ten steps of each optimizer on identical parameters and gradients against a reference implementation:
+``torch.optim.Muon`` (torch 2.13, with ``torch.optim.AdamW`` on the parameters Muon leaves to AdamW),
+``lion_pytorch.Lion`` 0.2.5, and optax's own ``adafactor`` and ``adamw``. Parameters and optimizer state
+after every step agree within 1e-5 relative."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from marin.trainer.model import LlamaConfig, param_axes
+from marin.trainer.muon import MatrixDims, is_axes, matrix_dims
+from marin.trainer.optim import OptimizerConfig
+from tests.requirements import require_module
+
+STEPS = 10
+CFG = LlamaConfig(vocab_size=48, hidden_dim=32, num_layers=2, num_heads=4, num_kv_heads=2, mlp_dim=80, seq_len=16)
+RTOL = 1e-5
+
+
+def _tree():
+    """Parameters and ten gradient trees of the tiny model (gradients of varied scale per step)."""
+    from marin.trainer.model import init_params
+
+    params = init_params(CFG, jax.random.key(0))
+    leaves, treedef = jax.tree.flatten(params)
+    grads = []
+    for step in range(STEPS):
+        keys = jax.random.split(jax.random.key(100 + step), len(leaves))
+        scale = 0.5 + step / STEPS
+        grads.append(treedef.unflatten([scale * jax.random.normal(k, p.shape) for k, p in zip(keys, leaves)]))
+    return params, grads
+
+
+def _run_ours(config: OptimizerConfig, params, grads):
+    tx = config.build(STEPS, param_axes(CFG))
+    state = tx.init(params)
+    history = []
+    update = jax.jit(tx.update)
+    for g in grads:
+        updates, state = update(g, state, params)
+        params = jax.tree.map(lambda p, u: p + u, params, updates)
+        history.append((params, state))
+    return history
+
+
+def _close(ours, ref, what: str) -> None:
+    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    assert ours.shape == ref.shape, (what, ours.shape, ref.shape)
+    scale = max(float(np.max(np.abs(ref))), 1e-30)
+    err = float(np.max(np.abs(ours - ref)))
+    assert err <= RTOL * scale, f"{what}: max |ours - reference| = {err:.3g}, reference scale {scale:.3g}"
+
+
+def _leaves_with_names(tree):
+    return [("/".join(str(getattr(k, "key", k)) for k in path), leaf) for path, leaf in jax.tree.leaves_with_path(tree)]
+
+
+def _matrix_views(leaf: np.ndarray, dims: MatrixDims) -> list[np.ndarray]:
+    """The (fan_out, fan_in) matrices, torch's layout, of each layer of a stacked parameter."""
+    order = dims.batch + dims.reduction + dims.output
+    moved = np.transpose(leaf, order)
+    fan_in = math.prod(leaf.shape[i] for i in dims.reduction)
+    fan_out = math.prod(leaf.shape[i] for i in dims.output)
+    return [m.T for m in moved.reshape(-1, fan_in, fan_out)]
+
+
+@pytest.mark.parametrize("lr_scaling", ["jordan", "moonlight"])
+def test_muon_equals_torch_muon_and_adamw_on_the_rest(lr_scaling, monkeypatch):
+    torch = require_module("torch", "CPU torch (the export-test extra)")
+    # torch's Muon runs Newton–Schulz in bf16 (a GPU speed choice): run its code with that cast made an fp32
+    # copy, so that the comparison is of the algorithm (and its fp32 rounding), not of bf16's.
+    monkeypatch.setattr(torch.Tensor, "bfloat16", lambda self, *a, **k: self.clone())
+    config = OptimizerConfig(
+        kind="muon",
+        learning_rate=0.02,
+        muon_adam_learning_rate=3e-3,
+        muon_lr_scaling=lr_scaling,
+        weight_decay=0.1,
+        schedule="constant",
+        warmup=0,
+        max_grad_norm=None,
+        beta2=0.95,
+    )
+    params, grads = _tree()
+    ours = _run_ours(config, params, grads)
+
+    axes = param_axes(CFG)
+    dims = jax.tree.leaves(
+        jax.tree.map(matrix_dims, axes, is_leaf=is_axes), is_leaf=lambda d: d is None or isinstance(d, MatrixDims)
+    )
+    decays = jax.tree.leaves(config.decay_mask(axes))
+    named = _leaves_with_names(params)
+    assert sum(d is not None for d in dims) == 7  # wq wk wv wo w_gate w_up w_down; not embed, lm_head, norms
+
+    muon_params, adam_decay, adam_plain, layout = [], [], [], []
+    for (name, leaf), d, decay in zip(named, dims, decays):
+        if d is None:
+            t = torch.nn.Parameter(torch.tensor(np.asarray(leaf)))
+            (adam_decay if decay else adam_plain).append(t)
+            layout.append((name, d, [t]))
+        else:
+            ts = [torch.nn.Parameter(torch.tensor(np.ascontiguousarray(m))) for m in _matrix_views(np.asarray(leaf), d)]
+            muon_params += ts
+            layout.append((name, d, ts))
+    adjust = {"jordan": "original", "moonlight": "match_rms_adamw"}[lr_scaling]
+    muon = torch.optim.Muon(muon_params, lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, adjust_lr_fn=adjust)
+    adam = torch.optim.AdamW(
+        [{"params": adam_decay, "weight_decay": 0.1}, {"params": adam_plain, "weight_decay": 0.0}],
+        lr=3e-3,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
+    for step, g in enumerate(grads):
+        for (_name, d, ts), (_, grad) in zip(layout, _leaves_with_names(g)):
+            views = [np.asarray(grad)] if d is None else _matrix_views(np.asarray(grad), d)
+            for t, view in zip(ts, views):
+                t.grad = torch.tensor(np.ascontiguousarray(view))
+        muon.step()
+        adam.step()
+        our_params, our_state = ours[step]
+        momentum = _muon_momentum(our_state)
+        for (name, d, ts), (_, leaf), (_, buf) in zip(
+            layout, _leaves_with_names(our_params), _leaves_with_names(momentum)
+        ):
+            views = [np.asarray(leaf)] if d is None else _matrix_views(np.asarray(leaf), d)
+            for i, (t, view) in enumerate(zip(ts, views)):
+                _close(view, t.detach().numpy(), f"step {step + 1} {name}[{i}]")
+                if d is not None:
+                    ref = muon.state[t]["momentum_buffer"].numpy()
+                    _close(_matrix_views(np.asarray(buf), d)[i], ref, f"step {step + 1} {name}[{i}] momentum")
+                else:
+                    ref = adam.state[t]
+                    mu, nu = _adam_moments(our_state, name)
+                    _close(mu, ref["exp_avg"].numpy(), f"step {step + 1} {name} exp_avg")
+                    _close(nu, ref["exp_avg_sq"].numpy(), f"step {step + 1} {name} exp_avg_sq")
+
+
+def _muon_momentum(state):
+    """The Muon momentum tree (empty arrays where AdamW owns the parameter) from the chained state."""
+    partition = next(s for s in state if hasattr(s, "inner_states"))
+    return partition.inner_states["muon"].inner_state.momentum
+
+
+def _adam_moments(state, name: str):
+    partition = next(s for s in state if hasattr(s, "inner_states"))
+    adam = partition.inner_states["adam"].inner_state
+    mu = dict(_leaves_with_names(adam.mu))[name]
+    nu = dict(_leaves_with_names(adam.nu))[name]
+    return mu, nu
+
+
+def test_lion_equals_lion_pytorch():
+    torch = require_module("torch", "CPU torch (the export-test extra)")
+    lion_pytorch = require_module("lion_pytorch", "lion-pytorch (the export-test extra)")
+    config = OptimizerConfig(
+        kind="lion",
+        learning_rate=1e-4,
+        beta1=0.9,
+        beta2=0.99,
+        weight_decay=1.0,
+        schedule="constant",
+        warmup=0,
+        max_grad_norm=None,
+        decay_embeddings=True,
+    )
+    params, grads = _tree()
+    ours = _run_ours(config, params, grads)
+    decays = jax.tree.leaves(config.decay_mask(param_axes(CFG)))
+    named = _leaves_with_names(params)
+    ts = [torch.nn.Parameter(torch.tensor(np.asarray(leaf))) for _, leaf in named]
+    reference = lion_pytorch.Lion(
+        [
+            {"params": [t for t, d in zip(ts, decays) if d], "weight_decay": 1.0},
+            {"params": [t for t, d in zip(ts, decays) if not d], "weight_decay": 0.0},
+        ],
+        lr=1e-4,
+        betas=(0.9, 0.99),
+    )
+    for step, g in enumerate(grads):
+        for t, (_, grad) in zip(ts, _leaves_with_names(g)):
+            t.grad = torch.tensor(np.asarray(grad))
+        reference.step()
+        our_params, our_state = ours[step]
+        lion_state = next(s for s in our_state if hasattr(s, "mu"))
+        for t, (name, leaf), (_, mu) in zip(ts, _leaves_with_names(our_params), _leaves_with_names(lion_state.mu)):
+            _close(leaf, t.detach().numpy(), f"step {step + 1} {name}")
+            _close(mu, reference.state[t]["exp_avg"].numpy(), f"step {step + 1} {name} momentum")
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adafactor"])
+def test_optax_kinds_equal_optax_itself(kind):
+    """AdamW and Adafactor are optax's: the config's chain equals optax's alias on the same inputs (a constant
+    learning rate; for Adafactor the lab applies the learning rate after momentum, which only differs from
+    optax's order when the rate changes)."""
+    config = OptimizerConfig(
+        kind=kind, learning_rate=1e-3, weight_decay=0.1, schedule="constant", warmup=0, max_grad_norm=None
+    )
+    mask = config.decay_mask(param_axes(CFG))
+    if kind == "adamw":
+        reference = __import__("optax").adamw(1e-3, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, mask=mask)
+    else:
+        optax = __import__("optax")
+        reference = optax.chain(
+            optax.adafactor(learning_rate=1e-3, momentum=0.9, multiply_by_parameter_scale=False),
+            optax.add_decayed_weights(-0.1 * 1e-3, mask=mask),
+        )
+    params, grads = _tree()
+    ours = _run_ours(config, params, grads)
+    state, p = reference.init(params), params
+    for step, g in enumerate(grads):
+        updates, state = reference.update(g, state, p)
+        p = jax.tree.map(lambda a, u: a + u, p, updates)
+        for (name, a), (_, b) in zip(_leaves_with_names(ours[step][0]), _leaves_with_names(p)):
+            _close(a, b, f"{kind} step {step + 1} {name}")
+
+
+def test_muon_treats_the_hidden_matrices_by_their_axes_not_their_shape():
+    axes = param_axes(CFG)
+    dims = jax.tree.map(matrix_dims, axes, is_leaf=is_axes)
+    assert dims["embed"] is None and dims["lm_head"] is None and dims["final_norm"] is None
+    assert dims["layers"]["attn_norm"] is None
+    assert dims["layers"]["wq"] == MatrixDims((0,), (1,), (2, 3))  # x[embed] @ wq -> [heads, head_dim]
+    assert dims["layers"]["wo"] == MatrixDims((0,), (1, 2), (3,))  # [heads, head_dim] -> embed
+    assert dims["layers"]["w_down"] == MatrixDims((0,), (1,), (2,))
+    # a square embedding-sized matrix is still AdamW's: it is the vocab axis, not the shape, that decides
+    assert matrix_dims(("vocab", "embed")) is None and matrix_dims(("embed", "mlp")) == MatrixDims((), (0,), (1,))
+    with pytest.raises(ValueError, match="'embed' must be the first or last"):
+        matrix_dims(("heads", "embed", "mlp"))
+
+
+def test_newton_schulz_makes_the_singular_values_near_one():
+    from marin.trainer.muon import NS_COEFFICIENTS, newton_schulz
+
+    x = jax.random.normal(jax.random.key(1), (64, 24))
+    s = jnp.linalg.svd(newton_schulz(x, 5, NS_COEFFICIENTS, 1e-7), compute_uv=False)
+    assert float(s.min()) > 0.5 and float(s.max()) < 1.3, s  # Jordan's quintic: ~Uniform(0.5, 1.5), not exactly 1
+
+
+def test_unknown_kind_and_scaling_are_refused_by_name():
+    with pytest.raises(ValueError, match="OptimizerConfig.kind must be one of"):
+        OptimizerConfig(kind="sgd")
+    with pytest.raises(ValueError, match="muon_lr_scaling"):
+        OptimizerConfig(kind="muon", muon_lr_scaling="rms")
+
+
+def test_the_docs_table_of_which_parameter_gets_what_is_the_code_s():
+    """docs/optimizers.md lists, for llama_8b, each parameter's treatment under Muon: rebuilt here from the code."""
+    from pathlib import Path
+
+    from experiments.models import llama_8b
+    from marin.trainer.model.llama import param_specs
+    from marin.trainer.muon import shape_scale
+
+    specs = param_specs(llama_8b())
+    is_spec = lambda x: hasattr(x, "axes")  # noqa: E731
+    decays = jax.tree.leaves(OptimizerConfig().decay_mask(jax.tree.map(lambda s: s.axes, specs, is_leaf=is_spec)))
+    rows = []
+    for (path, spec), decay in zip(jax.tree.leaves_with_path(specs, is_leaf=is_spec), decays):
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        d = matrix_dims(spec.axes)
+        if d is None:
+            treatment, jordan, moonlight = "AdamW", "", ""
+        else:
+            fan_in = math.prod(spec.shape[i] for i in d.reduction)
+            fan_out = math.prod(spec.shape[i] for i in d.output)
+            treatment = f"Muon: {fan_in} × {fan_out} per layer"
+            jordan, moonlight = (
+                f"{shape_scale(spec.shape, d, 'jordan'):.2f}",
+                f"{shape_scale(spec.shape, d, 'moonlight'):.1f}",
+            )
+        axes = ", ".join(spec.axes)
+        rows.append(f"| `{name}` | `{axes}` | {treatment} | {jordan} | {moonlight} | {'yes' if decay else 'no'} |")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "optimizers.md").read_text()
+
+    def cells(row: str) -> list[str]:
+        return [c.strip() for c in row.strip("|").split("|")]
+
+    shown = [cells(line) for line in doc.splitlines() if line.startswith("| `") and len(cells(line)) == 6]
+    assert [cells(r) for r in rows] == shown
