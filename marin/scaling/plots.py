@@ -1,6 +1,7 @@
-"""The analysis step's two plots, written beside ``fit.json``: ``isoflop.png`` (loss against size per budget,
-with the parabolas and their minima) and ``laws.png`` (N*(C), D*(C) and L*(C) with the target's prediction).
-Both are drawn from the ``FitRecord`` alone, so they show exactly what the file says."""
+"""The analysis steps' plots. Beside ``fit.json``: ``isoflop.png`` (loss against size per budget, with the
+parabolas and their minima) and ``laws.png`` (N*(C), D*(C) and L*(C) with the target's prediction), drawn
+from the ``FitRecord`` alone, so they show exactly what the file says. Beside an optimizer study's
+``study.json``: ``speedup.png`` (speedup over AdamW against size)."""
 
 from __future__ import annotations
 
@@ -103,3 +104,41 @@ def draw_laws(axes, record: FitRecord) -> None:
         )
     ax.set(xscale="log", xlabel="compute C (FLOPs)", ylabel=f"{record.heldout} bits/byte")
     ax.legend(fontsize=8)
+
+
+def plot_speedups(settings: list[dict], output_path: str) -> list[str]:
+    """``speedup.png``: each optimizer's speedup over AdamW against model size, one line per data ratio
+    (``settings``: ``study.json``'s); none without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed (the report extra): the optimizer study has no plot")
+        return []
+    figure, ax = plt.subplots(figsize=(6.4, 4.2))
+    kinds = sorted({s["kind"] for s in settings if s.get("speedup") is not None})
+    ratios = sorted({s["ratio"] for s in settings})
+    for i, kind in enumerate(kinds):
+        for j, ratio in enumerate(ratios):
+            points = sorted((s["params"], s["speedup"]) for s in settings if s["kind"] == kind and s["ratio"] == ratio)
+            points = [p for p in points if p[1] is not None]
+            if points:
+                ax.plot(
+                    *zip(*points),
+                    marker="o",
+                    color=f"C{i}",
+                    linestyle=("-", "--", ":")[j % 3],
+                    label=f"{kind}, {ratio:g}x Chinchilla",
+                )
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters N")
+    ax.set_ylabel("speedup over AdamW (AdamW's data / its own)")
+    ax.legend(fontsize=7)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    write_atomic(join(output_path, "speedup.png"), buffer.getvalue())
+    return ["speedup.png"]

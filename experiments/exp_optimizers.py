@@ -1,0 +1,131 @@
+"""Marin's optimizer study in miniature, on Gutenberg books. Issue #44.
+
+Wen, Hall, Ma and Liang (2025, "Fantastic Pretraining Optimizers and Where to Find Them") tuned ten optimizers
+at four sizes (0.1B-1.2B) and 1-8x Chinchilla's data and judged them at the end of training: the matrix
+optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking to about 1.1x at 1.2B. Here:
+
+- optimizers: AdamW, Muon (moonlight scaling, so one learning rate serves its matrices and its AdamW part),
+  Lion and Adafactor (``marin.trainer.optim``), weight decay 0.1, warmup-stable-decay as the ladder runs;
+- sizes: three widths of the nano family (2 layers, hidden 16, 24, 32; N = 47k, 75k, 107k counted as the
+  ladder counts them, ``flops_per_token / 6``), sequence length 128, the 2,048-token BPE of
+  ``exp43_books_ladder``;
+- data: 1x and 4x Chinchilla (20 and 80 tokens per parameter), batch 16;
+- a three-point learning-rate sweep per optimizer at every (size, data), seed 0; the best setting of each is
+  rerun with seed 1 when ``BEST_LR`` names it (filled from a finished sweep: a sweep's best is known only after
+  it runs, and the executor's DAG is declared before);
+- the loss: bits per byte on the first two held-out books; the speedup: how much more data AdamW needs at that
+  size to reach the optimizer's final loss, interpolated in log data between AdamW's own best runs
+  (``marin.scaling.optimizer_study``).
+
+Hypothesis (the paper's): Muon beats AdamW at every size here, by more at the smaller sizes; Lion and
+Adafactor are within ~10% of AdamW. The outcome goes in docs/optimizers.md whichever way it falls.
+
+    python experiments/exp_optimizers.py --dry_run true      # 72 sweep runs + evals, the analysis
+    python experiments/exp_optimizers.py                     # the study (about 12 TFLOPs per sweep point)
+    python -m marin.report experiments/exp_optimizers.py --prefix ./local_store
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from experiments.defaults import default_eval, default_train, output_path_of
+from experiments.exp43_books_ladder import HELDOUT_BOOKS, TRAIN, books_tokenized
+from experiments.models import SimpleTrainConfig
+from marin.execution import ExecutorStep, executor_main, this_output_path, versioned
+from marin.scaling.ladder import nano_family
+from marin.scaling.optimizer_study import OptimizerStudyConfig, StudyRunRef, optimizer_study_step
+
+VOCAB = 2048
+SEQ_LEN = 128
+BATCH = 16
+WIDTHS = (16, 24, 32)
+RATIOS = (1, 4)
+CHINCHILLA = 20.0
+SWEEPS = {
+    "adamw": (5e-3, 1e-2, 2e-2),
+    "muon": (5e-3, 1e-2, 2e-2),
+    "lion": (5e-4, 1e-3, 2e-3),
+    "adafactor": (5e-3, 1e-2, 2e-2),
+}
+BEST_LR: dict[tuple[str, int, int], float] = {}
+"""(kind, width, ratio) -> the sweep's best learning rate, rerun with seed 1 (empty until a sweep has run)."""
+OPTIMIZER_SETTINGS = {"muon": {"muon_lr_scaling": "moonlight"}}
+
+
+def run(
+    kind: str, model, ratio: float, learning_rate: float, seed: int, tokenized, tokenizer, *, train: SimpleTrainConfig
+):
+    """One run of the study and its held-out eval; returns (train step, eval step, the analysis's reference)."""
+    params = model.flops_per_token() / 6
+    tokens = CHINCHILLA * ratio * params
+    steps = max(1, round(tokens / (BATCH * SEQ_LEN)))
+    name = f"opt-{kind}-h{model.hidden_dim}-{ratio:g}x-lr{learning_rate:g}" + (f"-s{seed}" if seed else "")
+    config = dataclasses.replace(
+        train,
+        optimizer=kind,
+        **OPTIMIZER_SETTINGS.get(kind, {}),
+        num_train_steps=steps,
+        batch_size=BATCH,
+        learning_rate=learning_rate,
+        schedule="wsd",
+        warmup=0.05,
+        decay=0.3,
+        min_lr_ratio=0.05,
+        weight_decay=0.1,
+        seed=seed,
+    )
+    checkpoint = default_train(name, {"gutenberg": tokenized}, model, config, validation={})
+    evaluation = default_eval(
+        name,
+        checkpoint,
+        tokenizer=tokenizer,
+        validation={"gutenberg": tokenized / "validation"},
+        model=model,
+        max_documents=HELDOUT_BOOKS,
+    )
+    ref = StudyRunRef(
+        kind=kind,
+        params=params,
+        tokens=float(steps * BATCH * SEQ_LEN),
+        ratio=float(ratio),
+        learning_rate=learning_rate,
+        seed=seed,
+        run=checkpoint.name,
+        eval_path=output_path_of(evaluation),
+    )
+    return checkpoint, evaluation, ref
+
+
+def build(widths=WIDTHS, ratios=RATIOS, sweeps=SWEEPS, best_lr=None, train=TRAIN, bundled=None) -> dict:
+    """The study's steps: ``runs``, ``evals`` and ``analysis``; tests build a tiny one."""
+    best_lr = BEST_LR if best_lr is None else best_lr
+    tokenizer, tokenized = books_tokenized(bundled)
+    family = {m.hidden_dim: m for m in nano_family(vocab_size=VOCAB, seq_len=SEQ_LEN, widths=widths)}
+    made = []
+    for kind, rates in sweeps.items():
+        for width in widths:
+            for ratio in ratios:
+                for lr in rates:
+                    made.append(run(kind, family[width], ratio, lr, 0, tokenized, tokenizer, train=train))
+                if (kind, width, ratio) in best_lr:
+                    lr = best_lr[(kind, width, ratio)]
+                    made.append(run(kind, family[width], ratio, lr, 1, tokenized, tokenizer, train=train))
+    analysis = ExecutorStep(
+        name="analysis/optimizer-study",
+        fn=optimizer_study_step,
+        config=OptimizerStudyConfig(
+            runs=tuple(ref for _, _, ref in made), heldout=versioned("gutenberg"), output_path=this_output_path()
+        ),
+        description=f"best learning rate and speedup over AdamW of {len(sweeps)} optimizers, {len(made)} runs",
+    )
+    return {"runs": [c for c, _, _ in made], "evals": [e for _, e, _ in made], "analysis": analysis}
+
+
+STUDY = build()
+
+if __name__ == "__main__":
+    executor_main(
+        steps=[STUDY["analysis"]],
+        description="Optimizer study in miniature (Wen et al. 2025) on Gutenberg books: AdamW, Muon, Lion, Adafactor",
+    )
