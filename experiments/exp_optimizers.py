@@ -5,7 +5,7 @@ at four sizes (0.1B-1.2B) and 1-8x Chinchilla's data and judged them at the end 
 optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking to about 1.1x at 1.2B. Here:
 
 - optimizers: AdamW, Muon (moonlight scaling, so one learning rate serves its matrices and its AdamW part),
-  Lion and Adafactor (``marin.trainer.optim``), weight decay 0.1, warmup-stable-decay as the ladder runs;
+  Lion, Adafactor and SOAP (``marin.trainer.optim``), weight decay 0.1, warmup-stable-decay as the ladder runs;
 - sizes: three widths of the nano family (2 layers, hidden 16, 24, 32; N = 47k, 75k, 107k counted as the
   ladder counts them, ``flops_per_token / 6``), sequence length 128, the 2,048-token BPE of
   ``exp43_books_ladder``;
@@ -17,10 +17,10 @@ optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking 
   size to reach the optimizer's final loss, interpolated in log data between AdamW's own best runs
   (``marin.scaling.optimizer_study``).
 
-Hypothesis (the paper's): Muon beats AdamW at every size here, by more at the smaller sizes; Lion and
-Adafactor are within ~10% of AdamW. The outcome goes in docs/optimizers.md whichever way it falls.
+Hypothesis (the paper's): Muon and SOAP beat AdamW at every size here, by more at the smaller sizes; Lion
+and Adafactor are within ~10% of AdamW. The outcome goes in docs/optimizers.md whichever way it falls.
 
-    python experiments/exp_optimizers.py --dry_run true      # 72 sweep runs + evals, the analysis
+    python experiments/exp_optimizers.py --dry_run true      # 90 sweep runs + evals, the analysis
     python experiments/exp_optimizers.py                     # the study (about 12 TFLOPs per sweep point)
     python -m marin.report experiments/exp_optimizers.py --prefix ./local_store
 """
@@ -47,6 +47,7 @@ SWEEPS = {
     "muon": (5e-3, 1e-2, 2e-2),
     "lion": (5e-4, 1e-3, 2e-3),
     "adafactor": (5e-3, 1e-2, 2e-2),
+    "soap": (5e-3, 1e-2, 2e-2),
 }
 BEST_LR: dict[tuple[str, int, int], float] = {}
 """(kind, width, ratio) -> the sweep's best learning rate, rerun with seed 1 (empty until a sweep has run)."""
@@ -127,5 +128,5 @@ STUDY = build()
 if __name__ == "__main__":
     executor_main(
         steps=[STUDY["analysis"]],
-        description="Optimizer study in miniature (Wen et al. 2025) on Gutenberg books: AdamW, Muon, Lion, Adafactor",
+        description="Optimizer study in miniature (Wen et al. 2025) on Gutenberg books: five optimizers",
     )

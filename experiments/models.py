@@ -62,7 +62,7 @@ class SimpleTrainConfig:
     batch_size: int
     learning_rate: float
     optimizer: str = _default(OptimizerConfig, "kind")
-    """adamw, muon, lion or adafactor (marin.trainer.optim; docs/optimizers.md)."""
+    """adamw, muon, lion, adafactor or soap (marin.trainer.optim; docs/optimizers.md)."""
     muon_lr_scaling: str = _default(OptimizerConfig, "muon_lr_scaling")
     """muon: jordan (sqrt(max(1, fan_out/fan_in))) or moonlight (0.2 sqrt(max(fan_in, fan_out)): AdamW's lr)."""
     muon_adam_learning_rate: float | None = _default(OptimizerConfig, "muon_adam_learning_rate")

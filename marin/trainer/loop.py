@@ -370,6 +370,11 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         ema_decay=config.optimizer.ema_decay,
     )
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
+    if context is not None and config.optimizer.kind == "soap" and jax.default_backend() == "cpu":
+        raise ValueError(
+            f"OptimizerConfig.kind='soap' on a CPU mesh of {context.mesh.size} devices: XLA:CPU deadlocks in "
+            "SOAP's eigh/qr in a multi-device program (marin/trainer/soap.py); use a one-device mesh on a CPU"
+        )
     shardings = None
     if context is not None:
         shardings = state_shardings(

@@ -21,6 +21,9 @@ torch's AdamW, Muon and Lion. The direction, per kind (docs/optimizers.md lists 
   with momentum ``beta1`` and without its relative step (``multiply_by_parameter_scale=False``), so the
   learning rate means what it means for AdamW; its weight decay is ``weight_decay`` times the learning rate
   too, as above (optax's own ``weight_decay_rate`` is not multiplied by it).
+- ``soap``: on the hidden matrices, Adam (``beta1``, ``beta2``, ``epsilon``) in the eigenbasis of Shampoo's
+  preconditioner, refreshed every ``soap_precondition_frequency`` updates (Vyas et al. 2024;
+  ``marin.trainer.soap``; the paper's betas are 0.95 and 0.95); AdamW on the other parameters, same lr.
 
 Schedules take ``step`` = the number of updates already applied (the first update uses ``lr(0)``).
 With peak ``p``, floor ``f = min_lr_ratio * p``, ``W`` warmup steps and ``T`` total steps:
@@ -51,18 +54,19 @@ import optax
 
 from marin.trainer.axes import EMBED, VOCAB
 from marin.trainer.muon import LR_SCALINGS, MatrixDims, is_axes, matrix_dims, scale_by_muon
+from marin.trainer.soap import scale_by_soap
 
 logger = logging.getLogger(__name__)
 
 SCHEDULES = ("constant", "linear", "cosine", "wsd", "wsd_s")
-KINDS = ("adamw", "muon", "lion", "adafactor")
+KINDS = ("adamw", "muon", "lion", "adafactor", "soap")
 Schedule = Callable[[jax.Array | int], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
     kind: str = "adamw"
-    """One of adamw, muon, lion, adafactor (the module docstring says what each does to which parameter)."""
+    """One of adamw, muon, lion, adafactor, soap (the module docstring says what each does to which parameter)."""
     learning_rate: float = 3e-4
     """Peak learning rate (for muon: of the hidden matrices)."""
     weight_decay: float = 0.1
@@ -96,6 +100,10 @@ class OptimizerConfig:
     0.2 * sqrt(max(fan_in, fan_out)) (Liu et al. 2025; torch's "match_rms_adamw": AdamW's lr carries over)."""
     muon_adam_learning_rate: float | None = None
     """muon: peak lr of the parameters that get AdamW (embedding, output head, norms); None: learning_rate."""
+    soap_precondition_frequency: int = 10
+    """soap: refresh the eigenbases every this many updates (the authors' default)."""
+    soap_shampoo_beta: float | None = None
+    """soap: decay of the preconditioner's statistics L and R; None: beta2."""
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -108,6 +116,10 @@ class OptimizerConfig:
             raise ValueError(
                 f"OptimizerConfig: muon_momentum must be in [0, 1) and muon_ns_steps >= 1, got "
                 f"{self.muon_momentum} and {self.muon_ns_steps}"
+            )
+        if self.soap_precondition_frequency < 1:
+            raise ValueError(
+                f"OptimizerConfig.soap_precondition_frequency must be >= 1, got {self.soap_precondition_frequency}"
             )
         if self.muon_adam_learning_rate is not None and self.muon_adam_learning_rate <= 0:
             raise ValueError(f"OptimizerConfig.muon_adam_learning_rate must be > 0, got {self.muon_adam_learning_rate}")
@@ -165,6 +177,17 @@ class OptimizerConfig:
             )  # with learning_rate None: the direction only (the sign and lr come below, as for the others)
             return optax.chain(*clip, factored, optax.scale(-1.0), decay, step)
         dims = jax.tree.map(matrix_dims, axes, is_leaf=is_axes)
+        labels = jax.tree.map(lambda d: "matrix" if isinstance(d, MatrixDims) else "adam", dims, is_leaf=_is_dims)
+        if self.kind == "soap":
+            soap = scale_by_soap(
+                dims,
+                b1=self.beta1,
+                b2=self.beta2,
+                shampoo_beta=self.soap_shampoo_beta,
+                eps=self.epsilon,
+                precondition_frequency=self.soap_precondition_frequency,
+            )
+            return optax.chain(*clip, optax.transforms.partition({"matrix": soap, "adam": adam}, labels), decay, step)
         muon = scale_by_muon(
             dims,
             momentum=self.muon_momentum,
@@ -172,12 +195,11 @@ class OptimizerConfig:
             ns_steps=self.muon_ns_steps,
             lr_scaling=self.muon_lr_scaling,
         )
-        labels = jax.tree.map(lambda d: "muon" if isinstance(d, MatrixDims) else "adam", dims, is_leaf=_is_dims)
         ratio = (self.muon_adam_learning_rate or self.learning_rate) / self.learning_rate
-        adam_ratio = jax.tree.map(lambda label: 1.0 if label == "muon" else ratio, labels)
+        adam_ratio = jax.tree.map(lambda label: 1.0 if label == "matrix" else ratio, labels)
         return optax.chain(
             *clip,
-            optax.transforms.partition({"muon": muon, "adam": adam}, labels),
+            optax.transforms.partition({"matrix": muon, "adam": adam}, labels),
             decay,
             step,
             _scale_leaves(adam_ratio),

@@ -73,6 +73,8 @@ CHANGES = {
             "muon_ns_steps": 6,
             "muon_lr_scaling": "moonlight",
             "muon_adam_learning_rate": 1e-2,
+            "soap_precondition_frequency": 5,
+            "soap_shampoo_beta": 0.99,
             "weight_decay": 0.0,
             "beta1": 0.8,
             "beta2": 0.99,

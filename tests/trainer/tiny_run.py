@@ -38,6 +38,7 @@ def tiny_config(
         optimizer=OptimizerConfig(
             kind=optimizer,
             learning_rate={"muon": 0.02, "lion": 1e-4}.get(optimizer, 1e-3),
+            soap_precondition_frequency=2,
             muon_adam_learning_rate=1e-3 if optimizer == "muon" else None,
             epsilon=1e-6,
             schedule="cosine",
