@@ -61,6 +61,14 @@ def _leaves_with_names(tree):
     return [("/".join(str(getattr(k, "key", k)) for k in path), leaf) for path, leaf in jax.tree.leaves_with_path(tree)]
 
 
+def _set_grads(torch, layout, grads) -> None:
+    """Each torch parameter's ``.grad``: the gradient leaf, or its per-layer matrices in torch's layout."""
+    for (_name, d, ts), (_, grad) in zip(layout, _leaves_with_names(grads)):
+        views = [np.asarray(grad)] if d is None else _matrix_views(np.asarray(grad), d)
+        for t, view in zip(ts, views):
+            t.grad = torch.tensor(np.ascontiguousarray(view))
+
+
 def _matrix_views(leaf: np.ndarray, dims: MatrixDims) -> list[np.ndarray]:
     """The (fan_out, fan_in) matrices, torch's layout, of each layer of a stacked parameter."""
     order = dims.batch + dims.reduction + dims.output
@@ -117,10 +125,7 @@ def test_muon_equals_torch_muon_and_adamw_on_the_rest(lr_scaling, monkeypatch):
         eps=1e-8,
     )
     for step, g in enumerate(grads):
-        for (_name, d, ts), (_, grad) in zip(layout, _leaves_with_names(g)):
-            views = [np.asarray(grad)] if d is None else _matrix_views(np.asarray(grad), d)
-            for t, view in zip(ts, views):
-                t.grad = torch.tensor(np.ascontiguousarray(view))
+        _set_grads(torch, layout, g)
         muon.step()
         adam.step()
         our_params, our_state = ours[step]
@@ -340,10 +345,7 @@ def test_soap_equals_the_authors_reference_and_adamw_on_the_rest(weight_decay):
     # where eigenvalues are close, within 1.6e-4 (all measured).
     tolerance, v_tolerance = 1e-4, 5e-4
     for step, g in enumerate(grads):
-        for (_name, d, ts), (_, grad) in zip(layout, _leaves_with_names(g)):
-            views = [np.asarray(grad)] if d is None else _matrix_views(np.asarray(grad), d)
-            for t, view in zip(ts, views):
-                t.grad = torch.tensor(np.ascontiguousarray(view))
+        _set_grads(torch, layout, g)
         soap.step()
         adam.step()
         our_params, our_state = ours[step]
