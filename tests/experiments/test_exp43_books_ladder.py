@@ -16,12 +16,12 @@ TINY_RULES = LadderRules(seq_len=64, min_steps=6, max_batch=16, min_tokens_per_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_tiny_books_ladder_fits_and_predicts_on_held_out_books(tmp_path, ray_address):
+def test_tiny_books_ladder_fits_and_predicts_on_held_out_books(books_store, ray_address):
     ladder = exp43_books_ladder.build(
         budgets=(3e9, 6e9), target_budget=2.4e10, rules=TINY_RULES, widths=(16, 24, 32), bootstrap_samples=200
     )
     caller = str(ROOT / "experiments" / "exp43_books_ladder.py")
-    result = Executor(prefix=str(tmp_path), caller_file=caller).run(ladder.steps)
+    result = Executor(prefix=str(books_store), caller_file=caller).run(ladder.steps)
     paths = {p.name: Path(p.output_path) for p in result.plan.steps}
     documents = json.loads((paths["documents/gutenberg"] / "summary.json").read_text())
     assert documents["train"]["documents"] == 45 and documents["validation"]["documents"] == 2
