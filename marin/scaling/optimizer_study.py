@@ -144,17 +144,9 @@ class OptimizerStudyConfig:
 
 def optimizer_study_step(config: OptimizerStudyConfig) -> dict:
     """``study.json`` (every setting, its sweep, seeds and speedup) and ``study.md`` (the tables)."""
+    facts = [f.name for f in dataclasses.fields(StudyRunRef) if f.name != "eval_path"]
     runs = [
-        StudyRun(
-            r.kind,
-            r.params,
-            r.tokens,
-            r.ratio,
-            r.learning_rate,
-            r.seed,
-            heldout_bpb(r.eval_path, config.heldout),
-            r.run,
-        )
+        StudyRun(**{name: getattr(r, name) for name in facts}, loss=heldout_bpb(r.eval_path, config.heldout))
         for r in config.runs
     ]
     table = speedups(best_runs(runs))
@@ -172,9 +164,10 @@ def optimizer_study_step(config: OptimizerStudyConfig) -> dict:
         "runs": [dataclasses.asdict(r) for r in runs],
     }
     record["plots"] = plot_speedups(record["settings"], config.output_path)
-    write_atomic(join(config.output_path, "study.md"), markdown(table))
+    text = markdown(table)
+    write_atomic(join(config.output_path, "study.md"), text)
     write_atomic(join(config.output_path, STUDY_FILE), json.dumps(record, indent=2))
-    logger.info("optimizer study:\n%s", markdown(table))
+    logger.info("optimizer study:\n%s", text)
     return record
 
 
