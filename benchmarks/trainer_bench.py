@@ -35,8 +35,16 @@ repeated for SDPA as torchtitan does; ``torch_compile_fp8`` converts the blocks'
 ``--baseline REV`` adds our step (``jax``) as of a git revision (``git archive`` of ``marin/`` into a
 temporary directory, run by the same worker code), for before/after ratios measured side by side.
 ``--jax-variant NAME=JSON`` adds ``train`` runs with other settings (``model`` fields, ``compute_dtype``,
-``matmul_dtype``, ``env`` such as ``XLA_FLAGS``; ``"peer": "jax"`` makes it a run of our step alone, where
-``docs_per_row`` packs that many documents into each row). Results go to ``benchmarks/results/trainer_bench.json``.
+``matmul_dtype``, ``optimizer`` fields, ``env`` such as ``XLA_FLAGS``; ``"peer": "jax"`` makes it a run of our
+step alone, where ``docs_per_row`` packs that many documents into each row). Each optimizer's step beside
+AdamW's (docs/optimizers.md; lion, adafactor and schedule_free_adamw alike):
+
+    .venv/bin/python benchmarks/trainer_bench.py --configs small medium --peers jax --out \
+        benchmarks/results/optimizer_step_bench.json \
+        --jax-variant muon='{"peer": "jax", "optimizer": {"kind": "muon"}}' \
+        --jax-variant soap='{"peer": "jax", "optimizer": {"kind": "soap"}}'
+
+Results go to ``benchmarks/results/trainer_bench.json`` unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -152,11 +160,12 @@ def packed_segments(c: dict, docs_per_row: int):
     return np.stack([np.searchsorted(row, np.arange(seq), side="right") for row in cuts]).astype(np.int32)
 
 
-def optimizer():
-    """Our side of the shared optimizer: AdamW at a constant rate, clipping, decoupled weight decay."""
+def optimizer(variant: dict):
+    """Our side of the shared optimizer: AdamW at a constant rate, clipping, decoupled weight decay; a variant's
+    ``optimizer`` fields (e.g. ``{"kind": "muon"}``) override it, for each optimizer's step cost beside AdamW's."""
     from marin.trainer.optim import OptimizerConfig
 
-    return OptimizerConfig(**ADAMW, schedule="constant", warmup=0)
+    return OptimizerConfig(**{**ADAMW, "schedule": "constant", "warmup": 0, **variant.get("optimizer", {})})
 
 
 def precision(variant: dict):
@@ -184,11 +193,14 @@ def jax_worker(c: dict, variant: dict):
         tune_host_allocator()  # what train() does first
 
     cfg = LlamaConfig(**model_dims(c), **variant.get("model", {}))
-    opt = optimizer()
+    opt = optimizer(variant)
     tx = opt.build(1000, param_axes(cfg))
     policy = precision(variant)
-    state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=False, policy=policy)
-    train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), StepConfig(precision=policy))
+    # the average is part of an optimizer's step only for schedule-free (its x); an EMA is no peer's
+    averaging = opt.kind == "schedule_free_adamw"
+    state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=averaging, policy=policy)
+    step_cfg = StepConfig(precision=policy, schedule_free=averaging)
+    train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), step_cfg)
     data = []
     for tokens in batches(c):
         t = tokens.astype(np.int32)
@@ -412,7 +424,7 @@ def train_worker(c: dict, variant: dict, steps: int) -> dict:
             output_path=out,
             model=model,
             data=DataConfig(train={"bench": docs}),
-            optimizer=optimizer(),
+            optimizer=optimizer(variant),
             trainer=TrainerConfig(
                 num_train_steps=2 * steps,
                 batch_size=c["batch"],

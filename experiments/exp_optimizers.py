@@ -5,14 +5,15 @@ at four sizes (0.1B-1.2B) and 1-8x Chinchilla's data and judged them at the end 
 optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking to about 1.1x at 1.2B. Here:
 
 - optimizers: AdamW, Muon (moonlight scaling, so one learning rate serves its matrices and its AdamW part),
-  Lion, Adafactor and SOAP (``marin.trainer.optim``), weight decay 0.1, warmup-stable-decay as the ladder runs;
+  Lion, Adafactor, SOAP and Schedule-Free AdamW (``marin.trainer.optim``), weight decay 0.1, warmup-stable-decay
+  as the ladder runs (schedule-free: warmup, then constant);
 - sizes: three widths of the nano family (2 layers, hidden 16, 24, 32; N = 47k, 75k, 107k counted as the
   ladder counts them, ``flops_per_token / 6``), sequence length 128, the 2,048-token BPE of
   ``exp43_books_ladder``;
 - data: 1x and 4x Chinchilla (20 and 80 tokens per parameter), batch 16;
-- a three-point learning-rate sweep per optimizer at every (size, data), seed 0; the best setting of each is
-  rerun with seed 1 when ``BEST_LR`` names it (filled from a finished sweep: a sweep's best is known only after
-  it runs, and the executor's DAG is declared before);
+- a learning-rate sweep of three to five doublings per optimizer at every (size, data), seed 0; the best
+  setting of each is rerun with seed 1 when ``BEST_LR`` names it (filled from a finished sweep: a sweep's best
+  is known only after it runs, and the executor's DAG is declared before);
 - the loss: bits per byte on the first two held-out books; the speedup: how much more data AdamW needs at that
   size to reach the optimizer's final loss, interpolated in log data between AdamW's own best runs
   (``marin.scaling.optimizer_study``).
@@ -20,7 +21,7 @@ optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking 
 Hypothesis (the paper's): Muon and SOAP beat AdamW at every size here, by more at the smaller sizes; Lion
 and Adafactor are within ~10% of AdamW. The outcome goes in docs/optimizers.md whichever way it falls.
 
-    python experiments/exp_optimizers.py --dry_run true      # 90 sweep runs + evals, the analysis
+    python experiments/exp_optimizers.py --dry_run true      # 144 sweep runs + evals, the analysis
     python experiments/exp_optimizers.py                     # the study (about 12 TFLOPs per sweep point)
     python -m marin.report experiments/exp_optimizers.py --prefix ./local_store
 """
@@ -43,15 +44,23 @@ WIDTHS = (16, 24, 32)
 RATIOS = (1, 4)
 CHINCHILLA = 20.0
 SWEEPS = {
-    "adamw": (5e-3, 1e-2, 2e-2),
-    "muon": (5e-3, 1e-2, 2e-2),
-    "lion": (5e-4, 1e-3, 2e-3),
+    "adamw": (2.5e-3, 5e-3, 1e-2, 2e-2, 4e-2),
+    "muon": (5e-3, 1e-2, 2e-2, 4e-2),
+    "lion": (5e-4, 1e-3, 2e-3, 4e-3),
     "adafactor": (5e-3, 1e-2, 2e-2),
-    "soap": (5e-3, 1e-2, 2e-2),
+    "soap": (5e-3, 1e-2, 2e-2, 4e-2),
+    "schedule_free_adamw": (5e-3, 1e-2, 2e-2, 4e-2),
 }
+"""Learning rates swept per optimizer, doubling. The first width-16 sweep (three points each) put the best rate of
+AdamW (at both ends: 1x at the top, 4x at the bottom), Muon, SOAP and Lion at an edge, so each was extended one
+doubling past that edge; a best rate still at an edge is flagged in the study's table."""
 BEST_LR: dict[tuple[str, int, int], float] = {}
 """(kind, width, ratio) -> the sweep's best learning rate, rerun with seed 1 (empty until a sweep has run)."""
-OPTIMIZER_SETTINGS = {"muon": {"muon_lr_scaling": "moonlight"}}
+SCHEDULE = {"schedule": "wsd", "warmup": 0.05, "decay": 0.3, "min_lr_ratio": 0.05}
+OPTIMIZER_SETTINGS = {
+    "muon": {"muon_lr_scaling": "moonlight"},
+    "schedule_free_adamw": {"schedule": "constant", "decay": None},  # the averaging replaces the decay
+}
 
 
 def run(
@@ -65,14 +74,10 @@ def run(
     config = dataclasses.replace(
         train,
         optimizer=kind,
-        **OPTIMIZER_SETTINGS.get(kind, {}),
+        **{**SCHEDULE, **OPTIMIZER_SETTINGS.get(kind, {})},
         num_train_steps=steps,
         batch_size=BATCH,
         learning_rate=learning_rate,
-        schedule="wsd",
-        warmup=0.05,
-        decay=0.3,
-        min_lr_ratio=0.05,
         weight_decay=0.1,
         seed=seed,
     )
@@ -128,5 +133,5 @@ STUDY = build()
 if __name__ == "__main__":
     executor_main(
         steps=[STUDY["analysis"]],
-        description="Optimizer study in miniature (Wen et al. 2025) on Gutenberg books: five optimizers",
+        description="Optimizer study in miniature (Wen et al. 2025) on Gutenberg books: six optimizers",
     )

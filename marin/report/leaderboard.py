@@ -10,13 +10,13 @@ ranked together: a board is keyed by the held-out set's name *and* its fingerpri
 bytes scored, both independent of the tokenizer, as bits-per-byte is), so two experiments that call
 different data ``stories`` land on different boards instead of being compared.
 
-Per entry: parameters (``results.json``), tokens and training FLOPs (the trainer's cumulative
-``throughput/total_tokens`` / ``throughput/total_flops`` in ``metrics.jsonl``: model FLOPs, PaLM's
-``6N + 12·L·H·Q·T`` per token), wall time (the training step's last RUNNING → SUCCESS), and whether it is
-on the compute frontier (no other entry on its board reached a lower bpb with at most its FLOPs).
-Everything is read from what the executor and the steps wrote, never by importing the trainer, so the
-data browser shows the same boards (``data_browser``'s ``/leaderboard``).
-"""
+Per entry: the optimizer and its peak learning rate (the run's recorded config), parameters
+(``results.json``), tokens and training FLOPs (the trainer's cumulative ``throughput/total_tokens`` /
+``throughput/total_flops`` in ``metrics.jsonl``: model FLOPs, PaLM's ``6N + 12·L·H·Q·T`` per token), wall time
+(the training step's last RUNNING → SUCCESS), and whether it is on the compute frontier (no other entry on its
+board reached a lower bpb with at most its FLOPs). Everything is read from what the executor and the steps
+wrote, never by importing the trainer, so the data browser shows the same boards (``data_browser``'s
+``/leaderboard``)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ class LeaderboardEntry:
     wall_seconds: float | None
     bpb: float
     frontier: bool = False
+    optimizer: str | None = None
+    """The run's optimizer and peak learning rate from its recorded config (``muon lr 0.02``); None when the
+    record has none."""
 
 
 @dataclasses.dataclass
@@ -120,6 +123,17 @@ def training_totals(run_path: str) -> tuple[float | None, float | None]:
     return (int(max(losses.steps)) * per_step if per_step else None), None
 
 
+def optimizer_of(step: dict[str, Any]) -> str | None:
+    """``<kind> lr <peak>`` of a training step's optimizer, read from its version in the record."""
+    config = (step.get("version") or {}).get("config") if isinstance(step.get("version"), dict) else None
+    optimizer = config.get("optimizer") if isinstance(config, dict) else None
+    if not isinstance(optimizer, dict) or not isinstance(optimizer.get("kind"), str):
+        return None
+    lr = optimizer.get("learning_rate")
+    ok = isinstance(lr, (int, float)) and not isinstance(lr, bool)
+    return optimizer["kind"] + (f" lr {lr:g}" if ok else "")
+
+
 def wall_seconds(run_path: str) -> float | None:
     state, _, started, finished = state_summary(run_path)
     if state != "SUCCESS" or started is None or finished is None:
@@ -161,6 +175,7 @@ def record_entries(
                 flops=flops,
                 wall_seconds=wall,
                 bpb=bpb,
+                optimizer=optimizer_of(run),
             )
             out.append(((name, int(scores.get("documents", 0)), int(scores.get("bytes", 0))), entry))
     return out

@@ -383,12 +383,13 @@ def leaderboard_markdown(boards: list[Board], links: Links) -> str:
         lines += [
             f"## {board.heldout} ({board.documents:,} documents, {board.bytes:,} bytes)",
             "",
-            "| rank | run | experiment | params | tokens | FLOPs | wall time | bits/byte | frontier |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| rank | run | experiment | optimizer | params | tokens | FLOPs | wall time | bits/byte | frontier |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for rank, e in enumerate(board.entries, 1):
             run = _link(f"`{e.run}`", links.browser("training", e.run_path))
             cells = [
+                e.optimizer or "–",
                 f"{e.params:,}" if e.params is not None else "–",
                 f"{e.tokens:.3g}" if e.tokens is not None else "–",
                 f"{e.flops:.3g}" if e.flops is not None else "–",

@@ -67,6 +67,11 @@ class Setting:
     def loss(self) -> float:
         return statistics.fmean(self.losses)
 
+    @property
+    def at_edge(self) -> bool:
+        """The best learning rate is the sweep's lowest or highest: the optimum may lie beyond it."""
+        return len(self.swept) > 1 and self.learning_rate in (self.swept[0][0], self.swept[-1][0])
+
 
 def best_runs(runs: Sequence[StudyRun]) -> dict[tuple[str, float, float], Setting]:
     """For each (kind, params, ratio): the learning rate whose seed-0 run ends lowest, with every seed run
@@ -158,6 +163,7 @@ def optimizer_study_step(config: OptimizerStudyConfig) -> dict:
                 **dataclasses.asdict(s),
                 "loss": s.loss,
                 "loss_spread": (max(s.losses) - min(s.losses)) if s.losses else 0.0,
+                "at_edge": s.at_edge,
             }
             for s in table.values()
         ],
@@ -191,5 +197,7 @@ def markdown(table: dict[tuple[str, float, float], Setting]) -> str:
     for s in sorted(table.values(), key=lambda s: (s.params, s.ratio, s.kind != REFERENCE, s.kind)):
         seeds = ", ".join(f"{x:.4f}" for x in s.losses)
         sweep = ", ".join(f"{lr:g}: {loss:.4f}" for lr, loss in s.swept)
-        lines.append(f"| {s.kind} | {s.params / 1e3:.0f}k | {s.ratio:g}x | {s.learning_rate:g} | {seeds} | {sweep} |")
+        best = f"{s.learning_rate:g}" + (" †" if s.at_edge else "")
+        lines.append(f"| {s.kind} | {s.params / 1e3:.0f}k | {s.ratio:g}x | {best} | {seeds} | {sweep} |")
+    lines += ["", "(† at an end of its sweep: the best rate may lie beyond it)"]
     return "\n".join(lines) + "\n"

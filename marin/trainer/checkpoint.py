@@ -345,6 +345,24 @@ def checkpoint_metadata(base: str, step: int | None = None) -> dict:
     raise NoUsableCheckpoint(f"{base}: no checkpoint has a readable manifest")
 
 
+def check_optimizer(base: str, kind: str) -> None:
+    """Refuse to resume a run whose checkpoints hold another optimizer's state (``"optimizer"`` in their
+    metadata, stored since it existed): restoring it would fail on the leaves or, where they happen to match,
+    continue with another algorithm's moments; starting the state over would silently lose it."""
+    if not list_checkpoints(base):
+        return
+    try:
+        stored = checkpoint_metadata(base).get("optimizer")
+    except NoUsableCheckpoint:
+        return  # restore_latest says what is wrong with them
+    if stored is not None and stored != kind:
+        raise IncompatibleCheckpoint(
+            f"{base}: its checkpoints hold the state of optimizer {stored!r}, but this run's OptimizerConfig.kind "
+            f"is {kind!r}; resume with {stored!r}, or start a new run (initialize_from=<that run> starts a new "
+            f"optimizer from its parameters)"
+        )
+
+
 def _stored_shape(url: str) -> tuple[str, list[int]] | None:
     """(dtype, shape) the stored array itself records (its zarr metadata); None if that cannot be read.
     Only for tensorstore URLs (raw bytes keep no shape: there the manifest is the only record)."""

@@ -34,7 +34,13 @@ from marin.allocator import keep_large_buffers_mapped
 from marin.identity import result_dict, runtime_field
 from marin.storage import join
 from marin.trainer import distributed
-from marin.trainer.checkpoint import CheckpointConfig, Checkpointer, NoUsableCheckpoint, restore_params
+from marin.trainer.checkpoint import (
+    CheckpointConfig,
+    Checkpointer,
+    NoUsableCheckpoint,
+    check_optimizer,
+    restore_params,
+)
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
 from marin.trainer.model import LlamaConfig, param_axes
@@ -219,8 +225,7 @@ def load_or_init(
     trainer = config.trainer
 
     def init(key):  # eager: per-leaf programs are cached across runs in one process (see init_params)
-        ema = config.optimizer.ema_decay is not None
-        return init_state(config.model, optimizer, key, ema=ema, policy=trainer.precision)
+        return init_state(config.model, optimizer, key, ema=config.optimizer.keeps_average, policy=trainer.precision)
 
     key = jax.random.PRNGKey(trainer.seed)
     template = jax.eval_shape(init, key)
@@ -231,6 +236,7 @@ def load_or_init(
         # partitionable, so the values are those of the single-device init.
         fresh = jax.jit(init, out_shardings=shardings)
         template = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), template, shardings)
+    check_optimizer(checkpointer.base, config.optimizer.kind)
     try:
         restored = checkpointer.restore_latest(template)
     except NoUsableCheckpoint as e:
@@ -244,7 +250,9 @@ def load_or_init(
         logger.info("initialising parameters from %s (step %d)", config.initialize_from, step)
         params = jax.tree.map(lambda p, like: _as_leaf_like(p, like, shardings is not None), params, state.params)
         ema = jax.tree.map(jnp.copy, params) if state.ema is not None else None
-        return dataclasses.replace(state, params=params, ema=ema)
+        # a state built from the loaded parameters (schedule-free's z starts at them, not at the seed's)
+        init_opt = optimizer.init if shardings is None else jax.jit(optimizer.init, out_shardings=shardings.opt_state)
+        return dataclasses.replace(state, params=params, opt_state=init_opt(params), ema=ema)
     if restored is None:
         logger.info("no checkpoint under %s: initialising from seed %d", checkpointer.base, trainer.seed)
         return fresh(key)
@@ -368,6 +376,7 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         precision=trainer.precision,
         z_loss=trainer.z_loss,
         ema_decay=config.optimizer.ema_decay,
+        schedule_free=config.optimizer.kind == "schedule_free_adamw",
     )
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
     if context is not None and config.optimizer.kind == "soap" and jax.default_backend() == "cpu":
@@ -378,7 +387,7 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     shardings = None
     if context is not None:
         shardings = state_shardings(
-            context, model, optimizer, ema=config.optimizer.ema_decay is not None, policy=trainer.precision
+            context, model, optimizer, ema=config.optimizer.keeps_average, policy=trainer.precision
         )
     if objective is None:
         objective = lm_objective(config, context, shardings)
@@ -396,7 +405,9 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         with_frozen=with_frozen,
     )
     checkpointer = Checkpointer(
-        join(config.output_path, "checkpoints"), trainer.checkpoint, metadata={"model": result_dict(model)}
+        join(config.output_path, "checkpoints"),
+        trainer.checkpoint,
+        metadata={"model": result_dict(model), "optimizer": config.optimizer.kind},
     )
     state = load_or_init(config, optimizer, checkpointer, shardings)
     frozen = _place_frozen(objective.frozen, state.params) if with_frozen else None
@@ -432,7 +443,8 @@ def _run(config: RunConfig, objective: Objective, train_step, checkpointer, stat
 
     def run_eval(step: int) -> None:
         buffer.flush()
-        eval_metrics.update(objective.evaluate(state.params, frozen))
+        evaluated = state.params if state.ema is None else state.ema  # the averaged parameters, when kept
+        eval_metrics.update(objective.evaluate(evaluated, frozen))
         tracker.log(step, eval_metrics)
         logger.info("step %d: %s", step, {k: round(v, 4) for k, v in eval_metrics.items()})
         buffer.pause()

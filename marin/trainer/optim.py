@@ -1,5 +1,5 @@
-"""Optimizers (AdamW, Muon, Lion, Adafactor) with learning-rate schedules, a weight-decay mask, global-norm
-clipping and optional EMA.
+"""Optimizers (AdamW, Muon, Lion, Adafactor, SOAP, Schedule-Free AdamW) with learning-rate schedules, a
+weight-decay mask, global-norm clipping and optional EMA.
 
     opt = OptimizerConfig(learning_rate=3e-3, schedule="wsd", warmup=0.05, decay=0.2, min_lr_ratio=0.1)
     tx = opt.build(num_train_steps=1000, axes=param_axes(model_cfg))   # an optax GradientTransformation
@@ -24,6 +24,13 @@ torch's AdamW, Muon and Lion. The direction, per kind (docs/optimizers.md lists 
 - ``soap``: on the hidden matrices, Adam (``beta1``, ``beta2``, ``epsilon``) in the eigenbasis of Shampoo's
   preconditioner, refreshed every ``soap_precondition_frequency`` updates (Vyas et al. 2024;
   ``marin.trainer.soap``; the paper's betas are 0.95 and 0.95); AdamW on the other parameters, same lr.
+- ``schedule_free_adamw``: optax's ``contrib.schedule_free`` around momentum-free AdamW (Defazio et al. 2024,
+  "The Road Less Scheduled"): the gradient is taken at ``y = beta1 * x + (1 - beta1) * z``, ``z`` takes the
+  AdamW step (``beta2``, ``epsilon``, the decay at ``y``), and ``x`` is the average of the ``z``s weighted by
+  ``lr**2``. The trainer's parameters are ``y``; ``x``, what is evaluated, checkpointed as the model and
+  exported, is kept where an EMA would be (``keeps_average``). Meant for ``schedule="constant"`` with
+  warmup: the averaging replaces the decay. Equal to the authors' ``schedulefree.AdamWScheduleFree``; optax's
+  own weighs each ``z`` by the next update's learning rate (the same without warmup).
 
 Schedules take ``step`` = the number of updates already applied (the first update uses ``lr(0)``).
 With peak ``p``, floor ``f = min_lr_ratio * p``, ``W`` warmup steps and ``T`` total steps:
@@ -59,14 +66,15 @@ from marin.trainer.soap import scale_by_soap
 logger = logging.getLogger(__name__)
 
 SCHEDULES = ("constant", "linear", "cosine", "wsd", "wsd_s")
-KINDS = ("adamw", "muon", "lion", "adafactor", "soap")
+KINDS = ("adamw", "muon", "lion", "adafactor", "soap", "schedule_free_adamw")
 Schedule = Callable[[jax.Array | int], jax.Array]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
     kind: str = "adamw"
-    """One of adamw, muon, lion, adafactor, soap (the module docstring says what each does to which parameter)."""
+    """One of adamw, muon, lion, adafactor, soap, schedule_free_adamw (the module docstring says what each does
+    to which parameter)."""
     learning_rate: float = 3e-4
     """Peak learning rate (for muon: of the hidden matrices)."""
     weight_decay: float = 0.1
@@ -140,8 +148,23 @@ class OptimizerConfig:
             raise ValueError(f"OptimizerConfig.cycles must be increasing positive steps, got {self.cycles}")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"OptimizerConfig.ema_decay must be in (0, 1) or None, got {self.ema_decay}")
+        if self.kind == "schedule_free_adamw" and self.ema_decay is not None:
+            raise ValueError(
+                "OptimizerConfig.ema_decay must be None with kind='schedule_free_adamw': its own average x is "
+                f"what is evaluated and exported (got ema_decay={self.ema_decay})"
+            )
+        if self.kind == "schedule_free_adamw" and not 0 < self.beta1 < 1:
+            raise ValueError(
+                f"OptimizerConfig.beta1 (schedule-free's interpolation) must be in (0, 1), got {self.beta1}"
+            )
         if self.cycles and self.schedule != "wsd_s":
             raise ValueError(f"OptimizerConfig.cycles is only used by schedule='wsd_s', got {self.schedule!r}")
+
+    @property
+    def keeps_average(self) -> bool:
+        """Whether the train state keeps averaged parameters (the EMA, or schedule-free's ``x``): those are then
+        what is evaluated, saved as the model and exported (``marin.trainer.step.next_average``)."""
+        return self.ema_decay is not None or self.kind == "schedule_free_adamw"
 
     def lr_schedule(self, num_train_steps: int) -> Schedule:
         if self.schedule != "wsd_s":
@@ -169,6 +192,13 @@ class OptimizerConfig:
             return optax.chain(*clip, adam, decay, step)
         if self.kind == "lion":
             return optax.chain(*clip, optax.scale_by_lion(b1=self.beta1, b2=self.beta2), decay, step)
+        if self.kind == "schedule_free_adamw":
+            rms = optax.scale_by_rms(decay=self.beta2, eps=self.epsilon, eps_in_sqrt=False, bias_correction=True)
+            # optax weighs update k's z by lr(k + 1) (its count starts at 1); the authors' reference
+            # (schedulefree's AdamWScheduleFree) by the lr that update used, lr(k): the latter, shifted back
+            this_step_lr = lambda count: schedule(count - 1)  # noqa: E731
+            base = optax.chain(*clip, rms, decay, step)
+            return optax.contrib.schedule_free(base, this_step_lr, b1=self.beta1)
         if self.kind == "adafactor":
             factored = optax.adafactor(
                 learning_rate=None,

@@ -82,6 +82,8 @@ class StepConfig:
     z_loss: float = 0.0
     """Weight of the z-loss ``logsumexp(logits)**2`` term (PaLM uses 1e-4)."""
     ema_decay: float | None = None
+    schedule_free: bool = False
+    """The state's average is schedule-free's ``x`` (read from the optimizer state), not an EMA."""
 
     def __post_init__(self):
         if self.num_microbatches < 1:
@@ -96,8 +98,18 @@ class TrainState:
     step: jax.Array  # int32 scalar: completed updates
     params: Any
     opt_state: Any
-    ema: Any  # None unless an EMA is kept
+    ema: Any  # None unless averaged parameters are kept: the EMA, or schedule-free's x (see next_average)
     rng: jax.Array  # uint32 [2]: raw PRNG key data, split once per step (for stochastic extensions)
+
+
+def next_average(step_cfg: StepConfig, previous: Any, params: Any, opt_state: Any) -> Any:
+    """The averaged parameters after an update (None if the state keeps none): the EMA moved towards the new
+    parameters, or schedule-free's ``x``, which its optimizer state (``z``) and the parameters (``y``) give."""
+    if previous is None:
+        return None
+    if step_cfg.schedule_free:
+        return optax.contrib.schedule_free_eval_params(opt_state, params)
+    return update_ema(previous, params, step_cfg.ema_decay)
 
 
 def init_state(
@@ -204,7 +216,7 @@ def make_train_step(
         grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        ema = None if state.ema is None else update_ema(state.ema, params, step_cfg.ema_decay)
+        ema = next_average(step_cfg, state.ema, params, opt_state)
         rng, _ = jax.random.split(jax.random.wrap_key_data(state.rng))
         new_state = TrainState(state.step + 1, params, opt_state, ema, jax.random.key_data(rng))
         metrics = {

@@ -190,6 +190,7 @@ def test_leaderboard_ranks_runs_per_heldout_fingerprint(client, lab):
         html.count('class="entry"') == 4
         and 'action="/compare/runs"' in html
         and CALLER_FILE in html.replace("<wbr>", "")
+        and "<th>optimizer</th>" in html  # the column (empty here: these records name no optimizer kind)
     )
 
 

@@ -213,3 +213,23 @@ def test_a_resumed_run_is_bitwise_the_uninterrupted_one(runs, tmp_path):
     full_leaves, cut_leaves = _leaves(full), _leaves(cut)
     assert any(name.startswith("opt_state/") for name in full_leaves)
     assert [n for n in full_leaves if full_leaves[n] != cut_leaves[n]] == []
+
+
+@pytest.mark.parametrize("kind, lr", [("muon", 0.02), ("schedule_free_adamw", 1e-2)])
+def test_dpo_learns_the_right_labels_with_another_optimizer(kind, lr, runs, tmp_path):
+    """Post-training takes any optimizer: DPO with Muon (its AdamW part on the embedding, head and norms) or
+    with schedule-free AdamW (evaluated at its average x) learns the right labels as AdamW does, and its
+    checkpoint says which optimizer's state it holds."""
+    _, tok = runs["right"]
+    optimizer = dataclasses.replace(
+        OPTIMIZER, kind=kind, learning_rate=lr, muon_adam_learning_rate=1e-2 if kind == "muon" else None
+    )
+    trainer = dataclasses.replace(TRAINER, num_train_steps=75)
+    run = tmp_path / kind
+    train_dpo(_config(run, tok, runs["init"], optimizer=optimizer, trainer=trainer))
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    final = [m for m in metrics if "eval/prefs/rewards/accuracies" in m][-1]
+    # measured (2026-11-27, 75 steps): reward accuracy 0.80 with Muon, 0.65 schedule-free (AdamW: 0.69 in 150)
+    assert final["step"] == 75 and final["eval/prefs/rewards/accuracies"] > 0.6
+    _, url = list_checkpoints(str(run / "checkpoints"))[-1]
+    assert json.loads(Path(url, "manifest.json").read_text())["metadata"]["optimizer"] == kind

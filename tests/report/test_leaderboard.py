@@ -60,6 +60,7 @@ def record(prefix, script, steps, created):
 def prefix(tmp_path):
     p = str(tmp_path / "store")
     big = run(p, "big", steps=100, tokens_per_step=1000, flops_per_token=6e6, seconds=600)
+    big["version"] = {"config": {"optimizer": {"kind": "muon", "learning_rate": 0.02}}}  # as the executor records
     small = run(p, "small", steps=100, tokens_per_step=1000, flops_per_token=1e6, seconds=100)
     long = run(p, "small-long", steps=400, tokens_per_step=1000, flops_per_token=1e6, seconds=380)
     worse = run(p, "worse", steps=100, tokens_per_step=1000, flops_per_token=2e6, seconds=150)
@@ -95,6 +96,7 @@ def test_runs_are_ranked_by_bpb_per_held_out_set_with_compute_wall_time_and_the_
     assert by_run["checkpoints/big"].wall_seconds == pytest.approx(600)
     assert by_run["checkpoints/small"].experiment == "experiments/exp2_longer.py"  # the newest record
     assert by_run["checkpoints/big"].params == 1000
+    assert by_run["checkpoints/big"].optimizer == "muon lr 0.02" and by_run["checkpoints/small"].optimizer is None
     # small (1e11 FLOPs) < small-long (4e11) < worse (2e11 FLOPs, but worse than small) < big (6e11)
     assert {e.run for e in entries if e.frontier} == {"checkpoints/small", "checkpoints/small-long", "checkpoints/big"}
 
@@ -123,6 +125,7 @@ def test_the_board_of_named_experiment_files_only_and_the_markdown(prefix, tmp_p
     text = out.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert "`checkpoints/big`" in rows[0] and "0.9000" in rows[0] and "6e+11" in rows[0] and "★" in rows[0]
+    assert "| muon lr 0.02 |" in rows[0] and "| – |" in rows[1]  # the optimizer, where the record names it
     assert "`checkpoints/small-long`" in rows[1] and "6m 20s" in rows[1]
     assert "## stories (500 documents, 250,000 bytes)" in text and "## stories (500 documents, 999 bytes)" in text
     assert report_main(["--leaderboard", "experiments/nope.py", "--prefix", prefix, "--out", str(out)]) == 2

@@ -59,3 +59,15 @@ def test_a_size_where_adamw_does_not_improve_with_data_has_no_speedup():
     flat = [StudyRun("adamw", 1e5, 1e6, 1, 1e-2, 0, 2.0), StudyRun("adamw", 1e5, 4e6, 4, 1e-2, 0, 2.1)]
     with pytest.raises(ValueError, match="does not fall with data"):
         adamw_tokens_to_reach(list(best_runs(flat).values()), 1.9)
+
+
+def test_a_best_rate_at_an_end_of_its_sweep_is_flagged():
+    tokens = {1: 1e6}
+    runs = runs_for("adamw", 1e5, tokens, {1: {5e-3: 2.3, 1e-2: 2.2, 2e-2: 2.25}})
+    runs += runs_for("muon", 1e5, tokens, {1: {5e-3: 2.3, 1e-2: 2.2, 2e-2: 2.1}})
+    runs += runs_for("lion", 1e5, tokens, {1: {1e-3: 2.4}})  # one point: no sweep to be at the end of
+    table = best_runs(runs)
+    assert not table[("adamw", 1e5, 1)].at_edge and table[("muon", 1e5, 1)].at_edge
+    assert not table[("lion", 1e5, 1)].at_edge
+    text = markdown(table)
+    assert "| muon | 100k | 1x | 0.02 † |" in text and "| adamw | 100k | 1x | 0.01 |" in text

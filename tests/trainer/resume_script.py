@@ -87,10 +87,10 @@ def config(
             kind=optimizer,
             learning_rate=0.02 if optimizer == "muon" else 3e-3,
             muon_adam_learning_rate=3e-3 if optimizer == "muon" else None,
-            schedule="wsd",
+            schedule="constant" if optimizer == "schedule_free_adamw" else "wsd",
             warmup=3,
-            decay=0.25,
-            ema_decay=0.9,
+            decay=None if optimizer == "schedule_free_adamw" else 0.25,
+            ema_decay=None if optimizer == "schedule_free_adamw" else 0.9,  # schedule-free keeps its own average
         ),
         trainer=TrainerConfig(
             num_train_steps=num_steps,
@@ -116,7 +116,7 @@ if __name__ == "__main__":
     output, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "pretrain"
     if mode == "sft":
         train_sft(sft_config(output, steps, cache=sys.argv[4], init=sys.argv[5]))
-    elif mode == "muon":
-        train_lm(config(output, steps, optimizer="muon"))
+    elif mode in ("muon", "schedule_free_adamw"):
+        train_lm(config(output, steps, optimizer=mode))
     else:
         train_lm(config(output, steps, vocab_size=512 if mode == "init" else 256))

@@ -88,7 +88,9 @@ def initialized_from(out: Path, source: str, target: str):
     cfg = dataclasses.replace(config(out / f"init_from_{source}_{target}", target), initialize_from=str(out / source))
     optimizer = cfg.optimizer.build(STEPS, param_axes(cfg.model))
     context = sharding_context(cfg.trainer.mesh, cfg.trainer.sharding)
-    shardings = state_shardings(context, cfg.model, optimizer, ema=True, policy=cfg.trainer.precision)
+    shardings = state_shardings(
+        context, cfg.model, optimizer, ema=cfg.optimizer.keeps_average, policy=cfg.trainer.precision
+    )
     return load_or_init(
         cfg, optimizer, Checkpointer(f"{cfg.output_path}/checkpoints", cfg.trainer.checkpoint), shardings
     )

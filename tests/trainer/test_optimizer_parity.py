@@ -369,3 +369,76 @@ def test_soap_equals_the_authors_reference_and_adamw_on_the_rest(weight_decay):
                     f"step {step + 1} {name}[{i}] v",
                     v_tolerance,
                 )
+
+
+def test_schedule_free_adamw_equals_the_authors_reference_with_warmup():
+    """Schedule-Free AdamW against ``schedulefree.AdamWScheduleFree`` (Defazio et al.'s package, 1.4.1): the
+    parameters (y), z and the averaged x that is evaluated, over ten steps whose first three warm up, with
+    weight decay on the matrices only."""
+    torch = require_module("torch", "CPU torch (the export-test extra)")
+    schedulefree = require_module("schedulefree", "schedulefree (the export-test extra)")
+    import optax
+
+    lr, warmup, b1, b2 = 3e-3, 3, 0.9, 0.95
+    config = OptimizerConfig(
+        kind="schedule_free_adamw",
+        learning_rate=lr,
+        beta1=b1,
+        beta2=b2,
+        weight_decay=0.1,
+        schedule="constant",
+        warmup=warmup,
+        max_grad_norm=None,
+    )
+    params, grads = _tree()
+    ours = _run_ours(config, params, grads)
+    decays = jax.tree.leaves(config.decay_mask(param_axes(CFG)))
+    ts = [torch.nn.Parameter(torch.tensor(np.asarray(leaf))) for _, leaf in _leaves_with_names(params)]
+    reference = schedulefree.AdamWScheduleFree(
+        [
+            {"params": [t for t, d in zip(ts, decays) if d], "weight_decay": 0.1},
+            {"params": [t for t, d in zip(ts, decays) if not d], "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(b1, b2),
+        eps=1e-8,
+        warmup_steps=warmup,
+    )
+    reference.train()
+    for step, g in enumerate(grads):
+        for t, (_, grad) in zip(ts, _leaves_with_names(g)):
+            t.grad = torch.tensor(np.asarray(grad))
+        reference.step()
+        y, state = ours[step]
+        x = optax.contrib.schedule_free_eval_params(state, y)
+        for t, (name, leaf), (_, z) in zip(ts, _leaves_with_names(y), _leaves_with_names(state.z)):
+            _close(leaf, t.detach().numpy(), f"step {step + 1} {name} (y)")
+            _close(z, reference.state[t]["z"].numpy(), f"step {step + 1} {name} (z)")
+        reference.eval()  # the parameters become x
+        for t, (name, leaf) in zip(ts, _leaves_with_names(x)):
+            _close(leaf, t.detach().numpy(), f"step {step + 1} {name} (x)")
+        reference.train()
+
+
+def test_schedule_free_adamw_equals_optax_without_warmup():
+    """Without warmup the learning rate is constant and optax's ``schedule_free_adamw`` (which weighs each z
+    by the next step's rate) is the same algorithm: equal to it."""
+    import optax
+
+    config = OptimizerConfig(
+        kind="schedule_free_adamw", learning_rate=3e-3, weight_decay=0.0, schedule="constant", warmup=0
+    )
+    config = dataclasses.replace(config, max_grad_norm=None)
+    reference = optax.contrib.schedule_free_adamw(3e-3, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0)
+    params, grads = _tree()
+    ours = _run_ours(config, params, grads)
+    state, p = reference.init(params), params
+    for step, g in enumerate(grads):
+        updates, state = reference.update(g, state, p)
+        p = jax.tree.map(lambda a, u: a + u, p, updates)
+        ours_x = optax.contrib.schedule_free_eval_params(ours[step][1], ours[step][0])
+        ref_x = optax.contrib.schedule_free_eval_params(state, p)
+        for (name, a), (_, b) in zip(_leaves_with_names(ours[step][0]), _leaves_with_names(p)):
+            _close(a, b, f"step {step + 1} {name} (y)")
+        for (name, a), (_, b) in zip(_leaves_with_names(ours_x), _leaves_with_names(ref_x)):
+            _close(a, b, f"step {step + 1} {name} (x)")

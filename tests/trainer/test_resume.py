@@ -59,9 +59,11 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
 
 @pytest.mark.slow  # three training processes
 @pytest.mark.timeout(600)
-def test_killed_and_resumed_muon_run_is_bitwise_identical(tmp_path):
-    """Muon's momentum (and AdamW's moments of the embedding, head and norms) checkpointed and restored."""
-    _kill_and_resume(tmp_path, "muon")
+@pytest.mark.parametrize("kind", ["muon", "schedule_free_adamw"])
+def test_killed_and_resumed_run_of_another_optimizer_is_bitwise_identical(kind, tmp_path):
+    """Muon's momentum (and AdamW's moments of the embedding, head and norms), or schedule-free's z, its
+    weights and its average x, checkpointed and restored."""
+    _kill_and_resume(tmp_path, kind)
 
 
 @pytest.mark.slow  # four training processes

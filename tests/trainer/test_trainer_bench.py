@@ -12,14 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow  # ~40 s: two matmul-peak probes and four training processes of nano
+@pytest.mark.slow  # ~50 s: two matmul-peak probes and eight training processes of nano
 @pytest.mark.timeout(600)
 def test_trainer_bench_times_train_and_the_step_in_fresh_processes(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "trainer_bench.py"), "--configs", "nano", "--rounds", "2"]
     proc = subprocess.run(
         [*cmd, "--steps", "2", "--peers", "train", "jax", "--out", str(out)]
-        + ["--jax-variant", 'packed4={"peer": "jax", "docs_per_row": 4}'],
+        + ["--jax-variant", 'packed4={"peer": "jax", "docs_per_row": 4}']
+        + ["--jax-variant", 'muon={"peer": "jax", "optimizer": {"kind": "muon", "learning_rate": 0.02}}'],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -31,7 +32,7 @@ def test_trainer_bench_times_train_and_the_step_in_fresh_processes(tmp_path):
     assert set(report["matmul_peaks"]) == {"jax_float32"}  # no torch peer: no torch venv, no torch peak
     assert report["peak_flops"] == report["matmul_peaks"]["jax_float32"]
     rows = report["configs"]["nano"]
-    assert set(rows) == {"train", "jax", "packed4"}  # a variant of the bare step, on packed rows
+    assert set(rows) == {"train", "jax", "packed4", "muon"}  # variants of the bare step: packed rows, Muon
     for row in rows.values():
         assert row["rounds"] == 2 and row["timed_steps"] == 2
         assert 0 < row["tokens_per_s_min"] <= row["tokens_per_s"] <= row["tokens_per_s_max"]

@@ -43,7 +43,7 @@ def tiny_config(
             epsilon=1e-6,
             schedule="cosine",
             warmup=1,
-            ema_decay=0.9,
+            ema_decay=None if optimizer == "schedule_free_adamw" else 0.9,  # it keeps its own average
         ),
         trainer=TrainerConfig(
             num_train_steps=STEPS,

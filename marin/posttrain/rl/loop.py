@@ -38,10 +38,10 @@ from marin.posttrain.rl.rollout import Prompt, plan_iteration
 from marin.posttrain.rl.sources import LocalRollouts, RolloutSource, WorkerRollouts
 from marin.posttrain.rl.update import make_logprob_fn, make_update_step
 from marin.storage import join
-from marin.trainer.checkpoint import Checkpointer
+from marin.trainer.checkpoint import Checkpointer, check_optimizer
 from marin.trainer.loop import tune_host_allocator
 from marin.trainer.model import param_axes
-from marin.trainer.step import TrainState
+from marin.trainer.step import StepConfig, TrainState
 from marin.trainer.tracking import Tracker
 
 logger = logging.getLogger(__name__)
@@ -87,8 +87,10 @@ def initial_state(config: TrainRlConfig, optimizer, checkpointer: Checkpointer, 
 
     def fresh(params):
         key = jax.random.PRNGKey(config.grpo.seed)
-        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), None, jax.random.key_data(key))
+        average = jax.tree.map(jnp.copy, params) if config.optimizer.keeps_average else None
+        return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), average, jax.random.key_data(key))
 
+    check_optimizer(checkpointer.base, config.optimizer.kind)
     restored = checkpointer.restore_latest(jax.eval_shape(fresh, start_params))
     if restored is None:
         logger.info("starting RL from %s", config.initialize_from)
@@ -127,7 +129,9 @@ def setup(config: TrainRlConfig) -> RlRun:
     reference = jax.tree.map(lambda p: jnp.asarray(p, config.precision.param), host_params)  # the start policy
     optimizer = config.optimizer.build(grpo.num_updates, param_axes(cfg))
     checkpointer = Checkpointer(
-        join(config.output_path, "checkpoints"), config.checkpoint, metadata={"model": result_dict(cfg)}
+        join(config.output_path, "checkpoints"),
+        config.checkpoint,
+        metadata={"model": result_dict(cfg), "optimizer": config.optimizer.kind},
     )  # a checkpoint that describes itself: evaluation, export and serving read it as any training run's
     state, start = initial_state(config, optimizer, checkpointer, reference)
     schedule = config.optimizer.lr_schedule(grpo.num_updates)
@@ -140,7 +144,17 @@ def setup(config: TrainRlConfig) -> RlRun:
         records={(name, r["id"]): r for name, env in envs.items() for r in env.records},
         prompts=prompts,
         long_prompts=long_prompts,
-        update=make_update_step(cfg, optimizer, schedule, grpo.loss, config.precision, config.num_microbatches),
+        update=make_update_step(
+            cfg,
+            optimizer,
+            schedule,
+            grpo.loss,
+            config.precision,
+            config.num_microbatches,
+            averaging=StepConfig(
+                ema_decay=config.optimizer.ema_decay, schedule_free=config.optimizer.kind == "schedule_free_adamw"
+            ),
+        ),
         ref_logprobs=make_logprob_fn(cfg, config.precision) if grpo.loss.beta else None,
         reference=reference if grpo.loss.beta else None,
         checkpointer=checkpointer,

@@ -23,7 +23,7 @@ import optax
 from marin.posttrain.rl.loss import LossConfig, grpo_loss, token_logprobs
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.optim import Schedule
-from marin.trainer.step import PrecisionPolicy, TrainState
+from marin.trainer.step import PrecisionPolicy, StepConfig, TrainState, next_average
 
 
 def make_update_step(
@@ -33,9 +33,12 @@ def make_update_step(
     loss_config: LossConfig,
     precision: PrecisionPolicy,
     num_microbatches: int = 1,
+    averaging: StepConfig | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """``(state, minibatch) -> (state, metrics)``, jitted, the state donated; metrics hold the loss, the
-    gradient norm, the learning rate and the sums of ``grpo_loss``'s statistics."""
+    gradient norm, the learning rate and the sums of ``grpo_loss``'s statistics. ``averaging`` says how a state
+    that keeps averaged parameters (an EMA, schedule-free's x) moves them, as the trainer's step does."""
+    averaging = averaging or StepConfig()
 
     def objective(params, micro):
         logp, entropy = token_logprobs(cfg, precision.cast_for_compute(params), micro)
@@ -65,7 +68,8 @@ def make_update_step(
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         rng, _ = jax.random.split(jax.random.wrap_key_data(state.rng))
-        new_state = TrainState(state.step + 1, params, opt_state, state.ema, jax.random.key_data(rng))
+        average = next_average(averaging, state.ema, params, opt_state)
+        new_state = TrainState(state.step + 1, params, opt_state, average, jax.random.key_data(rng))
         metrics = {
             "loss": loss_sum / denom,
             "grad_norm": optax.global_norm(grads),

@@ -1,0 +1,184 @@
+"""The lab's Muon update beside ``torch.optim.Muon`` (eager and ``torch.compile``) on the same matrices.
+
+    .venv/bin/python benchmarks/muon_bench.py                       # medium's hidden matrices, 3 rounds
+    .venv/bin/python benchmarks/muon_bench.py --configs small medium --rounds 5
+
+What is timed is the optimizer alone, on the hidden matrices Muon owns (``trainer_bench``'s ``small`` or
+``medium`` model: per layer wq, wk, wv, wo, w_gate, w_up, w_down): one update is momentum, Nesterov, five
+Newton–Schulz steps, the shape scale, decoupled weight decay and the parameter update, from one gradient per
+matrix. The embedding and head (AdamW under both) are left out, so the ratio is Muon's. Peers:
+
+* ``jax``: ``OptimizerConfig(kind="muon").build`` over the stacked ``[layers, ...]`` matrices with their
+  logical axes, ``tx.update`` + ``apply_updates`` jitted with the parameters and state donated, as the
+  trainer's step runs it; Newton–Schulz in fp32, batched over the layers;
+* ``torch_eager``: ``torch.optim.Muon`` (torch 2.13, its own defaults: Newton–Schulz in bf16, one matrix at
+  a time) on the same matrices, one 2-D tensor per layer and projection;
+* ``torch_compile``: the same with ``optimizer.step`` under ``torch.compile``;
+* ``torch_fp32``: torch's Muon with its Newton–Schulz in fp32 (the lab's precision), compiled.
+
+Every peer runs in a fresh process per round, the order rotating; each process runs ``--steps`` untimed
+updates (the first compiles) and ``--steps`` timed ones, synchronized once at the end. The table gives the
+median seconds per update over rounds with min and max as the noise, and ours against each peer.
+Results go to ``benchmarks/results/muon_bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from trainer_bench import CONFIGS, PROJECT_PY, ROOT, TORCH_VENV, ensure_venv, model_dims  # noqa: E402
+
+RESULTS = HERE / "results" / "muon_bench.json"
+LR, WD, MOMENTUM, NS_STEPS = 0.02, 0.1, 0.95, 5
+MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+def jax_worker(config: str, steps: int) -> dict:
+    import jax
+    import numpy as np
+
+    from marin.trainer.loop import tune_host_allocator
+    from marin.trainer.model import LlamaConfig, init_params, param_axes
+    from marin.trainer.optim import OptimizerConfig
+
+    tune_host_allocator()
+    cfg = LlamaConfig(**model_dims(CONFIGS[config]))
+    layers = init_params(cfg, jax.random.PRNGKey(0))["layers"]
+    params = {"layers": {name: layers[name] for name in MATRICES}}
+    axes = {"layers": {name: param_axes(cfg)["layers"][name] for name in MATRICES}}
+    opt = OptimizerConfig(
+        kind="muon",
+        learning_rate=LR,
+        weight_decay=WD,
+        muon_momentum=MOMENTUM,
+        muon_ns_steps=NS_STEPS,
+        max_grad_norm=None,
+        schedule="constant",
+        warmup=0,
+    )
+    tx = opt.build(1000, axes)
+    state = tx.init(params)
+    rng = np.random.default_rng(0)
+    grads = jax.device_put(jax.tree.map(lambda p: rng.standard_normal(p.shape, np.float32), params))
+
+    def update(params, state, grads):
+        updates, state = tx.update(grads, state, params)
+        return jax.tree.map(lambda p, u: p + u, params, updates), state
+
+    update = jax.jit(update, donate_argnums=(0, 1))
+    for _ in range(steps):
+        params, state = update(params, state, grads)
+    jax.block_until_ready(params)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        params, state = update(params, state, grads)
+    jax.block_until_ready(params)
+    count = sum(p.size for p in jax.tree.leaves(params))
+    return {"seconds": time.perf_counter() - t0, "steps": steps, "parameters": int(count)}
+
+
+def torch_worker(config: str, steps: int, compile: bool, fp32: bool) -> dict:
+    import torch
+
+    c = CONFIGS[config]
+    d, heads, kv, mlp = c["hidden_dim"], c["num_heads"], c["num_kv_heads"], c["mlp_dim"]
+    head_dim = d // heads
+    shapes = [(d, heads * head_dim), (d, kv * head_dim), (d, kv * head_dim), (heads * head_dim, d)]
+    shapes += [(d, mlp), (d, mlp), (mlp, d)]
+    gen = torch.Generator().manual_seed(0)
+    params = [
+        torch.nn.Parameter(torch.randn(o, i, generator=gen) * 0.02)
+        for _ in range(c["num_layers"])
+        for (i, o) in shapes  # torch's Linear layout: [out, in]
+    ]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    if fp32:  # the lab's precision: Newton–Schulz on an fp32 copy where torch casts to bf16 (this process only)
+        torch.Tensor.bfloat16 = lambda self, *args, **kwargs: self.clone()
+    opt = torch.optim.Muon(
+        params, lr=LR, weight_decay=WD, momentum=MOMENTUM, nesterov=True, ns_steps=NS_STEPS, adjust_lr_fn="original"
+    )
+    step = torch.compile(opt.step) if compile else opt.step
+    with torch.no_grad():
+        for _ in range(steps):
+            step()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+    return {"seconds": time.perf_counter() - t0, "steps": steps, "parameters": sum(p.numel() for p in params)}
+
+
+PEERS = {
+    "jax": ("project", lambda config, steps: jax_worker(config, steps)),
+    "torch_eager": ("torch", lambda config, steps: torch_worker(config, steps, compile=False, fp32=False)),
+    "torch_compile": ("torch", lambda config, steps: torch_worker(config, steps, compile=True, fp32=False)),
+    "torch_fp32": ("torch", lambda config, steps: torch_worker(config, steps, compile=True, fp32=True)),
+}
+
+
+def run_peer(python: Path, peer: str, config: str, steps: int) -> dict | None:
+    cmd = [str(python), str(Path(__file__).resolve()), "--worker", peer, "--config", config, "--steps", str(steps)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        print(f"[bench] {peer} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--configs", nargs="+", default=["medium"], choices=["nano", "small", "medium"])
+    parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per peer and config")
+    parser.add_argument("--steps", type=int, default=10, help="untimed, then timed updates per process")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(PEERS[args.worker][1](args.config, args.steps)))
+        return
+    pythons = {"project": PROJECT_PY}
+    if any(PEERS[p][0] == "torch" for p in args.peers):  # the export-test extra's CPU torch, else a bench venv
+        has_torch = subprocess.run([str(PROJECT_PY), "-c", "import torch"], capture_output=True).returncode == 0
+        pythons["torch"] = PROJECT_PY if has_torch else ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
+    peers = [p for p in args.peers if pythons.get(PEERS[p][0])]
+    report = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "load_avg_before": os.getloadavg(), "configs": {}}
+    for config in args.configs:
+        runs: dict[str, list[float]] = {p: [] for p in peers}
+        for r in range(args.rounds):
+            for peer in peers[r % len(peers) :] + peers[: r % len(peers)]:
+                out = run_peer(pythons[PEERS[peer][0]], peer, config, args.steps)
+                if out:
+                    runs[peer].append(out["seconds"] / out["steps"])
+                    print(f"[bench] {config}/{peer} round {r + 1}: {runs[peer][-1] * 1e3:.1f} ms", file=sys.stderr)
+        rows = {
+            p: {"seconds_per_update": statistics.median(s), "min": min(s), "max": max(s), "rounds": len(s)}
+            for p, s in runs.items()
+            if s
+        }
+        report["configs"][config] = rows
+        print(f"\n{config}: seconds per Muon update, median [min-max] over fresh processes")
+        ours = rows.get("jax")
+        for name, row in rows.items():
+            speed = f"  ours is {row['seconds_per_update'] / ours['seconds_per_update']:.2f}x as fast" if ours else ""
+            spread = f"[{row['min'] * 1e3:.1f}-{row['max'] * 1e3:.1f}]"
+            print(f"  {name:14s} {row['seconds_per_update'] * 1e3:8.1f} ms {spread}{speed}")
+    report["load_avg_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
