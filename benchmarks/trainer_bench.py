@@ -197,7 +197,7 @@ def jax_worker(c: dict, variant: dict):
     tx = opt.build(1000, param_axes(cfg))
     policy = precision(variant)
     # the average is part of an optimizer's step only for schedule-free (its x); an EMA is no peer's
-    averaging = opt.kind == "schedule_free_adamw"
+    averaging = opt.schedule_free
     state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=averaging, policy=policy)
     step_cfg = StepConfig(precision=policy, schedule_free=averaging)
     train_step = make_train_step(cfg, tx, opt.lr_schedule(1000), step_cfg)

@@ -7,7 +7,7 @@ optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking 
 - optimizers: AdamW, Muon (moonlight scaling, so one learning rate serves its matrices and its AdamW part),
   Lion, Adafactor, SOAP and Schedule-Free AdamW (``marin.trainer.optim``), weight decay 0.1, warmup-stable-decay
   as the ladder runs (schedule-free: warmup, then constant);
-- sizes: three widths of the nano family (2 layers, hidden 16, 24, 32; N = 47k, 75k, 107k counted as the
+- sizes: three widths of the nano family (2 layers, hidden 12, 16, 24; N = 34k, 47k, 75k counted as the
   ladder counts them, ``flops_per_token / 6``), sequence length 128, the 2,048-token BPE of
   ``exp43_books_ladder``;
 - data: 1x and 4x Chinchilla (20 and 80 tokens per parameter), batch 16;
@@ -40,7 +40,7 @@ from marin.scaling.optimizer_study import OptimizerStudyConfig, StudyRunRef, opt
 VOCAB = 2048
 SEQ_LEN = 128
 BATCH = 16
-WIDTHS = (16, 24, 32)
+WIDTHS = (12, 16, 24)
 RATIOS = (1, 4)
 CHINCHILLA = 20.0
 SWEEPS = {

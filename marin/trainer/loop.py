@@ -376,7 +376,7 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         precision=trainer.precision,
         z_loss=trainer.z_loss,
         ema_decay=config.optimizer.ema_decay,
-        schedule_free=config.optimizer.kind == "schedule_free_adamw",
+        schedule_free=config.optimizer.schedule_free,
     )
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
     if context is not None and config.optimizer.kind == "soap" and jax.default_backend() == "cpu":

@@ -148,12 +148,12 @@ class OptimizerConfig:
             raise ValueError(f"OptimizerConfig.cycles must be increasing positive steps, got {self.cycles}")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:
             raise ValueError(f"OptimizerConfig.ema_decay must be in (0, 1) or None, got {self.ema_decay}")
-        if self.kind == "schedule_free_adamw" and self.ema_decay is not None:
+        if self.schedule_free and self.ema_decay is not None:
             raise ValueError(
                 "OptimizerConfig.ema_decay must be None with kind='schedule_free_adamw': its own average x is "
                 f"what is evaluated and exported (got ema_decay={self.ema_decay})"
             )
-        if self.kind == "schedule_free_adamw" and not 0 < self.beta1 < 1:
+        if self.schedule_free and not 0 < self.beta1 < 1:
             raise ValueError(
                 f"OptimizerConfig.beta1 (schedule-free's interpolation) must be in (0, 1), got {self.beta1}"
             )
@@ -161,10 +161,14 @@ class OptimizerConfig:
             raise ValueError(f"OptimizerConfig.cycles is only used by schedule='wsd_s', got {self.schedule!r}")
 
     @property
+    def schedule_free(self) -> bool:
+        return self.kind == "schedule_free_adamw"
+
+    @property
     def keeps_average(self) -> bool:
         """Whether the train state keeps averaged parameters (the EMA, or schedule-free's ``x``): those are then
         what is evaluated, saved as the model and exported (``marin.trainer.step.next_average``)."""
-        return self.ema_decay is not None or self.kind == "schedule_free_adamw"
+        return self.ema_decay is not None or self.schedule_free
 
     def lr_schedule(self, num_train_steps: int) -> Schedule:
         if self.schedule != "wsd_s":
@@ -192,7 +196,7 @@ class OptimizerConfig:
             return optax.chain(*clip, adam, decay, step)
         if self.kind == "lion":
             return optax.chain(*clip, optax.scale_by_lion(b1=self.beta1, b2=self.beta2), decay, step)
-        if self.kind == "schedule_free_adamw":
+        if self.schedule_free:
             rms = optax.scale_by_rms(decay=self.beta2, eps=self.epsilon, eps_in_sqrt=False, bias_correction=True)
             # optax weighs update k's z by lr(k + 1) (its count starts at 1); the authors' reference
             # (schedulefree's AdamWScheduleFree) by the lr that update used, lr(k): the latter, shifted back

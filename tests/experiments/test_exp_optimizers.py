@@ -14,7 +14,7 @@ def test_the_study_declares_every_sweep_point_and_the_seed_reruns_of_the_best():
     sweeps = sum(len(rates) for rates in exp_optimizers.SWEEPS.values())
     assert len(study["runs"]) == len(study["evals"]) == sweeps * len(exp_optimizers.WIDTHS) * len(exp_optimizers.RATIOS)
     assert len({s.name for s in study["runs"]}) == len(study["runs"])
-    muon = next(s for s in study["runs"] if "opt-muon-h32-4x" in s.name)
+    muon = next(s for s in study["runs"] if "opt-muon-h24-4x" in s.name)
     optimizer = muon.config.optimizer.value
     assert (optimizer.kind, optimizer.muon_lr_scaling, optimizer.weight_decay) == ("muon", "moonlight", 0.1)
     trainer = muon.config.trainer.value

@@ -75,6 +75,10 @@ def test_wsd_s_cycles_rewarm_and_decay_at_each_cycle_end():
         (dict(cycles=(10,)), "only used by schedule='wsd_s'"),
         (dict(schedule="wsd_s", cycles=(30, 20)), "increasing"),
         (dict(ema_decay=1.0), "ema_decay"),
+        (dict(kind="schedule_free_adamw", ema_decay=0.99), "ema_decay must be None with kind='schedule_free_adamw'"),
+        (dict(kind="schedule_free_adamw", beta1=0.0), r"beta1 \(schedule-free's interpolation\) must be in \(0, 1\)"),
+        (dict(kind="sgd"), "kind must be one of"),
+        (dict(learning_rate=0.0), "learning_rate must be > 0"),
     ],
 )
 def test_config_validation(kwargs, match):

@@ -151,9 +151,7 @@ def setup(config: TrainRlConfig) -> RlRun:
             grpo.loss,
             config.precision,
             config.num_microbatches,
-            averaging=StepConfig(
-                ema_decay=config.optimizer.ema_decay, schedule_free=config.optimizer.kind == "schedule_free_adamw"
-            ),
+            averaging=StepConfig(ema_decay=config.optimizer.ema_decay, schedule_free=config.optimizer.schedule_free),
         ),
         ref_logprobs=make_logprob_fn(cfg, config.precision) if grpo.loss.beta else None,
         reference=reference if grpo.loss.beta else None,
