@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from marin.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
-from marin.identity import result_fields
+from marin.identity import identity_fields
 from marin.storage import is_absolute, join
 
 HASH_LENGTH = 8
@@ -296,7 +296,7 @@ def _json_value(value: Any, step_name: str, field: str) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # how it runs never counts
-        return {f.name: _json_value(getattr(value, f.name), step_name, field) for f in result_fields(value)}
+        return {f.name: _json_value(getattr(value, f.name), step_name, field) for f in identity_fields(value)}
     if isinstance(value, dict):
         return {str(k): _json_value(v, step_name, field) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

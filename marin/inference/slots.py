@@ -28,7 +28,14 @@ import numpy as np
 
 from marin.inference.sampling_params import TOP_LOGPROBS
 from marin.trainer.model.config import LlamaConfig
-from marin.trainer.model.llama import apply_rope, mlp_block, output_projection, rms_norm, rope_frequencies
+from marin.trainer.model.llama import (
+    mlp_block,
+    output_projection,
+    project_qkv,
+    residual,
+    rms_norm,
+    rope_frequencies,
+)
 
 
 class SamplingRows(NamedTuple):
@@ -191,14 +198,17 @@ def _attention(cfg: LlamaConfig, q, keys: list, values: list, visible, query_axi
 def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
     """One decoder layer for tokens x [n, embed]. ``update(q, k, v)`` stores the new keys/values in the
     cache and attends; it returns (attention output [n, heads, hd], the layer's updated cache)."""
-    y = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-    q = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wq"])[None], cos, sin)[0]
-    k = apply_rope(jnp.einsum("nd,dhk->nhk", y, layer["wk"])[None], cos, sin)[0]
-    v = jnp.einsum("nd,dhk->nhk", y, layer["wv"])
-    attn, cache = update(q, k, v)
-    x = x + jnp.einsum("nhk,hkd->nd", attn, layer["wo"])
-    y = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
-    return x + mlp_block(layer, y[None])[0], cache
+    updated = []
+
+    def attend(y):
+        q, k, v = (t[0] for t in project_qkv(cfg, layer, y[None], cos, sin))
+        attn, cache = update(q, k, v)
+        updated.append(cache)
+        return jnp.einsum("nhk,hkd->nd", attn, layer["wo"])
+
+    x = residual(cfg, x, attend, layer["attn_norm"])
+    x = residual(cfg, x, lambda y: mlp_block(layer, y[None])[0], layer["mlp_norm"])
+    return x, updated[0]
 
 
 def _layers(cfg: LlamaConfig, params, cache, x, cos, sin, attend):

@@ -240,13 +240,14 @@ class OptimizerConfig:
         )
 
     def decay_mask(self, axes: Any) -> Any:
-        """True for parameters to decay: matrices (rank >= 2 without the layers axis), not embeddings."""
+        """True for parameters to decay: matrices that read or write the residual stream (an ``embed`` axis and
+        another, besides ``layers``), not embeddings; never norms, QK-norm weights or biases."""
 
         def decays(leaf_axes: tuple) -> bool:
             named = [a for a in leaf_axes if a != "layers"]
-            if len(named) < 2:
-                return False  # norms (and any vector)
-            return self.decay_embeddings or not (VOCAB in named and EMBED in named)
+            if len(named) < 2 or EMBED not in named:
+                return False  # norms, biases and QK-norm weights ([heads, head_dim] under OLMo 2's)
+            return self.decay_embeddings or VOCAB not in named
 
         return jax.tree.map(decays, axes, is_leaf=lambda x: isinstance(x, tuple))
 

@@ -14,7 +14,7 @@ from marin.execution import (
     versioned,
 )
 from marin.execution.plan import instantiate_config, plan_steps
-from marin.identity import runtime_field
+from marin.identity import added_field, runtime_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,3 +205,23 @@ def test_runtime_fields_of_a_versioned_dataclass_are_hashed_out_and_still_run():
     planned = plan_steps([fast], "/p").steps[0]
     assert planned.version["config"]["size"] == {"batch": 8}
     assert instantiate_config(planned).size == Batching(batch=8, microbatches=4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Before:
+    batch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class After:  # Before, with an option added later
+    batch: int
+    qk_norm: str = added_field("none")
+
+
+def test_an_added_field_at_its_default_keeps_the_identity_of_results_computed_before_it():
+    old = plan_steps([step("t", size=versioned(Before(batch=8)))], "/p").steps[0]
+    same = plan_steps([step("t", size=versioned(After(batch=8)))], "/p").steps[0]
+    other = plan_steps([step("t", size=versioned(After(batch=8, qk_norm="head")))], "/p").steps[0]
+    assert same.output_path == old.output_path and same.version["config"]["size"] == {"batch": 8}
+    assert other.output_path != old.output_path and other.version["config"]["size"] == {"batch": 8, "qk_norm": "head"}
+    assert instantiate_config(other).size == After(batch=8, qk_norm="head")

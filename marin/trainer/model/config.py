@@ -16,9 +16,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from marin.identity import runtime_field
+from marin.identity import added_field, runtime_field
 
 _REMAT_POLICIES = ("none", "minimal", "full")
+QK_NORMS = ("none", "head", "full")
+NORM_PLACEMENTS = ("pre", "post")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -66,6 +68,16 @@ class LlamaConfig:
     """Use the token embedding (transposed) as the output projection."""
     initializer_range: float = 0.02
     """Standard deviation of the normal init of every matrix."""
+    # Options of the Qwen and OLMo families (added_field: at their defaults, Llama's, they leave every
+    # existing step's identity as it was).
+    qk_norm: str = added_field("none")
+    """RMSNorm of the queries and keys before RoPE: "head" over each head's features (Qwen3), "full" over all
+    heads' features together (OLMo 2), "none" (Llama)."""
+    norm_placement: str = added_field("pre")
+    """"pre": ``x + f(norm(x))`` (Llama, Qwen); "post": ``x + norm(f(x))``, the norms on the attention and MLP
+    outputs (OLMo 2)."""
+    attention_bias: bool = added_field(False)
+    """Biases on the query, key and value projections (Qwen2); the output projection has none."""
     # How the model runs, not what it computes (``marin.identity``): never part of a step's identity, and not
     # stored with checkpoints, so a model trained with one setting is used with another.
     scan_layers: bool | None = runtime_field(None)
@@ -99,6 +111,12 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig.remat must be one of {_REMAT_POLICIES}, got {self.remat!r}")
         if self.initializer_range <= 0:
             raise ValueError(f"LlamaConfig.initializer_range must be > 0, got {self.initializer_range}")
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"LlamaConfig.qk_norm must be one of {QK_NORMS}, got {self.qk_norm!r}")
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise ValueError(
+                f"LlamaConfig.norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}"
+            )
 
     @classmethod
     def from_dict(cls, fields: dict[str, Any]) -> LlamaConfig:
@@ -113,21 +131,27 @@ class LlamaConfig:
         return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
 
     @property
+    def vector_params_per_layer(self) -> int:
+        """A layer's parameters that multiply nothing: its two norms, QK-norm weights and q/k/v biases."""
+        hd, h, kv = self.resolved_head_dim, self.num_heads, self.num_kv_heads
+        qk_norm = {"none": 0, "head": 2 * hd, "full": (h + kv) * hd}[self.qk_norm]
+        return 2 * self.hidden_dim + qk_norm + ((h + 2 * kv) * hd if self.attention_bias else 0)
+
+    @property
     def param_count(self) -> int:
         """Every trainable scalar, embeddings and norms included (the number model cards quote)."""
         d, hd = self.hidden_dim, self.resolved_head_dim
         attention = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads)  # q, o and k, v
-        per_layer = attention + 3 * d * self.mlp_dim + 2 * d  # + gate/up/down, two norms
+        per_layer = attention + 3 * d * self.mlp_dim + self.vector_params_per_layer  # + gate/up/down, norms
         embeddings = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         return embeddings + self.num_layers * per_layer + d  # + final norm
 
     @property
     def matmul_param_count(self) -> int:
-        """Parameters that multiply activations: all but norms and the embedding lookup (lm_head counts)."""
+        """Parameters that multiply activations: all but norms, biases and the embedding lookup (lm_head counts)."""
         d = self.hidden_dim
-        return (
-            self.param_count - self.vocab_size * d * (0 if self.tie_embeddings else 1) - (2 * self.num_layers + 1) * d
-        )
+        vectors = self.num_layers * self.vector_params_per_layer + d
+        return self.param_count - self.vocab_size * d * (0 if self.tie_embeddings else 1) - vectors
 
     def flops_per_token(self, seq_len: int | None = None) -> float:
         """Training FLOPs (forward + backward) per token, as in PaLM's appendix B: ``6N + 12·L·H·Q·T``.

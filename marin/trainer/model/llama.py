@@ -14,6 +14,10 @@ A block reads like the paper::
 
     x = x + attention(rms_norm(x))
     x = x + swiglu_mlp(rms_norm(x))
+
+with the options of the Qwen and OLMo families by config: q/k/v biases (Qwen2), RMSNorm of the queries and
+keys before RoPE per head (Qwen3) or over all heads (OLMo 2), and the norms on the sublayers' outputs
+(OLMo 2: ``x = x + rms_norm(attention(x))``).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ Params = dict[str, Any]
 class ParamSpec:
     shape: tuple[int, ...]
     axes: Axes
-    init: str  # "normal" (std = initializer_range) or "ones"
+    init: str  # "normal" (std = initializer_range), "ones" or "zeros"
 
 
 def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
@@ -58,6 +62,16 @@ def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
         "w_up": ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal"),
         "w_down": ParamSpec((n, m, d), (LAYERS, MLP, EMBED), "normal"),
     }
+    if cfg.attention_bias:
+        layers["bq"] = ParamSpec((n, h, hd), (LAYERS, HEADS, HEAD_DIM), "zeros")
+        layers["bk"] = ParamSpec((n, kv, hd), (LAYERS, KV_HEADS, HEAD_DIM), "zeros")
+        layers["bv"] = ParamSpec((n, kv, hd), (LAYERS, KV_HEADS, HEAD_DIM), "zeros")
+    if cfg.qk_norm == "head":
+        layers["q_norm"] = ParamSpec((n, hd), (LAYERS, HEAD_DIM), "ones")
+        layers["k_norm"] = ParamSpec((n, hd), (LAYERS, HEAD_DIM), "ones")
+    elif cfg.qk_norm == "full":
+        layers["q_norm"] = ParamSpec((n, h, hd), (LAYERS, HEADS, HEAD_DIM), "ones")
+        layers["k_norm"] = ParamSpec((n, kv, hd), (LAYERS, KV_HEADS, HEAD_DIM), "ones")
     specs: dict[str, Any] = {
         "embed": ParamSpec((v, d), (VOCAB, EMBED), "normal"),
         "layers": layers,
@@ -87,8 +101,8 @@ def init_params(cfg: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -> P
     specs, treedef = jax.tree.flatten(param_specs(cfg), is_leaf=_is_spec)
     leaves = []
     for i, spec in enumerate(specs):
-        if spec.init == "ones":
-            leaves.append(jnp.ones(spec.shape, dtype))
+        if spec.init in ("ones", "zeros"):
+            leaves.append((jnp.ones if spec.init == "ones" else jnp.zeros)(spec.shape, dtype))
         else:
             leaves.append(_normal(jax.random.fold_in(key, i), spec.shape, cfg.initializer_range, jnp.dtype(dtype)))
     return jax.tree.unflatten(treedef, leaves)
@@ -135,11 +149,40 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return rotated.astype(x.dtype)
 
 
-def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
-    q = dense(x, layer["wq"], matmul_dtype=matmul_dtype)  # [batch, seq, heads, head_dim]
-    k = dense(x, layer["wk"], matmul_dtype=matmul_dtype)  # [batch, seq, kv_heads, head_dim]
+def qk_norm(cfg: LlamaConfig, x: jax.Array, weight: jax.Array) -> jax.Array:
+    """Queries or keys [..., heads, head_dim] normalised per head (weight [head_dim]) or over all heads
+    together (weight [heads, head_dim]); unchanged when ``cfg.qk_norm`` is "none"."""
+    if cfg.qk_norm == "head":
+        return rms_norm(x, weight, cfg.norm_eps)
+    if cfg.qk_norm == "full":
+        flat = x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+        return rms_norm(flat, weight.reshape(-1), cfg.norm_eps).reshape(x.shape)
+    return x
+
+
+def project_qkv(cfg: LlamaConfig, layer: Params, x, cos, sin, matmul_dtype="default"):
+    """Queries [batch, seq, heads, head_dim], keys and values [batch, seq, kv_heads, head_dim] of the block's
+    (normalised) input: the projections, their biases, QK-norm, then RoPE on q and k. The serving engine's
+    cached attention computes them with this same function."""
+    q = dense(x, layer["wq"], matmul_dtype=matmul_dtype)
+    k = dense(x, layer["wk"], matmul_dtype=matmul_dtype)
     v = dense(x, layer["wv"], matmul_dtype=matmul_dtype)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if cfg.attention_bias:
+        q, k, v = (t + b.astype(t.dtype) for t, b in ((q, layer["bq"]), (k, layer["bk"]), (v, layer["bv"])))
+    if cfg.qk_norm != "none":
+        q, k = qk_norm(cfg, q, layer["q_norm"]), qk_norm(cfg, k, layer["k_norm"])
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def residual(cfg: LlamaConfig, x: jax.Array, sublayer: Callable[[jax.Array], jax.Array], norm: jax.Array):
+    """``x + sublayer(norm(x))`` (pre-norm), or ``x + norm(sublayer(x))`` with ``norm_placement="post"``."""
+    if cfg.norm_placement == "post":
+        return x + rms_norm(sublayer(x), norm, cfg.norm_eps)
+    return x + sublayer(rms_norm(x, norm, cfg.norm_eps))
+
+
+def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
+    q, k, v = project_qkv(cfg, layer, x, cos, sin, matmul_dtype)
     q = constrain(q, (BATCH, SEQ, HEADS, HEAD_DIM))
     out = attention(q, k, v, segment_ids, backend=cfg.attention_backend)  # [batch, seq, heads, head_dim]
     return dense(out, layer["wo"], n_in=2, matmul_dtype=matmul_dtype)  # [batch, seq, embed]
@@ -154,10 +197,9 @@ def mlp_block(layer: Params, x: jax.Array, matmul_dtype: str = "default") -> jax
 
 
 def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
-    x = x + attention_block(
-        cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), cos, sin, segment_ids, matmul_dtype
-    )
-    x = x + mlp_block(layer, rms_norm(x, layer["mlp_norm"], cfg.norm_eps), matmul_dtype)
+    attend = functools.partial(attention_block, cfg, layer, cos=cos, sin=sin, segment_ids=segment_ids)
+    x = residual(cfg, x, lambda y: attend(y, matmul_dtype=matmul_dtype), layer["attn_norm"])
+    x = residual(cfg, x, lambda y: mlp_block(layer, y, matmul_dtype), layer["mlp_norm"])
     return constrain(x, (BATCH, SEQ, EMBED))
 
 

@@ -1,0 +1,146 @@
+"""Qwen2, Qwen3 and OLMo 2 checkpoints both ways: a directory transformers itself saved (random weights from its
+own configuration classes, since no hub is reachable) imports with the same logits, exports back to a directory
+transformers loads with the same logits again, and greedy generation through the engine is transformers'."""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from marin.inference import SamplingParams, export_hf, import_hf
+from marin.inference.engine import Engine, EngineConfig
+from marin.trainer.model.llama import forward, init_params
+from tests.requirements import require_module
+
+torch = require_module("torch", "CPU torch (the export-test extra, installed by make test)")
+transformers = require_module("transformers", "transformers (the export-test extra)")
+
+SHAPE = dict(
+    vocab_size=160,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    initializer_range=0.3,  # wide init: logits O(1), so a wrong layout shows far above 1e-4
+)
+FAMILIES = {
+    # Qwen3 with a head dimension independent of width / heads, and tied embeddings (as Qwen3-0.6B)
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=24, tie_word_embeddings=True)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=False)),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(tie_word_embeddings=False, pad_token_id=0, eos_token_id=1)),
+}
+OPTIONS = {"qwen3": ("head", "pre", False), "qwen2": ("none", "pre", True), "olmo2": ("full", "post", False)}
+
+
+def _saved_by_transformers(family: str, path) -> None:
+    config_class, model_class, extra = FAMILIES[family]
+    config = getattr(transformers, config_class)(**SHAPE, **extra)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(config).eval()
+    with torch.no_grad():  # norms away from 1 and biases away from 0, so a swapped or skipped one shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.5 * torch.randn_like(p))
+    model.save_pretrained(str(path))
+
+
+def _their_logits(path, tokens) -> np.ndarray:
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor(tokens)).logits.numpy()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_imports_and_exports_with_transformers_logits(family, tmp_path):
+    _saved_by_transformers(family, tmp_path / "theirs")
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    assert (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias) == OPTIONS[family]
+    tokens = np.random.default_rng(1).integers(0, SHAPE["vocab_size"], size=(2, 40))
+    theirs = _their_logits(tmp_path / "theirs", tokens)
+    ours = np.asarray(forward(cfg, params, tokens))
+    assert np.max(np.abs(theirs)) > 0.5
+    assert np.max(np.abs(ours - theirs)) <= 1e-4
+
+    export_hf(cfg, params, str(tmp_path / "ours"))
+    doc = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert doc["model_type"] == family and doc["architectures"] == [FAMILIES[family][1]]
+    assert np.max(np.abs(_their_logits(tmp_path / "ours", tokens) - ours)) <= 1e-4
+    again, params_again = import_hf(str(tmp_path / "ours"))
+    assert dataclasses.replace(again, head_dim=again.resolved_head_dim) == dataclasses.replace(
+        cfg, head_dim=cfg.resolved_head_dim
+    )
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), b), params, params_again)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_generation_through_the_engine_is_transformers(family, tmp_path):
+    _saved_by_transformers(family, tmp_path / "theirs")
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    prompts = [[5, 17, 42, 7], [99, 3, 150, 11, 60, 2, 8]]
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "theirs"), dtype=torch.float32).eval()
+    want = []
+    for prompt in prompts:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)
+        want.append(out[0, len(prompt) :].tolist())
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16, max_model_len=32))
+    got = engine.generate(prompts, SamplingParams(max_tokens=12, temperature=0))
+    assert [r.tokens for r in got] == want
+
+
+def test_our_options_train_and_count_their_parameters():
+    """The options are parameters of the one model: initialised (norm weights 1, biases 0), counted, and
+    neither weight-decayed nor given to Muon (they are vectors per head, not matrices of the residual stream)."""
+    from marin.inference.hf import config_from_hf
+    from marin.trainer.model import param_axes
+    from marin.trainer.muon import is_axes, matrix_dims
+    from marin.trainer.optim import OptimizerConfig
+
+    doc = {**SHAPE, "model_type": "olmo2", "tie_word_embeddings": False}
+    cfg = dataclasses.replace(config_from_hf(doc), attention_bias=True)
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    layers = params["layers"]
+    assert layers["q_norm"].shape == (2, 4, 16) and layers["k_norm"].shape == (2, 2, 16)
+    assert float(layers["bq"].sum()) == 0 and float(layers["q_norm"].min()) == 1
+    assert sum(p.size for p in jax.tree.leaves(params)) == cfg.param_count
+    axes = param_axes(cfg)["layers"]
+    decays = OptimizerConfig().decay_mask({"layers": axes})["layers"]
+    assert not any(decays[k] for k in ("bq", "bk", "bv", "q_norm", "k_norm")) and decays["wq"]
+    assert all(matrix_dims(axes[k]) is None for k in ("bq", "q_norm")) and is_axes(axes["bq"])
+
+
+@pytest.mark.parametrize(
+    "family, change, field",
+    [
+        ("qwen3", {"use_sliding_window": True, "sliding_window": 16}, "use_sliding_window"),
+        ("qwen3", {"attention_bias": True}, "attention_bias"),
+        ("olmo2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope_type 'yarn'"),
+        ("qwen2", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ("mistral", {}, "model_type 'mistral' is not supported"),
+    ],
+)
+def test_a_config_with_unimplemented_math_is_refused_naming_the_field(family, change, field, tmp_path):
+    if family == "mistral":
+        doc = {**SHAPE, "model_type": "mistral"}
+    else:
+        _saved_by_transformers(family, tmp_path / "hf")
+        doc = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf").mkdir(exist_ok=True)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, **change}))
+    with pytest.raises(ValueError, match=field):
+        import_hf(str(tmp_path / "hf"))
+
+
+def test_a_tensor_that_does_not_match_its_config_is_named_with_both_shapes(tmp_path):
+    _saved_by_transformers("qwen3", tmp_path / "hf")
+    doc = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "head_dim": 16}))
+    named = r"tensor 'model.layers.0.self_attn.q_\w+.weight' has shape \(24,\), its config implies \(16,\)"
+    with pytest.raises(ValueError, match=named):  # q_norm's [head_dim], the first tensor the config sizes
+        import_hf(str(tmp_path / "hf"))
