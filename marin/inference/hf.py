@@ -264,7 +264,7 @@ def _check_tensors(cfg: LlamaConfig, t: dict[str, np.ndarray]) -> None:
             )
     if cfg.tie_embeddings and "lm_head.weight" in t:  # some tied checkpoints store the head anyway
         if not np.array_equal(t["lm_head.weight"], t["model.embed_tokens.weight"]):
-            raise ValueError("checkpoint's config ties the embeddings (tie_word_embeddings) but its lm_head.weight differs")
+            raise ValueError("config.json ties the embeddings (tie_word_embeddings) but lm_head.weight differs")
         expected = {**expected, "lm_head.weight": t["lm_head.weight"].shape}
     extra = sorted(k for k in t if k not in expected and not k.endswith("rotary_emb.inv_freq"))
     if extra:
