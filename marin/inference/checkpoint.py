@@ -14,15 +14,11 @@ from typing import Any
 
 import jax
 
-from marin.inference.hf import import_hf
-from marin.storage import exists, join
+from marin.storage import join
 from marin.trainer.checkpoint import checkpoint_metadata, restore_params
 from marin.trainer.mesh import MeshConfig, sharding_context, tree_shardings
 from marin.trainer.model import LlamaConfig, init_params, param_axes
-
-
-def is_hf_directory(path: str) -> bool:
-    return exists(join(path, "config.json")) and exists(join(path, "model.safetensors"))
+from marin.trainer.model.hf import import_hf, is_hf_directory
 
 
 def load_model(

@@ -35,8 +35,7 @@ from marin.posttrain.objective import dpo_loss_fn, eval_fn, evaluate_pairs
 from marin.posttrain.reference import load_reference_logps
 from marin.storage import join, write_atomic
 from marin.trainer import distributed
-from marin.trainer.checkpoint import restore_params
-from marin.trainer.loop import Objective, RunConfig, train
+from marin.trainer.loop import Objective, RunConfig, initial_params, train
 from marin.trainer.model import init_params
 from marin.trainer.sft import SFT_INFO
 
@@ -65,7 +64,10 @@ class TrainDpoConfig(RunConfig):
     def __post_init__(self):
         super().__post_init__()
         if not self.initialize_from:
-            raise ValueError("TrainDpoConfig.initialize_from must name the SFT run to start from (and compare to)")
+            raise ValueError(
+                "TrainDpoConfig.initialize_from must name the SFT run (or a Hugging Face checkpoint directory) to "
+                "start from and compare to"
+            )
         if isinstance(self.num_epochs, (int, float)) and not self.num_epochs > 0:
             raise ValueError(f"TrainDpoConfig.num_epochs must be > 0, got {self.num_epochs}")
 
@@ -132,7 +134,7 @@ def dpo_objective(config: TrainDpoConfig) -> tuple[Objective, int]:
     frozen = None
     if not config.loss.reference_free and config.reference_logps is None:
         template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0), dtype=policy.param))
-        frozen, _ = restore_params(join(config.initialize_from, "checkpoints"), template)
+        frozen, _ = initial_params(config.initialize_from, config.model, template)  # a run or an HF directory
     step = eval_fn(loss_fn, policy)
     eval_steps = {
         name: min(b.num_eval_steps, -(-config.max_eval_pairs // b.pairs_per_step)) for name, b in validation.items()

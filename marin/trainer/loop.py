@@ -44,6 +44,7 @@ from marin.trainer.checkpoint import (
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
 from marin.trainer.model import LlamaConfig, param_axes
+from marin.trainer.model.hf import check_same_model, import_hf, is_hf_directory
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import (
     LossFn,
@@ -246,8 +247,8 @@ def load_or_init(
         restored = None
     if restored is None and config.initialize_from:
         state = fresh(key)
-        params, step = restore_params(join(config.initialize_from, "checkpoints"), state.params)
-        logger.info("initialising parameters from %s (step %d)", config.initialize_from, step)
+        params, step = initial_params(config.initialize_from, config.model, state.params)
+        logger.info("initialising parameters from %s (step %s)", config.initialize_from, step)
         params = jax.tree.map(lambda p, like: _as_leaf_like(p, like, shardings is not None), params, state.params)
         ema = jax.tree.map(jnp.copy, params) if state.ema is not None else None
         # a state built from the loaded parameters (schedule-free's z starts at them, not at the seed's)
@@ -259,6 +260,17 @@ def load_or_init(
     state, step = restored
     logger.info("resuming from step %d", step)
     return state
+
+
+def initial_params(path: str, model: LlamaConfig, template: Any) -> tuple[Any, int | None]:
+    """Host parameters a run starts from (``initialize_from``) and their step: a training run's newest
+    checkpoint (its average, if it kept one), or a Hugging Face checkpoint directory's weights (step None),
+    whose architecture must be ``model``'s."""
+    if is_hf_directory(path):
+        found, params = import_hf(path)
+        check_same_model(path, found, model)
+        return params, None
+    return restore_params(join(path, "checkpoints"), template)
 
 
 def _as_leaf_like(host: np.ndarray, like: jax.Array, sharded: bool) -> jax.Array:

@@ -30,7 +30,7 @@ from marin.storage.records import read_records
 from marin.tokenize import TrainTokenizerConfig, build_bpe_tokenizer
 from marin.trainer import CheckpointConfig, OptimizerConfig, PrecisionPolicy, TrackerConfig, TrainerConfig
 from marin.trainer.checkpoint import Checkpointer, _read_array, list_checkpoints
-from marin.trainer.model import LlamaConfig, param_axes
+from marin.trainer.model import LlamaConfig, init_params, param_axes
 from marin.trainer.step import init_state
 
 MODEL = LlamaConfig(vocab_size=512, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=64)
@@ -233,3 +233,24 @@ def test_dpo_learns_the_right_labels_with_another_optimizer(kind, lr, runs, tmp_
     assert final["step"] == 75 and final["eval/prefs/rewards/accuracies"] > 0.6
     _, url = list_checkpoints(str(run / "checkpoints"))[-1]
     assert json.loads(Path(url, "manifest.json").read_text())["metadata"]["optimizer"] == kind
+
+
+def test_dpo_starts_from_a_hugging_face_directory_as_from_the_run_it_was_exported_from(runs, tmp_path):
+    """``initialize_from`` (the policy's start and the frozen reference) takes an HF checkpoint directory: from
+    an export of the initial run, DPO ends bit for bit where it ends from the run itself; an HF directory of
+    another architecture is refused naming the fields that differ."""
+    from marin.inference import export_hf, load_model
+
+    _, tok = runs["swapped"]  # the reference model runs forward in every step
+    cfg, params, _ = load_model(str(runs["init"]))
+    export_hf(cfg, params, str(tmp_path / "hf"))
+    trainer = dataclasses.replace(TRAINER, num_train_steps=3, checkpoint=CheckpointConfig(async_save=False))
+    train_dpo(_config(tmp_path / "from_run", tok, runs["init"], trainer=trainer))
+    train_dpo(_config(tmp_path / "from_hf", tok, tmp_path / "hf", trainer=trainer))
+    from_run, from_hf = _leaves(tmp_path / "from_run"), _leaves(tmp_path / "from_hf")
+    assert [n for n in from_run if from_run[n] != from_hf[n]] == []
+
+    other = dataclasses.replace(cfg, num_kv_heads=4, qk_norm="head")
+    export_hf(other, init_params(other, jax.random.PRNGKey(0)), str(tmp_path / "other"))
+    with pytest.raises(ValueError, match=r"differs from the run's LlamaConfig: num_kv_heads: 4 there, 2 here; qk_norm"):
+        train_dpo(_config(tmp_path / "from_other", tok, tmp_path / "other", trainer=trainer))

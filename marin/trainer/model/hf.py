@@ -1,0 +1,322 @@
+"""Hugging Face checkpoints read into the trainer's format: a ``config.json`` + safetensors directory of a Llama,
+Qwen2, Qwen3 or OLMo 2 model as our ``LlamaConfig`` and parameter tree, and the name/layout maps both ways.
+
+    cfg, params = import_hf("path/to/Qwen3-0.6B")       # host (numpy) float32 arrays
+    is_hf_directory(path)                                # what ``initialize_from`` and the engine accept too
+
+The families are options of the one model (``LlamaConfig``): Qwen2 adds q/k/v biases, Qwen3 a per-head RMSNorm
+of the queries and keys, OLMo 2 an RMSNorm of all heads' queries and keys and its norms on the sublayers'
+outputs (``FAMILIES``). An HF config of another family, or with a field that changes the math and is not
+implemented here (another rope scaling, sliding-window attention, an output-projection or MLP bias, another
+activation), is refused naming the field, never silently ignored.
+
+Only numpy and the safetensors format are needed (no torch); bfloat16 checkpoints (most released models) are
+read through ``ml_dtypes``, which numpy alone cannot represent, and converted to float32. Our weights are
+stored ``[in, out]`` with heads as their own axes; HF stores ``nn.Linear`` weights ``[out, in]`` with heads
+flattened, hence the transposes and reshapes below. Both use the same rotary layout (rotate halves, not
+interleaved pairs), so q/k need no permutation. The trainer reads this (``initialize_from`` an HF
+directory); writing an export (its config.json and tokenizer) is ``marin.inference.hf``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from marin.storage import exists, join, read_bytes, read_text
+from marin.trainer.model.config import Llama3RopeScaling, LlamaConfig
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def is_hf_directory(path: str) -> bool:
+    """A Hugging Face checkpoint directory (``config.json`` beside safetensors), not a training run's output."""
+    return exists(join(path, "config.json")) and (
+        exists(join(path, WEIGHTS_FILE)) or exists(join(path, "model.safetensors.index.json"))
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """An HF architecture as ``LlamaConfig`` options, and the HF names of a layer's two norms."""
+
+    architecture: str
+    qk_norm: str
+    norm_placement: str
+    attention_bias: bool
+    attn_norm: str
+    """HF name of the norm our ``attn_norm`` is (before attention, or on its output under OLMo 2)."""
+    mlp_norm: str
+
+
+FAMILIES = {
+    "llama": Family("LlamaForCausalLM", "none", "pre", False, "input_layernorm", "post_attention_layernorm"),
+    "qwen2": Family("Qwen2ForCausalLM", "none", "pre", True, "input_layernorm", "post_attention_layernorm"),
+    "qwen3": Family("Qwen3ForCausalLM", "head", "pre", False, "input_layernorm", "post_attention_layernorm"),
+    "olmo2": Family(
+        "Olmo2ForCausalLM", "full", "post", False, "post_attention_layernorm", "post_feedforward_layernorm"
+    ),
+}
+"""``model_type`` -> family."""
+
+
+def family_of(cfg: LlamaConfig) -> str:
+    """The ``model_type`` whose architecture ``cfg``'s options are; a combination no family has is refused."""
+    options = (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias)
+    for name, f in FAMILIES.items():
+        if (f.qk_norm, f.norm_placement, f.attention_bias) == options:
+            return name
+    raise ValueError(
+        f"LlamaConfig(qk_norm={cfg.qk_norm!r}, norm_placement={cfg.norm_placement!r}, "
+        f"attention_bias={cfg.attention_bias}) is no Hugging Face architecture exported here: "
+        + "; ".join(f"{n}: {(f.qk_norm, f.norm_placement, f.attention_bias)}" for n, f in FAMILIES.items())
+    )
+
+
+def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConfig:
+    """Our config of an HF ``config.json`` of a family in ``FAMILIES``; anything it holds that would change the
+    math and is not implemented is refused, naming the field (``where`` names the file)."""
+    model_type = doc.get("model_type")
+    if model_type not in FAMILIES:
+        raise ValueError(f"{where}: model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
+    family = FAMILIES[model_type]
+    _refuse_unimplemented(doc, model_type, where)
+    rope = doc.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") not in ("default", "llama3"):
+        raise ValueError(
+            f"{where}: rope_parameters.rope_type {rope['rope_type']!r} is not implemented (only 'default' and "
+            "Llama 3's 'llama3')"
+        )
+    theta = rope.get("rope_theta", doc.get("rope_theta", 10_000.0))
+    scaling_doc = doc.get("rope_scaling") or (rope if rope.get("rope_type") == "llama3" else None)
+    scaling = None
+    if scaling_doc and scaling_doc.get("rope_type", scaling_doc.get("type")) == "llama3":
+        scaling = Llama3RopeScaling(
+            factor=scaling_doc["factor"],
+            low_freq_factor=scaling_doc["low_freq_factor"],
+            high_freq_factor=scaling_doc["high_freq_factor"],
+            original_max_position=scaling_doc["original_max_position_embeddings"],
+        )
+    elif scaling_doc:
+        raise ValueError(f"unsupported rope scaling {scaling_doc!r}: only Llama 3's 'llama3' type is implemented")
+    return LlamaConfig(
+        vocab_size=doc["vocab_size"],
+        hidden_dim=doc["hidden_size"],
+        mlp_dim=doc["intermediate_size"],
+        num_layers=doc["num_hidden_layers"],
+        num_heads=doc["num_attention_heads"],
+        num_kv_heads=doc.get("num_key_value_heads") or doc["num_attention_heads"],
+        head_dim=doc.get("head_dim"),
+        seq_len=doc.get("max_position_embeddings", 2048),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        norm_eps=doc.get("rms_norm_eps", 1e-5),
+        tie_embeddings=doc.get("tie_word_embeddings", False),
+        qk_norm=family.qk_norm,
+        norm_placement=family.norm_placement,
+        attention_bias=family.attention_bias,
+    )
+
+
+def _refuse_unimplemented(doc: dict[str, Any], model_type: str, where: str) -> None:
+    """Fields of an HF config that change the math beyond what this model implements: refused by name."""
+    problems = []
+    if doc.get("hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act {doc['hidden_act']!r} (only 'silu': SwiGLU)")
+    if doc.get("mlp_bias"):
+        problems.append("mlp_bias true (MLP biases are not implemented)")
+    if model_type != "qwen2" and doc.get("attention_bias"):
+        problems.append("attention_bias true (biases on q/k/v *and* the output projection are not implemented)")
+    if doc.get("use_sliding_window") or any(t != "full_attention" for t in doc.get("layer_types") or ()):
+        problems.append(
+            f"use_sliding_window {doc.get('use_sliding_window')!r} / layer_types {doc.get('layer_types')!r} "
+            "(sliding-window attention is not implemented)"
+        )
+    if model_type not in ("qwen2", "qwen3") and doc.get("sliding_window"):
+        problems.append(f"sliding_window {doc['sliding_window']!r} (sliding-window attention is not implemented)")
+    if doc.get("attention_dropout"):
+        problems.append(f"attention_dropout {doc['attention_dropout']!r} (dropout is not implemented)")
+    if problems:
+        raise ValueError(
+            f"{where} ({model_type}): not implemented, refusing rather than ignoring: " + "; ".join(problems)
+        )
+
+
+def to_hf_tensors(cfg: LlamaConfig, params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Our parameter tree as HF-named float32 tensors."""
+    p = {k: np.asarray(v, dtype=np.float32) for k, v in _flat(params).items()}
+    d, h, kv, hd = cfg.hidden_dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+    family = FAMILIES[family_of(cfg)]
+    out = {"model.embed_tokens.weight": p["embed"], "model.norm.weight": p["final_norm"]}
+    for i in range(cfg.num_layers):
+        pre = f"model.layers.{i}"
+        out[f"{pre}.{family.attn_norm}.weight"] = p["layers.attn_norm"][i]
+        out[f"{pre}.{family.mlp_norm}.weight"] = p["layers.mlp_norm"][i]
+        if cfg.attention_bias:
+            for name in ("q", "k", "v"):
+                out[f"{pre}.self_attn.{name}_proj.bias"] = p[f"layers.b{name}"][i].reshape(-1)
+        if cfg.qk_norm != "none":  # [head_dim] per head (Qwen3) or [heads * head_dim] (OLMo 2)
+            out[f"{pre}.self_attn.q_norm.weight"] = p["layers.q_norm"][i].reshape(-1)
+            out[f"{pre}.self_attn.k_norm.weight"] = p["layers.k_norm"][i].reshape(-1)
+        out[f"{pre}.self_attn.q_proj.weight"] = p["layers.wq"][i].reshape(d, h * hd).T
+        out[f"{pre}.self_attn.k_proj.weight"] = p["layers.wk"][i].reshape(d, kv * hd).T
+        out[f"{pre}.self_attn.v_proj.weight"] = p["layers.wv"][i].reshape(d, kv * hd).T
+        out[f"{pre}.self_attn.o_proj.weight"] = p["layers.wo"][i].reshape(h * hd, d).T
+        out[f"{pre}.mlp.gate_proj.weight"] = p["layers.w_gate"][i].T
+        out[f"{pre}.mlp.up_proj.weight"] = p["layers.w_up"][i].T
+        out[f"{pre}.mlp.down_proj.weight"] = p["layers.w_down"][i].T
+    if not cfg.tie_embeddings:
+        out["lm_head.weight"] = p["lm_head"].T
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def from_hf_tensors(cfg: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, Any]:
+    """HF-named tensors back to our parameter tree (float32 numpy arrays)."""
+    d, h, kv, hd = cfg.hidden_dim, cfg.num_heads, cfg.num_kv_heads, cfg.resolved_head_dim
+    family = FAMILIES[family_of(cfg)]
+    _check_tensors(cfg, t)
+
+    def stack(name, fn):
+        return np.stack([fn(t[f"model.layers.{i}.{name}"].astype(np.float32)) for i in range(cfg.num_layers)])
+
+    params: dict[str, Any] = {
+        "embed": t["model.embed_tokens.weight"].astype(np.float32),
+        "final_norm": t["model.norm.weight"].astype(np.float32),
+        "layers": {
+            "attn_norm": stack(f"{family.attn_norm}.weight", lambda w: w),
+            "mlp_norm": stack(f"{family.mlp_norm}.weight", lambda w: w),
+            "wq": stack("self_attn.q_proj.weight", lambda w: w.T.reshape(d, h, hd)),
+            "wk": stack("self_attn.k_proj.weight", lambda w: w.T.reshape(d, kv, hd)),
+            "wv": stack("self_attn.v_proj.weight", lambda w: w.T.reshape(d, kv, hd)),
+            "wo": stack("self_attn.o_proj.weight", lambda w: w.T.reshape(h, hd, d)),
+            "w_gate": stack("mlp.gate_proj.weight", lambda w: w.T),
+            "w_up": stack("mlp.up_proj.weight", lambda w: w.T),
+            "w_down": stack("mlp.down_proj.weight", lambda w: w.T),
+        },
+    }
+    layers = params["layers"]
+    if cfg.attention_bias:
+        layers["bq"] = stack("self_attn.q_proj.bias", lambda b: b.reshape(h, hd))
+        layers["bk"] = stack("self_attn.k_proj.bias", lambda b: b.reshape(kv, hd))
+        layers["bv"] = stack("self_attn.v_proj.bias", lambda b: b.reshape(kv, hd))
+    if cfg.qk_norm == "head":
+        layers["q_norm"] = stack("self_attn.q_norm.weight", lambda w: w)
+        layers["k_norm"] = stack("self_attn.k_norm.weight", lambda w: w)
+    elif cfg.qk_norm == "full":
+        layers["q_norm"] = stack("self_attn.q_norm.weight", lambda w: w.reshape(h, hd))
+        layers["k_norm"] = stack("self_attn.k_norm.weight", lambda w: w.reshape(kv, hd))
+    if not cfg.tie_embeddings:
+        params["lm_head"] = t["lm_head.weight"].astype(np.float32).T
+    return params
+
+
+def _check_tensors(cfg: LlamaConfig, t: dict[str, np.ndarray]) -> None:
+    """Every tensor the config implies is present with the shape it implies (the first mismatch named with both
+    shapes), and nothing is left over that the model would silently drop (an unexpected bias, say)."""
+    expected = {k: v.shape for k, v in to_hf_tensors(cfg, _shapes_only(cfg)).items()}
+    for name, shape in expected.items():
+        if name not in t:
+            raise ValueError(f"checkpoint has no tensor {name!r} (shape {tuple(shape)}), which its config implies")
+        if tuple(t[name].shape) != tuple(shape):
+            raise ValueError(
+                f"checkpoint tensor {name!r} has shape {tuple(t[name].shape)}, its config implies {tuple(shape)}"
+            )
+    if cfg.tie_embeddings and "lm_head.weight" in t:  # some tied checkpoints store the head anyway
+        if not np.array_equal(t["lm_head.weight"], t["model.embed_tokens.weight"]):
+            raise ValueError("config.json ties the embeddings (tie_word_embeddings) but lm_head.weight differs")
+        expected = {**expected, "lm_head.weight": t["lm_head.weight"].shape}
+    extra = sorted(k for k in t if k not in expected and not k.endswith("rotary_emb.inv_freq"))
+    if extra:
+        raise ValueError(f"checkpoint tensors its config does not use (refusing to drop them): {extra[:5]}")
+
+
+def _shapes_only(cfg: LlamaConfig) -> dict[str, Any]:
+    """Zero-strided placeholder arrays of every parameter's shape (what ``to_hf_tensors`` needs to name them)."""
+    from marin.trainer.model.llama import param_specs  # noqa: PLC0415 (llama imports nothing of this module)
+
+    def placeholder(spec):
+        return np.lib.stride_tricks.as_strided(np.zeros((), np.float32), spec.shape, (0,) * len(spec.shape))
+
+    return _tree_map_specs(param_specs(cfg), placeholder)
+
+
+def _tree_map_specs(tree: dict[str, Any], fn) -> dict[str, Any]:
+    return {k: _tree_map_specs(v, fn) if isinstance(v, dict) else fn(v) for k, v in tree.items()}
+
+
+def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
+    """Load a HF Llama, Qwen2, Qwen3 or OLMo 2 directory (single ``model.safetensors`` or sharded with an
+    index) into our format."""
+    doc = json.loads(read_text(join(path, "config.json")))
+    cfg = config_from_hf(doc, where=f"{path}/config.json")
+    index_url = join(path, "model.safetensors.index.json")
+    files = (
+        sorted(set(json.loads(read_text(index_url))["weight_map"].values())) if exists(index_url) else [WEIGHTS_FILE]
+    )
+    tensors: dict[str, np.ndarray] = {}
+    for name in files:
+        tensors.update(load_safetensors(read_bytes(join(path, name))))
+    return cfg, from_hf_tensors(cfg, tensors)
+
+
+def check_same_model(path: str, found: LlamaConfig, model: LlamaConfig) -> None:
+    """A run that starts from the checkpoint at ``path`` (whose config is ``found``) must declare its architecture
+    as ``model``: every field that defines the result, but the context length, the same (named if not)."""
+    from marin.identity import result_fields  # noqa: PLC0415 (identity imports nothing of the lab)
+
+    def fields(cfg: LlamaConfig) -> dict[str, Any]:
+        values = {f.name: getattr(cfg, f.name) for f in result_fields(cfg)}
+        return {**values, "head_dim": cfg.resolved_head_dim, "seq_len": None, "initializer_range": None}
+
+    ours, theirs = fields(model), fields(found)
+    differ = [f"{k}: {theirs[k]!r} there, {ours[k]!r} here" for k in ours if ours[k] != theirs[k]]
+    if differ:
+        raise ValueError(f"{path}: the checkpoint's model differs from the run's LlamaConfig: " + "; ".join(differ))
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+
+
+def load_safetensors(data: bytes) -> dict[str, np.ndarray]:
+    """Tensors of a ``.safetensors`` file. ``safetensors.numpy.load`` rejects bfloat16 (numpy has no such
+    dtype), so the format is read directly: an 8-byte little-endian header length, a JSON header of
+    ``{name: {dtype, shape, data_offsets}}``, then the raw little-endian bytes."""
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + header_len])
+    header.pop("__metadata__", None)
+    body = memoryview(data)[8 + header_len :]
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"tensor {name}: unsupported safetensors dtype {info['dtype']}")
+        start, end = info["data_offsets"]
+        dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]]).newbyteorder("<")
+        tensors[name] = np.frombuffer(body[start:end], dtype=dtype).reshape(info["shape"])
+    return tensors
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
