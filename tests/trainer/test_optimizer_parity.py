@@ -38,7 +38,11 @@ def _tree(cfg: LlamaConfig = CFG):
 
 
 def _run_ours(config: OptimizerConfig, params, grads, cfg: LlamaConfig = CFG):
-    tx = config.build(STEPS, param_axes(cfg))
+    return _run(config.build(STEPS, param_axes(cfg)), params, grads)
+
+
+def _run(tx, params, grads):
+    """(parameters, state) after each of the gradient steps, applied by the transformation ``tx``."""
     state = tx.init(params)
     history = []
     update = jax.jit(tx.update)
@@ -215,12 +219,9 @@ def test_optax_kinds_equal_optax_itself(kind):
             optax.add_decayed_weights(-0.1 * 1e-3, mask=mask),
         )
     params, grads = _tree()
-    ours = _run_ours(config, params, grads)
-    state, p = reference.init(params), params
-    for step, g in enumerate(grads):
-        updates, state = reference.update(g, state, p)
-        p = jax.tree.map(lambda a, u: a + u, p, updates)
-        for (name, a), (_, b) in zip(_leaves_with_names(ours[step][0]), _leaves_with_names(p)):
+    ours, theirs = _run_ours(config, params, grads), _run(reference, params, grads)
+    for step, ((mine, _), (p, _)) in enumerate(zip(ours, theirs)):
+        for (name, a), (_, b) in zip(_leaves_with_names(mine), _leaves_with_names(p)):
             _close(a, b, f"{kind} step {step + 1} {name}")
 
 
@@ -426,19 +427,20 @@ def test_schedule_free_adamw_equals_optax_without_warmup():
     import optax
 
     config = OptimizerConfig(
-        kind="schedule_free_adamw", learning_rate=3e-3, weight_decay=0.0, schedule="constant", warmup=0
+        kind="schedule_free_adamw",
+        learning_rate=3e-3,
+        weight_decay=0.0,
+        schedule="constant",
+        warmup=0,
+        max_grad_norm=None,
     )
-    config = dataclasses.replace(config, max_grad_norm=None)
     reference = optax.contrib.schedule_free_adamw(3e-3, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0)
     params, grads = _tree()
-    ours = _run_ours(config, params, grads)
-    state, p = reference.init(params), params
-    for step, g in enumerate(grads):
-        updates, state = reference.update(g, state, p)
-        p = jax.tree.map(lambda a, u: a + u, p, updates)
-        ours_x = optax.contrib.schedule_free_eval_params(ours[step][1], ours[step][0])
-        ref_x = optax.contrib.schedule_free_eval_params(state, p)
-        for (name, a), (_, b) in zip(_leaves_with_names(ours[step][0]), _leaves_with_names(p)):
+    ours, theirs = _run_ours(config, params, grads), _run(reference, params, grads)
+    for step, ((y, state), (p, ref_state)) in enumerate(zip(ours, theirs)):
+        ours_x = optax.contrib.schedule_free_eval_params(state, y)
+        ref_x = optax.contrib.schedule_free_eval_params(ref_state, p)
+        for (name, a), (_, b) in zip(_leaves_with_names(y), _leaves_with_names(p)):
             _close(a, b, f"step {step + 1} {name} (y)")
         for (name, a), (_, b) in zip(_leaves_with_names(ours_x), _leaves_with_names(ref_x)):
             _close(a, b, f"step {step + 1} {name} (x)")
