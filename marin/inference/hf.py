@@ -60,9 +60,11 @@ def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int |
         }
         rope.update(legacy_scaling)
     extra: dict[str, Any] = {} if model_type == "qwen2" else {"attention_bias": False}  # Qwen2's biases are fixed
-    if model_type in ("qwen2", "qwen3"):  # full attention in every layer
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):  # full attention in every layer
         layers = ["full_attention"] * cfg.num_layers
         extra.update(use_sliding_window=False, sliding_window=None, layer_types=layers)
+    if cfg.is_moe:
+        extra.update(_moe_config(cfg, model_type))
     return {
         **extra,
         "architectures": [FAMILIES[model_type].architecture],
@@ -87,6 +89,23 @@ def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int |
         "initializer_range": cfg.initializer_range,
         "torch_dtype": "float32",
     }
+
+
+def _moe_config(cfg: LlamaConfig, model_type: str) -> dict[str, Any]:
+    """A MoE family's router and expert fields (both names of the expert count: released configs use
+    ``num_experts`` for Qwen3-MoE and OLMoE, transformers 5 writes ``num_local_experts``)."""
+    fields: dict[str, Any] = {
+        "num_local_experts": cfg.num_experts,
+        "num_experts_per_tok": cfg.experts_per_token,
+        "router_aux_loss_coef": cfg.router_aux_loss_coef,
+        "output_router_logits": False,
+    }
+    if model_type == "mixtral":
+        return {**fields, "router_jitter_noise": 0.0, "sliding_window": None}
+    fields.update(num_experts=cfg.num_experts, norm_topk_prob=cfg.normalize_topk or cfg.router_order == "topk_softmax")
+    if model_type == "qwen3_moe":
+        fields.update(moe_intermediate_size=cfg.resolved_expert_mlp_dim, decoder_sparse_step=1, mlp_only_layers=[])
+    return fields
 
 
 def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tokenizer: str | None = None) -> None:

@@ -19,6 +19,7 @@ request gives the same tokens alone or in a full batch.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -29,7 +30,7 @@ import numpy as np
 from marin.inference.sampling_params import TOP_LOGPROBS
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.llama import (
-    mlp_block,
+    feed_forward,
     output_projection,
     project_qkv,
     residual,
@@ -207,7 +208,9 @@ def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
         return jnp.einsum("nhk,hkd->nd", attn, layer["wo"])
 
     x = residual(cfg, x, attend, layer["attn_norm"])
-    x = residual(cfg, x, lambda y: mlp_block(layer, y[None])[0], layer["mlp_norm"])
+    # A MoE serves dropless: capacity limits are a training-time device (transformers never drops either).
+    serving = dataclasses.replace(cfg, capacity_factor=None) if cfg.capacity_factor is not None else cfg
+    x = residual(cfg, x, lambda y: feed_forward(serving, layer, y[None])[0][0], layer["mlp_norm"])
     return x, updated[0]
 
 

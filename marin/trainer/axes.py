@@ -37,8 +37,9 @@ KV_HEADS = "kv_heads"  # key/value heads, num_kv_heads
 HEAD_DIM = "head_dim"  # features within one head
 MLP = "mlp"  # the feed-forward hidden layer, mlp_dim
 LAYERS = "layers"  # the stacked-layer axis that jax.lax.scan iterates over
+EXPERTS = "experts"  # a mixture-of-experts layer's routed experts, num_experts
 
-LOGICAL_AXES: frozenset[str] = frozenset({BATCH, SEQ, EMBED, VOCAB, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS})
+LOGICAL_AXES: frozenset[str] = frozenset({BATCH, SEQ, EMBED, VOCAB, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, EXPERTS})
 
 Axes = tuple[str | None, ...]
 """One logical name (or None: never sharded) per dimension of an array."""

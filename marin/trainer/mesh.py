@@ -50,6 +50,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from marin.trainer.axes import (
     BATCH,
     EMBED,
+    EXPERTS,
     HEADS,
     KV_HEADS,
     LOGICAL_AXES,
@@ -63,16 +64,19 @@ from marin.trainer.axes import (
 
 logger = logging.getLogger(__name__)
 
-DATA, FSDP, TENSOR = "data", "fsdp", "tensor"
-MESH_AXES: tuple[str, ...] = (DATA, FSDP, TENSOR)
+DATA, FSDP, EXPERT, TENSOR = "data", "fsdp", "expert", "tensor"
+MESH_AXES: tuple[str, ...] = (DATA, FSDP, EXPERT, TENSOR)
 
-_BATCH_RULE = (BATCH, (DATA, FSDP))
+# The expert axis splits a MoE's experts (``moe.py`` exchanges tokens all-to-all over it) and, like fsdp,
+# the batch everywhere else; at its default size 1 it changes no placement.
+_BATCH_RULE = (BATCH, (DATA, FSDP, EXPERT))
+_EXPERT_RULE = (EXPERTS, EXPERT)
 _TP_RULES = ((HEADS, TENSOR), (KV_HEADS, TENSOR), (MLP, TENSOR), (VOCAB, TENSOR))
 SHARDING_PRESETS: dict[str, ShardingRules] = {
-    "dp": (_BATCH_RULE,),
-    "fsdp": (_BATCH_RULE, (EMBED, FSDP)),
-    "tp": (_BATCH_RULE, *_TP_RULES),
-    "fsdp_tp": (_BATCH_RULE, (EMBED, FSDP), *_TP_RULES),
+    "dp": (_BATCH_RULE, _EXPERT_RULE),
+    "fsdp": (_BATCH_RULE, _EXPERT_RULE, (EMBED, FSDP)),
+    "tp": (_BATCH_RULE, _EXPERT_RULE, *_TP_RULES),
+    "fsdp_tp": (_BATCH_RULE, _EXPERT_RULE, (EMBED, FSDP), *_TP_RULES),
 }
 
 # Literals, not ``str``: draccus decodes a union by trying its members in order, and ``str`` accepts a
@@ -91,6 +95,8 @@ class MeshConfig:
     """Replicas that each hold the whole (non-fsdp-sharded) state and see different rows of the batch."""
     fsdp: int = -1
     """Devices that split the parameters and optimizer state (under the fsdp rules) and the batch."""
+    expert: int = 1
+    """Devices that split a mixture-of-experts' experts (expert parallelism) and the batch elsewhere."""
     tensor: int = 1
     """Devices that split heads and the MLP (under the tp rules); keep it within a fast interconnect."""
 

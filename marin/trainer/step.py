@@ -35,7 +35,7 @@ import optax
 
 from marin.trainer.axes import BATCH, SEQ, ShardingContext, constrain, use_sharding
 from marin.trainer.mesh import optimizer_state_shardings, tree_shardings
-from marin.trainer.model import MATMUL_DTYPES, LlamaConfig, init_params, next_token_loss, param_axes
+from marin.trainer.model import MATMUL_DTYPES, LlamaConfig, init_params, next_token_loss, param_axes, training_loss
 from marin.trainer.optim import Schedule, update_ema
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -203,8 +203,10 @@ def make_train_step(
         if loss_fn is not None:
             loss_sum, weight, sums = loss_fn(params, micro, frozen)
             return loss_sum, (weight, sums)
-        loss_sum, weight = next_token_loss(cfg, params, micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype)
-        return loss_sum, (weight, {})
+        loss_sum, weight, sums = training_loss(
+            cfg, params, micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype
+        )
+        return loss_sum, (weight, sums)
 
     def train_step(state: TrainState, batch: dict, frozen: Any = None) -> tuple[TrainState, dict]:
         def grad_fn(params, micro):

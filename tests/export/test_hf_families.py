@@ -32,8 +32,28 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=24, tie_word_embeddings=True)),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=False)),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(tie_word_embeddings=False, pad_token_id=0, eos_token_id=1)),
+    # Mixture-of-experts: Mixtral renormalizes the top-k weights, OLMoE does not (norm_topk_prob=False, its
+    # default), Qwen3-MoE here does (as the released models) with experts narrower than intermediate_size.
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=40, norm_topk_prob=True, head_dim=24),
+    ),
+    "olmoe": (
+        "OlmoeConfig",
+        "OlmoeForCausalLM",
+        dict(num_experts=4, num_experts_per_tok=3, pad_token_id=0, eos_token_id=1),
+    ),
 }
-OPTIONS = {"qwen3": ("head", "pre", False), "qwen2": ("none", "pre", True), "olmo2": ("full", "post", False)}
+OPTIONS = {
+    "qwen3": ("head", "pre", False, 0),
+    "qwen2": ("none", "pre", True, 0),
+    "olmo2": ("full", "post", False, 0),
+    "mixtral": ("none", "pre", False, 4),
+    "qwen3_moe": ("head", "pre", False, 6),
+    "olmoe": ("full", "pre", False, 4),
+}
 
 
 def _saved_by_transformers(family: str, path) -> None:
@@ -60,7 +80,7 @@ def _their_logits(path, tokens) -> np.ndarray:
 def test_a_family_imports_and_exports_with_transformers_logits(family, tmp_path):
     _saved_by_transformers(family, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
-    assert (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias) == OPTIONS[family]
+    assert (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias, cfg.num_experts) == OPTIONS[family]
     tokens = np.random.default_rng(1).integers(0, SHAPE["vocab_size"], size=(2, 40))
     theirs = _their_logits(tmp_path / "theirs", tokens)
     ours = np.asarray(forward(cfg, params, tokens))

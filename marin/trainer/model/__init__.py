@@ -1,5 +1,5 @@
 """The Llama model: configs and presets (``config``), parameters and the forward pass (``llama``), the
-matmul helper (``dense``) and its FP8 mode (``fp8``)."""
+mixture-of-experts layer (``moe``), the matmul helper (``dense``) and its FP8 mode (``fp8``)."""
 
 from marin.trainer.model.config import (
     MODEL_PRESETS,
@@ -17,6 +17,7 @@ from marin.trainer.model.llama import (
     next_token_loss,
     param_axes,
     param_specs,
+    training_loss,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "param_axes",
     "param_specs",
     "register_model_preset",
+    "training_loss",
 ]

@@ -21,6 +21,8 @@ from marin.identity import added_field, runtime_field
 _REMAT_POLICIES = ("none", "minimal", "full")
 QK_NORMS = ("none", "head", "full")
 NORM_PLACEMENTS = ("pre", "post")
+ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
+MOE_DISPATCHES = ("default", "ragged", "dense")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,6 +80,30 @@ class LlamaConfig:
     outputs (OLMo 2)."""
     attention_bias: bool = added_field(False)
     """Biases on the query, key and value projections (Qwen2); the output projection has none."""
+    # Mixture-of-experts (``moe.py``): with ``num_experts > 0`` every layer's MLP is a routed set of SwiGLU
+    # experts (Mixtral, Qwen3-MoE, OLMoE) instead of one dense SwiGLU.
+    num_experts: int = added_field(0)
+    """Routed experts per layer; 0 is the dense model."""
+    experts_per_token: int = added_field(2)
+    """Top-k: the experts each token is sent to."""
+    expert_mlp_dim: int | None = added_field(None)
+    """Hidden width of each expert (Qwen3-MoE's ``moe_intermediate_size``); ``mlp_dim`` when None."""
+    shared_experts: int = added_field(0)
+    """Experts every token passes through, unweighted, besides its routed ones (DeepSeek); one SwiGLU of
+    ``shared_experts * expert_mlp_dim`` hidden units."""
+    router_order: str = added_field("softmax_topk")
+    """"softmax_topk": softmax over all experts, then the top k probabilities (Mixtral, Qwen3-MoE, OLMoE);
+    "topk_softmax": the top k logits, then a softmax over them (equal to the former renormalized)."""
+    normalize_topk: bool = added_field(True)
+    """Under "softmax_topk", rescale the k chosen probabilities to sum to 1 (Mixtral; Qwen3-MoE's and OLMoE's
+    ``norm_topk_prob``, false in both)."""
+    router_aux_loss_coef: float = added_field(0.01)
+    """Weight of the load-balancing loss (Switch Transformer's, as transformers' Mixtral computes it)."""
+    router_z_loss_coef: float = added_field(0.0)
+    """Weight of the router z-loss, the mean squared logsumexp of the router logits (ST-MoE; OLMoE: 0.001)."""
+    capacity_factor: float | None = added_field(None)
+    """None: dropless. A number: each expert takes at most ``ceil(capacity_factor * tokens * k / experts)`` of a
+    batch's assignments (GShard), the rest are dropped (counted in the metrics)."""
     # How the model runs, not what it computes (``marin.identity``): never part of a step's identity, and not
     # stored with checkpoints, so a model trained with one setting is used with another.
     scan_layers: bool | None = runtime_field(None)
@@ -90,6 +116,11 @@ class LlamaConfig:
     the elementwise work), "full" (save only each block's input, recompute the whole block)."""
     attention_backend: str = runtime_field("default")
     """A name from ``marin.trainer.attention.ATTENTION_BACKENDS``; "default" picks one per platform."""
+    moe_dispatch: str = runtime_field("default")
+    """How a dropless MoE layer computes (the same result either way): "ragged" sorts the assignments by expert
+    and runs grouped matmuls (``jax.lax.ragged_dot``), "dense" runs every expert on every token and zeroes the
+    unchosen (one-hot einsum; experts/k times the FLOPs). "default": "ragged" on GPU and TPU, "dense" on CPU,
+    where XLA lowers ``ragged_dot`` to a masked dense product anyway (measured in docs/model_families.md)."""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_dim", "mlp_dim", "num_layers", "num_heads", "num_kv_heads", "seq_len"):
@@ -117,6 +148,33 @@ class LlamaConfig:
             raise ValueError(
                 f"LlamaConfig.norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}"
             )
+        self._check_moe()
+
+    def _check_moe(self) -> None:
+        if not isinstance(self.num_experts, int) or self.num_experts < 0:
+            raise ValueError(f"LlamaConfig.num_experts must be an int >= 0 (0: dense), got {self.num_experts!r}")
+        if not self.num_experts:
+            return
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(
+                f"LlamaConfig.experts_per_token (top-k) must be between 1 and num_experts ({self.num_experts}), "
+                f"got {self.experts_per_token}"
+            )
+        if self.expert_mlp_dim is not None and self.expert_mlp_dim <= 0:
+            raise ValueError(f"LlamaConfig.expert_mlp_dim must be positive, got {self.expert_mlp_dim}")
+        if self.shared_experts < 0:
+            raise ValueError(f"LlamaConfig.shared_experts must be >= 0, got {self.shared_experts}")
+        if self.router_order not in ROUTER_ORDERS:
+            raise ValueError(f"LlamaConfig.router_order must be one of {ROUTER_ORDERS}, got {self.router_order!r}")
+        if self.router_aux_loss_coef < 0 or self.router_z_loss_coef < 0:
+            raise ValueError(
+                "LlamaConfig.router_aux_loss_coef and router_z_loss_coef must be >= 0, got "
+                f"{self.router_aux_loss_coef} and {self.router_z_loss_coef}"
+            )
+        if self.capacity_factor is not None and not self.capacity_factor > 0:
+            raise ValueError(f"LlamaConfig.capacity_factor must be > 0 or None (dropless), got {self.capacity_factor}")
+        if self.moe_dispatch not in MOE_DISPATCHES:
+            raise ValueError(f"LlamaConfig.moe_dispatch must be one of {MOE_DISPATCHES}, got {self.moe_dispatch!r}")
 
     @classmethod
     def from_dict(cls, fields: dict[str, Any]) -> LlamaConfig:
@@ -131,6 +189,24 @@ class LlamaConfig:
         return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
 
     @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def resolved_expert_mlp_dim(self) -> int:
+        return self.expert_mlp_dim if self.expert_mlp_dim is not None else self.mlp_dim
+
+    def mlp_params_per_layer(self, *, active: bool = False) -> int:
+        """A layer's feed-forward matrices: the dense SwiGLU's, or the router's, every expert's (``active``: the
+        k a token uses) and the shared experts'."""
+        d = self.hidden_dim
+        if not self.is_moe:
+            return 3 * d * self.mlp_dim
+        m = self.resolved_expert_mlp_dim
+        experts = self.experts_per_token if active else self.num_experts
+        return d * self.num_experts + 3 * d * m * (experts + self.shared_experts)
+
+    @property
     def vector_params_per_layer(self) -> int:
         """A layer's parameters that multiply nothing: its two norms, QK-norm weights and q/k/v biases."""
         hd, h, kv = self.resolved_head_dim, self.num_heads, self.num_kv_heads
@@ -142,7 +218,7 @@ class LlamaConfig:
         """Every trainable scalar, embeddings and norms included (the number model cards quote)."""
         d, hd = self.hidden_dim, self.resolved_head_dim
         attention = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads)  # q, o and k, v
-        per_layer = attention + 3 * d * self.mlp_dim + self.vector_params_per_layer  # + gate/up/down, norms
+        per_layer = attention + self.mlp_params_per_layer() + self.vector_params_per_layer  # + gate/up/down, norms
         embeddings = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         return embeddings + self.num_layers * per_layer + d  # + final norm
 
@@ -153,15 +229,28 @@ class LlamaConfig:
         vectors = self.num_layers * self.vector_params_per_layer + d
         return self.param_count - self.vocab_size * d * (0 if self.tie_embeddings else 1) - vectors
 
+    @property
+    def active_param_count(self) -> int:
+        """Parameters one token uses: ``param_count`` with only k routed experts per layer (what MoE papers call
+        active parameters; equal to ``param_count`` for a dense model)."""
+        unused = self.mlp_params_per_layer() - self.mlp_params_per_layer(active=True)
+        return self.param_count - self.num_layers * unused
+
+    @property
+    def active_matmul_param_count(self) -> int:
+        return self.matmul_param_count - (self.param_count - self.active_param_count)
+
     def flops_per_token(self, seq_len: int | None = None) -> float:
         """Training FLOPs (forward + backward) per token, as in PaLM's appendix B: ``6N + 12·L·H·Q·T``.
 
-        ``N`` is ``matmul_param_count``; the attention term counts the full (non-causal) score and value
-        matmuls, which is what an unmasked-block kernel and XLA's cost analysis both count.
+        ``N`` is ``active_matmul_param_count`` (all matmul parameters of a dense model; a MoE's router, shared
+        experts and k routed experts, whatever its dispatch actually computes); the attention term counts the
+        full (non-causal) score and value matmuls, which is what an unmasked-block kernel and XLA's cost analysis
+        both count.
         """
         seq = self.seq_len if seq_len is None else seq_len
         attention = 12 * self.num_layers * self.num_heads * self.resolved_head_dim * seq
-        return float(6 * self.matmul_param_count + attention)
+        return float(6 * self.active_matmul_param_count + attention)
 
 
 MODEL_PRESETS: dict[str, Callable[[], LlamaConfig]] = {}

@@ -52,30 +52,63 @@ class Family:
     attn_norm: str
     """HF name of the norm our ``attn_norm`` is (before attention, or on its output under OLMo 2)."""
     mlp_norm: str
+    experts: str | None = None
+    """A mixture-of-experts family's tensor names (``EXPERT_NAMES``); None for a dense one."""
+
+    @property
+    def options(self) -> tuple[str, str, bool, bool]:
+        return (self.qk_norm, self.norm_placement, self.attention_bias, self.experts is not None)
 
 
+_PRE = ("input_layernorm", "post_attention_layernorm")
 FAMILIES = {
-    "llama": Family("LlamaForCausalLM", "none", "pre", False, "input_layernorm", "post_attention_layernorm"),
-    "qwen2": Family("Qwen2ForCausalLM", "none", "pre", True, "input_layernorm", "post_attention_layernorm"),
-    "qwen3": Family("Qwen3ForCausalLM", "head", "pre", False, "input_layernorm", "post_attention_layernorm"),
+    "llama": Family("LlamaForCausalLM", "none", "pre", False, *_PRE),
+    "qwen2": Family("Qwen2ForCausalLM", "none", "pre", True, *_PRE),
+    "qwen3": Family("Qwen3ForCausalLM", "head", "pre", False, *_PRE),
     "olmo2": Family(
         "Olmo2ForCausalLM", "full", "post", False, "post_attention_layernorm", "post_feedforward_layernorm"
     ),
+    "mixtral": Family("MixtralForCausalLM", "none", "pre", False, *_PRE, experts="mixtral"),
+    "qwen3_moe": Family("Qwen3MoeForCausalLM", "head", "pre", False, *_PRE, experts="qwen"),
+    "olmoe": Family("OlmoeForCausalLM", "full", "pre", False, *_PRE, experts="qwen"),
 }
 """``model_type`` -> family."""
+
+EXPERT_NAMES = {
+    # (router, expert e's module prefix, gate, up, down) within ``model.layers.{i}``
+    "mixtral": ("block_sparse_moe.gate", "block_sparse_moe.experts.{e}", "w1", "w3", "w2"),
+    "qwen": ("mlp.gate", "mlp.experts.{e}", "gate_proj", "up_proj", "down_proj"),
+}
 
 
 def family_of(cfg: LlamaConfig) -> str:
     """The ``model_type`` whose architecture ``cfg``'s options are; a combination no family has is refused."""
-    options = (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias)
+    options = (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias, cfg.is_moe)
     for name, f in FAMILIES.items():
-        if (f.qk_norm, f.norm_placement, f.attention_bias) == options:
+        if f.options == options:
+            if cfg.is_moe:
+                _check_moe_exportable(cfg, name)
             return name
     raise ValueError(
         f"LlamaConfig(qk_norm={cfg.qk_norm!r}, norm_placement={cfg.norm_placement!r}, "
-        f"attention_bias={cfg.attention_bias}) is no Hugging Face architecture exported here: "
-        + "; ".join(f"{n}: {(f.qk_norm, f.norm_placement, f.attention_bias)}" for n, f in FAMILIES.items())
+        f"attention_bias={cfg.attention_bias}, num_experts={cfg.num_experts}) is no Hugging Face architecture "
+        "exported here: "
+        + "; ".join(f"{n}: (qk_norm, norm_placement, attention_bias, moe) {f.options}" for n, f in FAMILIES.items())
     )
+
+
+def _check_moe_exportable(cfg: LlamaConfig, model_type: str) -> None:
+    """The router and expert options a MoE family's transformers code can express."""
+    problems = []
+    if cfg.shared_experts:
+        problems.append(f"shared_experts={cfg.shared_experts} ({model_type} has no shared experts)")
+    normalized = cfg.router_order == "topk_softmax" or cfg.normalize_topk
+    if model_type == "mixtral" and not normalized:
+        problems.append("normalize_topk=False (Mixtral always renormalizes the top-k weights)")
+    if model_type in ("mixtral", "olmoe") and cfg.resolved_expert_mlp_dim != cfg.mlp_dim:
+        problems.append(f"expert_mlp_dim={cfg.expert_mlp_dim} != mlp_dim={cfg.mlp_dim} ({model_type} has one width)")
+    if problems:
+        raise ValueError(f"LlamaConfig cannot be exported as {model_type}: " + "; ".join(problems))
 
 
 def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConfig:
@@ -105,6 +138,7 @@ def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConf
     elif scaling_doc:
         raise ValueError(f"unsupported rope scaling {scaling_doc!r}: only Llama 3's 'llama3' type is implemented")
     return LlamaConfig(
+        **_moe_fields(doc, model_type),
         vocab_size=doc["vocab_size"],
         hidden_dim=doc["hidden_size"],
         mlp_dim=doc["intermediate_size"],
@@ -121,6 +155,27 @@ def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConf
         norm_placement=family.norm_placement,
         attention_bias=family.attention_bias,
     )
+
+
+def num_experts_of(doc: dict[str, Any]) -> int:
+    """Routed experts of an HF MoE config: ``num_local_experts`` (Mixtral; transformers 5 for all) or
+    ``num_experts`` (released Qwen3-MoE and OLMoE configs)."""
+    return doc.get("num_local_experts") or doc.get("num_experts") or 0
+
+
+def _moe_fields(doc: dict[str, Any], model_type: str) -> dict[str, Any]:
+    if FAMILIES[model_type].experts is None:
+        return {}
+    fields = dict(
+        num_experts=num_experts_of(doc),
+        experts_per_token=doc.get("num_experts_per_tok", 2),
+        router_aux_loss_coef=doc.get("router_aux_loss_coef", 0.001),
+        # Mixtral renormalizes the top-k always; Qwen3-MoE and OLMoE by ``norm_topk_prob`` (false by default)
+        normalize_topk=True if model_type == "mixtral" else bool(doc.get("norm_topk_prob", False)),
+    )
+    if model_type == "qwen3_moe":
+        fields["expert_mlp_dim"] = doc["moe_intermediate_size"]
+    return fields
 
 
 def _refuse_unimplemented(doc: dict[str, Any], model_type: str, where: str) -> None:
@@ -141,10 +196,30 @@ def _refuse_unimplemented(doc: dict[str, Any], model_type: str, where: str) -> N
         problems.append(f"sliding_window {doc['sliding_window']!r} (sliding-window attention is not implemented)")
     if doc.get("attention_dropout"):
         problems.append(f"attention_dropout {doc['attention_dropout']!r} (dropout is not implemented)")
+    if FAMILIES[model_type].experts is not None:
+        problems.extend(_unimplemented_moe(doc))
     if problems:
         raise ValueError(
             f"{where} ({model_type}): not implemented, refusing rather than ignoring: " + "; ".join(problems)
         )
+
+
+def _unimplemented_moe(doc: dict[str, Any]) -> list[str]:
+    problems = []
+    if doc.get("router_jitter_noise"):
+        problems.append(f"router_jitter_noise {doc['router_jitter_noise']!r} (router noise is not implemented)")
+    if doc.get("decoder_sparse_step", 1) != 1 or doc.get("mlp_only_layers"):
+        problems.append(
+            f"decoder_sparse_step {doc.get('decoder_sparse_step')!r} / mlp_only_layers {doc.get('mlp_only_layers')!r} "
+            "(dense layers among the MoE ones are not implemented: every layer is MoE)"
+        )
+    if doc.get("clip_qkv") is not None:
+        problems.append(f"clip_qkv {doc['clip_qkv']!r} (clipping q/k/v is not implemented)")
+    if doc.get("shared_expert_intermediate_size") or doc.get("n_shared_experts"):
+        problems.append("shared experts in an HF config (not implemented for these families)")
+    if not num_experts_of(doc):
+        problems.append("no num_local_experts / num_experts")
+    return problems
 
 
 def to_hf_tensors(cfg: LlamaConfig, params: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -167,9 +242,18 @@ def to_hf_tensors(cfg: LlamaConfig, params: dict[str, Any]) -> dict[str, np.ndar
         out[f"{pre}.self_attn.k_proj.weight"] = p["layers.wk"][i].reshape(d, kv * hd).T
         out[f"{pre}.self_attn.v_proj.weight"] = p["layers.wv"][i].reshape(d, kv * hd).T
         out[f"{pre}.self_attn.o_proj.weight"] = p["layers.wo"][i].reshape(h * hd, d).T
-        out[f"{pre}.mlp.gate_proj.weight"] = p["layers.w_gate"][i].T
-        out[f"{pre}.mlp.up_proj.weight"] = p["layers.w_up"][i].T
-        out[f"{pre}.mlp.down_proj.weight"] = p["layers.w_down"][i].T
+        if family.experts is None:
+            out[f"{pre}.mlp.gate_proj.weight"] = p["layers.w_gate"][i].T
+            out[f"{pre}.mlp.up_proj.weight"] = p["layers.w_up"][i].T
+            out[f"{pre}.mlp.down_proj.weight"] = p["layers.w_down"][i].T
+            continue
+        router, expert, gate, up, down = EXPERT_NAMES[family.experts]
+        out[f"{pre}.{router}.weight"] = p["layers.router"][i].T  # [experts, embed]
+        for e in range(cfg.num_experts):
+            name = f"{pre}.{expert.format(e=e)}"
+            out[f"{name}.{gate}.weight"] = p["layers.w_gate"][i, e].T
+            out[f"{name}.{up}.weight"] = p["layers.w_up"][i, e].T
+            out[f"{name}.{down}.weight"] = p["layers.w_down"][i, e].T
     if not cfg.tie_embeddings:
         out["lm_head.weight"] = p["lm_head"].T
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
@@ -184,6 +268,9 @@ def from_hf_tensors(cfg: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, Any
     def stack(name, fn):
         return np.stack([fn(t[f"model.layers.{i}.{name}"].astype(np.float32)) for i in range(cfg.num_layers)])
 
+    def stack_experts(name):  # [layers, experts, in, out] of HF's per-expert [out, in]
+        return np.stack([stack(f"{name.format(e=e)}.weight", lambda w: w.T) for e in range(cfg.num_experts)], axis=1)
+
     params: dict[str, Any] = {
         "embed": t["model.embed_tokens.weight"].astype(np.float32),
         "final_norm": t["model.norm.weight"].astype(np.float32),
@@ -194,12 +281,17 @@ def from_hf_tensors(cfg: LlamaConfig, t: dict[str, np.ndarray]) -> dict[str, Any
             "wk": stack("self_attn.k_proj.weight", lambda w: w.T.reshape(d, kv, hd)),
             "wv": stack("self_attn.v_proj.weight", lambda w: w.T.reshape(d, kv, hd)),
             "wo": stack("self_attn.o_proj.weight", lambda w: w.T.reshape(h, hd, d)),
-            "w_gate": stack("mlp.gate_proj.weight", lambda w: w.T),
-            "w_up": stack("mlp.up_proj.weight", lambda w: w.T),
-            "w_down": stack("mlp.down_proj.weight", lambda w: w.T),
         },
     }
     layers = params["layers"]
+    if family.experts is None:
+        for ours, theirs in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+            layers[ours] = stack(f"mlp.{theirs}.weight", lambda w: w.T)
+    else:
+        router, expert, gate, up, down = EXPERT_NAMES[family.experts]
+        layers["router"] = stack(f"{router}.weight", lambda w: w.T)
+        for ours, theirs in (("w_gate", gate), ("w_up", up), ("w_down", down)):
+            layers[ours] = stack_experts(f"{expert}.{theirs}")
     if cfg.attention_bias:
         layers["bq"] = stack("self_attn.q_proj.bias", lambda b: b.reshape(h, hd))
         layers["bk"] = stack("self_attn.k_proj.bias", lambda b: b.reshape(kv, hd))

@@ -33,9 +33,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin.trainer.attention import attention
-from marin.trainer.axes import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, SEQ, VOCAB, Axes, constrain
+from marin.trainer.axes import (
+    BATCH,
+    EMBED,
+    EXPERTS,
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    LAYERS,
+    MLP,
+    SEQ,
+    VOCAB,
+    Axes,
+    constrain,
+)
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
+from marin.trainer.model.moe import RouterStats, empty_stats, moe_block, router_losses
 
 Params = dict[str, Any]
 
@@ -58,10 +72,22 @@ def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
         "wv": ParamSpec((n, d, kv, hd), (LAYERS, EMBED, KV_HEADS, HEAD_DIM), "normal"),
         "wo": ParamSpec((n, h, hd, d), (LAYERS, HEADS, HEAD_DIM, EMBED), "normal"),
         "mlp_norm": ParamSpec((n, d), (LAYERS, EMBED), "ones"),
-        "w_gate": ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal"),
-        "w_up": ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal"),
-        "w_down": ParamSpec((n, m, d), (LAYERS, MLP, EMBED), "normal"),
     }
+    if cfg.is_moe:
+        e, me = cfg.num_experts, cfg.resolved_expert_mlp_dim
+        layers["router"] = ParamSpec((n, d, e), (LAYERS, EMBED, None), "normal")
+        layers["w_gate"] = ParamSpec((n, e, d, me), (LAYERS, EXPERTS, EMBED, MLP), "normal")
+        layers["w_up"] = ParamSpec((n, e, d, me), (LAYERS, EXPERTS, EMBED, MLP), "normal")
+        layers["w_down"] = ParamSpec((n, e, me, d), (LAYERS, EXPERTS, MLP, EMBED), "normal")
+        if cfg.shared_experts:
+            ms = cfg.shared_experts * me
+            layers["shared_gate"] = ParamSpec((n, d, ms), (LAYERS, EMBED, MLP), "normal")
+            layers["shared_up"] = ParamSpec((n, d, ms), (LAYERS, EMBED, MLP), "normal")
+            layers["shared_down"] = ParamSpec((n, ms, d), (LAYERS, MLP, EMBED), "normal")
+    else:
+        layers["w_gate"] = ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal")
+        layers["w_up"] = ParamSpec((n, d, m), (LAYERS, EMBED, MLP), "normal")
+        layers["w_down"] = ParamSpec((n, m, d), (LAYERS, MLP, EMBED), "normal")
     if cfg.attention_bias:
         layers["bq"] = ParamSpec((n, h, hd), (LAYERS, HEADS, HEAD_DIM), "zeros")
         layers["bk"] = ParamSpec((n, kv, hd), (LAYERS, KV_HEADS, HEAD_DIM), "zeros")
@@ -189,18 +215,33 @@ def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, m
 
 
 def mlp_block(layer: Params, x: jax.Array, matmul_dtype: str = "default") -> jax.Array:
-    """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
-    gate = dense(x, layer["w_gate"], matmul_dtype=matmul_dtype)  # [batch, seq, mlp]
-    up = dense(x, layer["w_up"], matmul_dtype=matmul_dtype)
-    hidden = constrain(jax.nn.silu(gate) * up, (BATCH, SEQ, MLP))
+    """The dense SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
+    hidden = jax.nn.silu(dense(x, layer["w_gate"], matmul_dtype=matmul_dtype))
+    hidden = constrain(hidden * dense(x, layer["w_up"], matmul_dtype=matmul_dtype), (BATCH, SEQ, MLP))
     return dense(hidden, layer["w_down"], matmul_dtype=matmul_dtype)  # [batch, seq, embed]
 
 
-def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
+def feed_forward(cfg: LlamaConfig, layer: Params, x: jax.Array, matmul_dtype: str = "default"):
+    """The layer's MLP, dense or mixture-of-experts (``moe.py``): output [batch, seq, embed] and the router's
+    statistics (None for a dense model)."""
+    if cfg.is_moe:
+        return moe_block(cfg, layer, x, matmul_dtype)
+    return mlp_block(layer, x, matmul_dtype), None
+
+
+def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default"):
+    """One layer: ``(x, router stats or None)``."""
     attend = functools.partial(attention_block, cfg, layer, cos=cos, sin=sin, segment_ids=segment_ids)
     x = residual(cfg, x, lambda y: attend(y, matmul_dtype=matmul_dtype), layer["attn_norm"])
-    x = residual(cfg, x, lambda y: mlp_block(layer, y, matmul_dtype), layer["mlp_norm"])
-    return constrain(x, (BATCH, SEQ, EMBED))
+    stats = []
+
+    def mlp(y):
+        out, layer_stats = feed_forward(cfg, layer, y, matmul_dtype)
+        stats.append(layer_stats)
+        return out
+
+    x = residual(cfg, x, mlp, layer["mlp_norm"])
+    return constrain(x, (BATCH, SEQ, EMBED)), stats[0]
 
 
 _REMAT: dict[str, Callable[..., bool] | None] = {
@@ -209,18 +250,24 @@ _REMAT: dict[str, Callable[..., bool] | None] = {
 }
 
 
-def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, matmul_dtype: str) -> jax.Array:
+def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, matmul_dtype: str):
+    """The blocks in order: the last hidden states and the router statistics summed over layers (None: dense)."""
+
     def block(x, layer):
-        return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype), None
+        return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype)
 
     scan = cfg.scan_layers if cfg.scan_layers is not None else jax.default_backend() == "tpu"
     if cfg.remat != "none":
         block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not scan)
     if scan:
-        return jax.lax.scan(block, x, layers)[0]
+        x, stats = jax.lax.scan(block, x, layers)
+        return x, (jax.tree.map(lambda s: jnp.sum(s, axis=0), stats) if cfg.is_moe else None)
+    total = empty_stats(cfg.num_experts) if cfg.is_moe else None
     for i in range(cfg.num_layers):
-        x, _ = block(x, jax.tree.map(lambda p, i=i: p[i], layers))
-    return x
+        x, stats = block(x, jax.tree.map(lambda p, i=i: p[i], layers))
+        if cfg.is_moe:
+            total = jax.tree.map(jnp.add, total, stats)
+    return x, total
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -238,6 +285,18 @@ def hidden_states(
     """Final normalised hidden states [batch, seq, embed] in the parameters' dtype.
 
     ``matmul_dtype`` is ``dense``'s, for the blocks' projections (``PrecisionPolicy.matmul_dtype``)."""
+    return hidden_states_and_router_stats(cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype)[0]
+
+
+def hidden_states_and_router_stats(
+    cfg: LlamaConfig,
+    params: Params,
+    tokens: jax.Array,
+    segment_ids: jax.Array | None = None,
+    *,
+    matmul_dtype: str = "default",
+) -> tuple[jax.Array, RouterStats | None]:
+    """``hidden_states`` and a MoE's router statistics summed over its layers (None for a dense model)."""
     seq = tokens.shape[1]
     angles = np.arange(seq)[:, None] * rope_frequencies(cfg)[None, :]  # [seq, head_dim/2], built at trace time
     cos, sin = jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32)
@@ -246,8 +305,8 @@ def hidden_states(
     # replicating the result (XLA's "involuntary full rematerialization" under fsdp_tp).
     table = constrain(params["embed"], (VOCAB, None))  # [vocab, embed]
     x = constrain(table[tokens], (BATCH, SEQ, EMBED))  # [batch, seq, embed]
-    x = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids, matmul_dtype)
-    return rms_norm(x, params["final_norm"], cfg.norm_eps)
+    x, stats = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids, matmul_dtype)
+    return rms_norm(x, params["final_norm"], cfg.norm_eps), stats
 
 
 def output_projection(cfg: LlamaConfig, params: Params) -> jax.Array:
@@ -282,12 +341,41 @@ def next_token_loss(
     ``batch`` holds ``input_ids``, ``targets``, ``segment_ids`` [batch, seq] and ``loss_mask`` (float).
     Sums, not means, so that microbatches add up to exactly the big batch's loss; the caller divides.
     The z-loss term ``z_loss * logsumexp(logits)**2`` keeps the softmax normaliser near 1 (PaLM).
+    A mixture-of-experts' router losses are not included (``training_loss`` adds them).
     """
-    logits = forward(cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype)  # fp32
+    return _token_loss(cfg, params, batch, z_loss, matmul_dtype)[:2]
+
+
+def training_loss(
+    cfg: LlamaConfig,
+    params: Params,
+    batch: Mapping[str, jax.Array],
+    *,
+    z_loss: float = 0.0,
+    matmul_dtype: str = "default",
+) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
+    """``next_token_loss`` plus a MoE's router losses (``moe.router_losses``: load balance and router z-loss,
+    weighted by their config coefficients, added to the mean token loss), and summed metrics.
+
+    Everything is summed as the step expects (``step.LossFn``): the router terms and metrics are multiplied by
+    the number of targets, so that the step's division by the total gives their token-weighted mean over
+    microbatches. Dense models: ``(loss_sum, weight, {})``."""
+    loss_sum, weight, stats = _token_loss(cfg, params, batch, z_loss, matmul_dtype)
+    if stats is None:
+        return loss_sum, weight, {}
+    router = router_losses(cfg, stats)
+    return loss_sum + router["router_loss"] * weight, weight, {k: v * weight for k, v in router.items()}
+
+
+def _token_loss(cfg, params, batch, z_loss, matmul_dtype):
+    x, stats = hidden_states_and_router_stats(
+        cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
+    )
+    logits = dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [batch, seq, vocab]
     log_z = jax.nn.logsumexp(logits, axis=-1)  # [batch, seq]
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
     per_token = log_z - target_logit
     if z_loss:
         per_token = per_token + z_loss * jnp.square(log_z)
     mask = batch["loss_mask"].astype(jnp.float32)
-    return jnp.sum(per_token * mask), jnp.sum(mask)
+    return jnp.sum(per_token * mask), jnp.sum(mask), stats

@@ -1,0 +1,276 @@
+"""The mixture-of-experts feed-forward layer: a router, top-k experts per token, and three ways to compute them.
+
+    y, stats = moe_block(cfg, layer, x)        # x [batch, seq, embed]; layer["router"] [embed, experts], ...
+    losses = router_losses(cfg, total)         # from the stats summed over layers (and microbatches)
+
+Each token's router logits pick ``experts_per_token`` experts (``route``); the layer's output is the weighted
+sum of those experts' SwiGLU outputs, plus the shared experts' (``shared_experts``, unweighted). How the
+routed experts are computed is a dispatch, chosen by config:
+
+* ``ragged`` (dropless): the token/expert assignments are sorted by expert and each expert multiplies its
+  contiguous rows: grouped matmuls, ``jax.lax.ragged_dot``. On GPU and TPU that is a grouped GEMM doing
+  exactly the active FLOPs; XLA:CPU lowers it to a masked dense product over every expert.
+* ``dense`` (dropless): every expert runs on every token and a one-hot combine matrix zeroes the unchosen
+  ones (GShard's einsum without capacity): ``experts / k`` times the active FLOPs, no gather or sort.
+* capacity (``capacity_factor``): each expert takes at most ``C = ceil(factor * tokens * k / experts)``
+  assignments, first choices before second (GShard/Switch priority); the overflow is dropped, i.e. the
+  token keeps only its residual for that expert, and counted (``dropped``).
+
+**Expert parallelism.** When the active mesh has an ``expert`` axis of size > 1 (``MeshConfig.expert``) the
+layer runs per device under ``shard_map``: each device routes its own tokens, sends every assignment to the
+device that holds its expert (``all_to_all`` over the ``expert`` axis), multiplies what it received with its
+``experts / ep`` local experts (grouped matmuls), and sends the results back the same way. The send buffers
+are sized for the worst case (all of a device's assignments to one peer), so nothing is dropped; memory is
+``ep`` times the assignments' activations. The router statistics are summed over the batch axes, so the losses
+equal the one-device ones.
+
+**Losses** (``router_losses``). The load-balancing loss is the Switch Transformer's as transformers'
+``load_balancing_loss_func`` computes it for Mixtral, Qwen3-MoE and OLMoE: ``E * sum_e f_e * P_e``, with ``f_e``
+the fraction of tokens routed to expert ``e`` (summed over the k choices; 1 per token in all) and ``P_e`` the
+mean router probability of ``e``, both over every token of every layer (not a mean of per-layer losses). The
+z-loss is ST-MoE's ``mean(logsumexp(router_logits) ** 2)``. Every token counts, padding included, as in
+transformers without an attention mask.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, constrain, partition_spec
+from marin.trainer.model.config import LlamaConfig
+from marin.trainer.model.dense import dense
+
+EXPERT_AXIS = "expert"
+"""The mesh axis expert parallelism exchanges tokens over (``marin.trainer.mesh.EXPERT``)."""
+
+
+class RouterStats(NamedTuple):
+    """Sums over a layer's tokens (and then over layers, microbatches and devices: all fields add up)."""
+
+    tokens: jax.Array
+    """Tokens routed (a scalar)."""
+    expert_counts: jax.Array
+    """[experts] assignments each expert was given by the router (before any capacity drop)."""
+    prob_sums: jax.Array
+    """[experts] each expert's router probability summed over tokens."""
+    z_sums: jax.Array
+    """Squared logsumexp of the router logits, summed over tokens."""
+    dropped: jax.Array
+    """Assignments over capacity, not computed."""
+
+
+def empty_stats(num_experts: int) -> RouterStats:
+    zero = jnp.zeros((), jnp.float32)
+    return RouterStats(zero, jnp.zeros((num_experts,), jnp.float32), jnp.zeros((num_experts,), jnp.float32), zero, zero)
+
+
+def route(cfg: LlamaConfig, x: jax.Array, router: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Router logits [tokens, experts] (fp32), the chosen experts [tokens, k] and their weights [tokens, k]."""
+    logits = dense(x, router, out_dtype=jnp.float32)
+    k = cfg.experts_per_token
+    if cfg.router_order == "topk_softmax":
+        top, experts = jax.lax.top_k(logits, k)
+        return logits, experts, jax.nn.softmax(top, axis=-1)
+    weights, experts = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), k)
+    if cfg.normalize_topk:
+        weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
+    return logits, experts, weights
+
+
+def router_stats(logits: jax.Array, experts: jax.Array, dropped: jax.Array) -> RouterStats:
+    num_experts = logits.shape[-1]
+    counts = jnp.sum(jax.nn.one_hot(experts, num_experts, dtype=jnp.float32), axis=(0, 1))
+    probs = jax.nn.softmax(logits, axis=-1)
+    z = jax.nn.logsumexp(logits, axis=-1)
+    return RouterStats(
+        jnp.asarray(logits.shape[0], jnp.float32),
+        counts,
+        jnp.sum(probs, axis=0),
+        jnp.sum(z * z),
+        jnp.asarray(dropped, jnp.float32),
+    )
+
+
+def router_losses(cfg: LlamaConfig, total: RouterStats) -> dict[str, jax.Array]:
+    """The load-balancing loss, the z-loss and the metrics of stats summed over layers; their weighted sum
+    (``router_loss``) is what training adds to the mean token loss."""
+    tokens = jnp.maximum(total.tokens, 1.0)
+    fraction = total.expert_counts / tokens  # sums to k
+    balance = cfg.num_experts * jnp.sum(fraction * (total.prob_sums / tokens))
+    z_loss = total.z_sums / tokens
+    uniform = cfg.experts_per_token / cfg.num_experts
+    return {
+        "router_loss": cfg.router_aux_loss_coef * balance + cfg.router_z_loss_coef * z_loss,
+        "router_aux_loss": balance,
+        "router_z_loss": z_loss,
+        "moe_dropped_fraction": total.dropped / (tokens * cfg.experts_per_token),
+        "expert_load_max": jnp.max(fraction) / uniform,
+        "expert_load_min": jnp.min(fraction) / uniform,
+        **{f"expert_load/{e:03d}": fraction[e] / uniform for e in range(cfg.num_experts)},
+    }
+
+
+def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array, matmul_dtype: str = "default"):
+    """down(silu(gate(x)) * up(x)) (Shazeer 2020) for x [..., embed]."""
+    hidden = jax.nn.silu(dense(x, w_gate, matmul_dtype=matmul_dtype)) * dense(x, w_up, matmul_dtype=matmul_dtype)
+    return dense(hidden, w_down, matmul_dtype=matmul_dtype)
+
+
+def moe_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, matmul_dtype: str = "default"):
+    """The MoE feed-forward of one layer: output [batch, seq, embed] and its ``RouterStats``."""
+    context = active_sharding()
+    ep = context.mesh.shape.get(EXPERT_AXIS, 1) if context is not None else 1
+    if ep > 1:
+        y, stats = _expert_parallel_block(cfg, layer, x, context)
+    else:
+        batch, seq, d = x.shape
+        y2, stats = _routed_experts(cfg, layer, x.reshape(batch * seq, d))
+        y = constrain(y2.reshape(batch, seq, d), (BATCH, SEQ, EMBED))
+    if cfg.shared_experts:
+        y = y + swiglu(x, layer["shared_gate"], layer["shared_up"], layer["shared_down"], matmul_dtype)
+    return y, stats
+
+
+def dispatch_name(cfg: LlamaConfig) -> str:
+    """The dispatch a layer of ``cfg`` uses on this platform ("ragged", "dense" or "capacity")."""
+    if cfg.capacity_factor is not None:
+        return "capacity"
+    if cfg.moe_dispatch != "default":
+        return cfg.moe_dispatch
+    return "dense" if jax.default_backend() == "cpu" else "ragged"
+
+
+def _routed_experts(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array) -> tuple[jax.Array, RouterStats]:
+    """x [tokens, embed] through the router and its experts on one device."""
+    logits, experts, weights = route(cfg, x, layer["router"])
+    weights = weights.astype(x.dtype)
+    w = (layer["w_gate"], layer["w_up"], layer["w_down"])
+    name = dispatch_name(cfg)
+    dropped = jnp.zeros((), jnp.int32)
+    if name == "ragged":
+        y = _ragged_dispatch(x, experts, weights, *w)
+    elif name == "dense":
+        y = _dense_dispatch(x, experts, weights, *w)
+    else:
+        y, dropped = _capacity_dispatch(x, experts, weights, *w, capacity_factor=cfg.capacity_factor)
+    return y, router_stats(logits, experts, dropped)
+
+
+def _grouped_swiglu(rows: jax.Array, group_sizes: jax.Array, w_gate, w_up, w_down) -> jax.Array:
+    """Rows [n, embed] sorted by expert, ``group_sizes[e]`` of them for expert e: each group through its
+    expert's SwiGLU (rows past the groups come out zero)."""
+    hidden = jax.nn.silu(jax.lax.ragged_dot(rows, w_gate, group_sizes)) * jax.lax.ragged_dot(rows, w_up, group_sizes)
+    return jax.lax.ragged_dot(hidden, w_down, group_sizes)
+
+
+def _ragged_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
+    tokens, k = experts.shape
+    flat = experts.reshape(-1)  # [tokens * k], assignment a = token * k + choice
+    order = jnp.argsort(flat, stable=True)
+    sizes = jnp.bincount(flat, length=w_gate.shape[0]).astype(jnp.int32)
+    out_sorted = _grouped_swiglu(x[order // k], sizes, w_gate, w_up, w_down)  # [tokens * k, embed]
+    out = out_sorted[jnp.argsort(order)].reshape(tokens, k, -1)
+    return jnp.einsum("tkd,tk->td", out, weights)
+
+
+def _dense_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
+    tokens = x.shape[0]
+    combine = jnp.zeros((tokens, w_gate.shape[0]), x.dtype).at[jnp.arange(tokens)[:, None], experts].add(weights)
+    hidden = jax.nn.silu(jnp.einsum("td,edm->tem", x, w_gate)) * jnp.einsum("td,edm->tem", x, w_up)
+    return jnp.einsum("tem,emd->td", hidden * combine[:, :, None], w_down)  # the down projection is linear
+
+
+def expert_capacity(tokens: int, k: int, num_experts: int, capacity_factor: float) -> int:
+    return max(1, math.ceil(capacity_factor * tokens * k / num_experts))
+
+
+def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_factor: float):
+    tokens, k = experts.shape
+    num_experts, d = w_gate.shape[0], x.shape[-1]
+    capacity = expert_capacity(tokens, k, num_experts, capacity_factor)
+    # Choice-major order: every token's first choice is placed before any second choice (GShard priority).
+    flat = experts.T.reshape(-1)  # [k * tokens]
+    token = jnp.tile(jnp.arange(tokens), k)
+    one_hot = jax.nn.one_hot(flat, num_experts, dtype=jnp.int32)
+    position = jnp.sum((jnp.cumsum(one_hot, axis=0) - 1) * one_hot, axis=1)  # place in its expert's queue
+    keep = position < capacity
+    slot = jnp.where(keep, position, capacity)  # out of range: dropped by the scatter below
+    buffer = jnp.zeros((num_experts, capacity, d), x.dtype).at[flat, slot].set(x[token], mode="drop")
+    hidden = jax.nn.silu(jnp.einsum("ecd,edm->ecm", buffer, w_gate)) * jnp.einsum("ecd,edm->ecm", buffer, w_up)
+    out = jnp.einsum("ecm,emd->ecd", hidden, w_down)
+    gathered = out.at[flat, slot].get(mode="fill", fill_value=0)  # [k * tokens, embed]
+    scale = (weights.T.reshape(-1) * keep).astype(x.dtype)
+    y = jnp.zeros((tokens, d), x.dtype).at[token].add(gathered * scale[:, None])
+    return y, jnp.sum(~keep)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Expert parallelism
+
+
+def _expert_parallel_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, context) -> tuple[Any, RouterStats]:
+    ep = context.mesh.shape[EXPERT_AXIS]
+    if cfg.num_experts % ep:
+        raise ValueError(
+            f"LlamaConfig.num_experts ({cfg.num_experts}) does not divide over the mesh's expert axis ({ep} devices)"
+        )
+    if partition_spec((EXPERTS,), context.rules)[0] != EXPERT_AXIS:
+        raise ValueError(
+            f"the mesh has an expert axis of {ep} devices but the sharding rules do not put 'experts' on it "
+            f"(rules {context.rules}); add ('experts', 'expert')"
+        )
+    if cfg.capacity_factor is not None:
+        raise ValueError("LlamaConfig.capacity_factor with expert parallelism is not implemented (it is dropless)")
+    batch_axes = partition_spec((BATCH, SEQ, EMBED), context.rules)[0]
+    reduce_axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes or ())
+    x_spec, expert_spec = PartitionSpec(batch_axes, None, None), PartitionSpec(EXPERT_AXIS, None, None)
+
+    def per_device(x, router, w_gate, w_up, w_down):
+        batch, seq, d = x.shape
+        x2 = x.reshape(batch * seq, d)
+        logits, experts, weights = route(cfg, x2, router)
+        y = _exchange_and_compute(x2, experts, weights.astype(x.dtype), w_gate, w_up, w_down, ep)
+        stats = router_stats(logits, experts, jnp.zeros((), jnp.int32))
+        if reduce_axes:
+            stats = jax.tree.map(lambda s: jax.lax.psum(s, reduce_axes), stats)
+        return y.reshape(batch, seq, d), stats
+
+    stats_spec = RouterStats(*(PartitionSpec(),) * len(RouterStats._fields))
+    fn = jax.shard_map(
+        per_device,
+        mesh=context.mesh,
+        in_specs=(x_spec, PartitionSpec(), expert_spec, expert_spec, expert_spec),
+        out_specs=(x_spec, stats_spec),
+        check_vma=False,
+    )
+    return fn(x, layer["router"], layer["w_gate"], layer["w_up"], layer["w_down"])
+
+
+def _exchange_and_compute(x, experts, weights, w_gate, w_up, w_down, ep: int) -> jax.Array:
+    """One device's tokens x [tokens, embed] with their global expert choices, through experts that live
+    ``experts / ep`` per device on the ``expert`` axis (this device holds ``w_*[local experts]``)."""
+    tokens, k = experts.shape
+    n, local, d = tokens * k, w_gate.shape[0], x.shape[-1]
+    flat = experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    sorted_experts = flat[order]
+    dest = sorted_experts // local  # the device holding each (sorted) assignment's expert, non-decreasing
+    counts = jnp.bincount(dest, length=ep)
+    position = jnp.arange(n) - (jnp.cumsum(counts) - counts)[dest]
+    # Worst-case buffers: any one peer may receive all n assignments. Unused rows carry expert id ``local``.
+    send_x = jnp.zeros((ep, n, d), x.dtype).at[dest, position].set(x[order // k])
+    send_e = jnp.full((ep, n), local, jnp.int32).at[dest, position].set(sorted_experts % local)
+    recv_x = jax.lax.all_to_all(send_x, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n, d)
+    recv_e = jax.lax.all_to_all(send_e, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n)
+    local_order = jnp.argsort(recv_e, stable=True)  # padding (id ``local``) sorts last and is in no group
+    sizes = jnp.bincount(recv_e, length=local).astype(jnp.int32)
+    out_sorted = _grouped_swiglu(recv_x[local_order], sizes, w_gate, w_up, w_down)
+    out = out_sorted[jnp.argsort(local_order)].reshape(ep, n, d)
+    back = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True)  # [ep, n, embed]: results of what we sent
+    results = back[dest, position][jnp.argsort(order)].reshape(tokens, k, d)
+    return jnp.einsum("tkd,tk->td", results, weights)
