@@ -37,8 +37,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marin.trainer.axes import EMBED, LAYERS, VOCAB
+from marin.trainer.axes import EMBED, EXPERTS, LAYERS, VOCAB
 
+_BATCH_AXES = (LAYERS, EXPERTS)
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 LR_SCALINGS = ("jordan", "moonlight")
 
@@ -59,12 +60,13 @@ def matrix_dims(axes: tuple) -> MatrixDims | None:
     """The matrix Muon orthogonalizes for a parameter with logical ``axes``, or None (AdamW's parameters).
 
     A hidden matrix maps the residual stream (``embed``) to features or back: ``embed`` is its first feature
-    axis (an input projection: ``x @ W``) or its last (an output projection). ``layers`` is a batch axis."""
-    features = [i for i, a in enumerate(axes) if a != LAYERS]
+    axis (an input projection: ``x @ W``) or its last (an output projection). ``layers`` and ``experts`` are
+    batch axes: each layer's and each expert's matrix is orthogonalized on its own."""
+    features = [i for i, a in enumerate(axes) if a not in _BATCH_AXES]
     names = [axes[i] for i in features]
     if len(names) < 2 or EMBED not in names or VOCAB in names:
         return None
-    batch = tuple(i for i, a in enumerate(axes) if a == LAYERS)
+    batch = tuple(i for i, a in enumerate(axes) if a in _BATCH_AXES)
     if names[0] == EMBED:
         return MatrixDims(batch, (features[0],), tuple(features[1:]))
     if names[-1] == EMBED:

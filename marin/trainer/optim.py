@@ -244,7 +244,7 @@ class OptimizerConfig:
         another, besides ``layers``), not embeddings; never norms, QK-norm weights or biases."""
 
         def decays(leaf_axes: tuple) -> bool:
-            named = [a for a in leaf_axes if a != "layers"]
+            named = [a for a in leaf_axes if a not in ("layers", "experts")]
             if len(named) < 2 or EMBED not in named:
                 return False  # norms, biases and QK-norm weights ([heads, head_dim] under OLMo 2's)
             return self.decay_embeddings or VOCAB not in named

@@ -114,6 +114,23 @@ def test_greedy_generation_through_the_engine_is_transformers(family, tmp_path):
     assert [r.tokens for r in got] == want
 
 
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "olmoe"])
+def test_the_load_balancing_loss_is_transformers(family, tmp_path):
+    """transformers' ``load_balancing_loss_func`` over every layer's router logits (``output_router_logits``)."""
+    from marin.trainer.model import training_loss
+
+    _saved_by_transformers(family, tmp_path / "theirs")
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    tokens = np.random.default_rng(2).integers(0, SHAPE["vocab_size"], size=(2, 40))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "theirs"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = float(model(torch.tensor(tokens), output_router_logits=True).aux_loss)
+    batch = dict(input_ids=tokens, targets=tokens, segment_ids=np.ones_like(tokens), loss_mask=np.ones(tokens.shape))
+    _, weight, metrics = training_loss(cfg, params, batch)
+    assert float(metrics["router_aux_loss"] / weight) == pytest.approx(theirs, rel=1e-5)
+    assert cfg.router_aux_loss_coef == model.config.router_aux_loss_coef
+
+
 def test_our_options_train_and_count_their_parameters():
     """The options are parameters of the one model: initialised (norm weights 1, biases 0), counted, and
     neither weight-decayed nor given to Muon (they are vectors per head, not matrices of the residual stream)."""
@@ -143,6 +160,11 @@ def test_our_options_train_and_count_their_parameters():
         ("olmo2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope_type 'yarn'"),
         ("qwen2", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
         ("mistral", {}, "model_type 'mistral' is not supported"),
+        ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise 0.1"),
+        ("qwen3_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step 2"),
+        ("qwen3_moe", {"mlp_only_layers": [0]}, r"mlp_only_layers \[0\]"),
+        ("olmoe", {"clip_qkv": 8.0}, "clip_qkv 8.0"),
+        ("mixtral", {"num_experts_per_tok": 5}, r"experts_per_token \(top-k\) must be between 1 and num_experts \(4\)"),
     ],
 )
 def test_a_config_with_unimplemented_math_is_refused_naming_the_field(family, change, field, tmp_path):
@@ -164,3 +186,24 @@ def test_a_tensor_that_does_not_match_its_config_is_named_with_both_shapes(tmp_p
     named = r"tensor 'model.layers.0.self_attn.q_\w+.weight' has shape \(24,\), its config implies \(16,\)"
     with pytest.raises(ValueError, match=named):  # q_norm's [head_dim], the first tensor the config sizes
         import_hf(str(tmp_path / "hf"))
+
+
+def test_an_expert_tensor_that_does_not_match_its_config_is_named(tmp_path):
+    _saved_by_transformers("qwen3_moe", tmp_path / "hf")
+    doc = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "moe_intermediate_size": 32}))
+    named = (
+        r"tensor 'model.layers.0.mlp.experts.0.gate_proj.weight' has shape \(40, 64\), its config implies \(32, 64\)"
+    )
+    with pytest.raises(ValueError, match=named):
+        import_hf(str(tmp_path / "hf"))
+
+
+def test_a_moe_option_no_family_has_is_refused_on_export():
+    from marin.inference.hf import hf_config
+    from marin.trainer.model import model_preset
+
+    with pytest.raises(ValueError, match=r"cannot be exported as mixtral: shared_experts=1"):
+        hf_config(dataclasses.replace(model_preset("mixtral_8x7b"), shared_experts=1), bos_token_id=1, eos_token_id=2)
+    olmoe = hf_config(model_preset("olmoe_1b_7b"), bos_token_id=None, eos_token_id=1)
+    assert olmoe["model_type"] == "olmoe" and olmoe["num_experts"] == 64 and olmoe["norm_topk_prob"] is False

@@ -1,6 +1,7 @@
 """Train the tiny model under several meshes on 8 simulated CPU devices; print one JSON report.
 
-    python sharding_script.py OUTPUT_DIR [--eval] [--optimizer=muon] single fsdp tp restore:fsdp:tp init_from:fsdp:tp
+    python sharding_script.py OUTPUT_DIR [--eval] [--optimizer=muon] [--moe] single fsdp tp restore:fsdp:tp \
+        init_from:fsdp:tp
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` only takes effect before JAX initialises, and the
 pytest process initialised it long ago, hence a subprocess. Each run name is a key of ``RUNS`` (a mesh and a
@@ -45,14 +46,18 @@ RUNS = {
     "fsdp": (MeshConfig(fsdp=-1), "fsdp"),
     "tp": (MeshConfig(data=4, fsdp=1, tensor=2), "tp"),  # kv_heads=2 bounds the tensor axis
     "fsdp_tp": (MeshConfig(data=2, fsdp=2, tensor=2), "fsdp_tp"),
+    # expert parallelism (with --moe): 4 experts over the expert axis, tokens exchanged all-to-all
+    "ep": (MeshConfig(data=1, fsdp=2, expert=4, tensor=1), "fsdp"),
+    "ep_tp": (MeshConfig(data=1, fsdp=1, expert=4, tensor=2), "fsdp_tp"),
 }
 
 
 OPTIMIZER = "adamw"  # --optimizer=KIND sets it for every run
+MOE = False  # --moe: the tiny mixture-of-experts model for every run
 
 
 def config(output_path: Path, run: str, evaluate: bool = False) -> TrainLmConfig:
-    return tiny_config(output_path, *RUNS[run], evaluate=evaluate, optimizer=OPTIMIZER)
+    return tiny_config(output_path, *RUNS[run], evaluate=evaluate, optimizer=OPTIMIZER, moe=MOE)
 
 
 def spec_of(array: jax.Array) -> list:
@@ -136,5 +141,6 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
 if __name__ == "__main__":
     args = sys.argv[2:]
     OPTIMIZER = next((a.split("=", 1)[1] for a in args if a.startswith("--optimizer=")), OPTIMIZER)
+    MOE = "--moe" in args
     jobs = [a for a in args if not a.startswith("--")]
     print(json.dumps(main(Path(sys.argv[1]), jobs, evaluate="--eval" in args)))

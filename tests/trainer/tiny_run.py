@@ -20,12 +20,25 @@ STEPS = 5
 
 
 def tiny_config(
-    output_path: Path, mesh: MeshConfig, sharding: ShardingSpec, evaluate: bool = False, optimizer: str = "adamw"
+    output_path: Path,
+    mesh: MeshConfig,
+    sharding: ShardingSpec,
+    evaluate: bool = False,
+    optimizer: str = "adamw",
+    moe: bool = False,
 ) -> TrainLmConfig:
-    """``optimizer``: adamw (the settings below) or another ``OptimizerConfig.kind`` at its usual scale."""
+    """``optimizer``: adamw (the settings below) or another ``OptimizerConfig.kind`` at its usual scale;
+    ``moe``: 4 experts of width 64, top-2, with both router losses, instead of the dense MLP."""
     validation = {"held": SyntheticSourceConfig(vocab_size=256, num_tokens=5_000, seed=7)} if evaluate else {}
+    experts = dict(mlp_dim=64, num_experts=4, experts_per_token=2, router_z_loss_coef=1e-3) if moe else {}
     model = LlamaConfig(
-        vocab_size=256, hidden_dim=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, seq_len=32
+        **{"mlp_dim": 128, **experts},
+        vocab_size=256,
+        hidden_dim=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        seq_len=32,
     )
     return TrainLmConfig(
         output_path=str(output_path),

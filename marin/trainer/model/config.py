@@ -339,3 +339,105 @@ def llama_8b() -> LlamaConfig:
         rope_scaling=Llama3RopeScaling(),
         remat="full",
     )
+
+
+# Other families' published shapes (their HF config.json files), as options of the one model.
+_QWEN3_VOCAB = 151_936
+
+
+@register_model_preset("qwen3_0_6b")
+def qwen3_0_6b() -> LlamaConfig:
+    """Shaped like Qwen3-0.6B: QK-norm per head, head_dim 128 independent of width, tied embeddings
+    (596M parameters, 440M without the embedding, as its model card says)."""
+    return LlamaConfig(
+        vocab_size=_QWEN3_VOCAB,
+        hidden_dim=1024,
+        mlp_dim=3072,
+        num_layers=28,
+        num_heads=16,
+        num_kv_heads=8,
+        head_dim=128,
+        seq_len=4096,
+        rope_theta=1_000_000.0,
+        norm_eps=1e-6,
+        tie_embeddings=True,
+        qk_norm="head",
+    )
+
+
+@register_model_preset("qwen3_32b")
+def qwen3_32b() -> LlamaConfig:
+    """Shaped like Qwen3-32B, the architecture of Marin's 32B run (32.8B parameters)."""
+    return LlamaConfig(
+        vocab_size=_QWEN3_VOCAB,
+        hidden_dim=5120,
+        mlp_dim=25600,
+        num_layers=64,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        seq_len=4096,
+        rope_theta=1_000_000.0,
+        norm_eps=1e-6,
+        qk_norm="head",
+        remat="full",
+    )
+
+
+@register_model_preset("olmo2_1b")
+def olmo2_1b() -> LlamaConfig:
+    """Shaped like OLMo-2-0425-1B: QK-norm over all heads, norms on the sublayers' outputs (1.48B)."""
+    return LlamaConfig(
+        vocab_size=100_352,
+        hidden_dim=2048,
+        mlp_dim=8192,
+        num_layers=16,
+        num_heads=16,
+        num_kv_heads=16,
+        seq_len=4096,
+        rope_theta=500_000.0,
+        norm_eps=1e-6,
+        qk_norm="full",
+        norm_placement="post",
+    )
+
+
+@register_model_preset("olmoe_1b_7b")
+def olmoe_1b_7b() -> LlamaConfig:
+    """Shaped like OLMoE-1B-7B: 64 experts of width 1024, top-8 without renormalization, load-balancing loss
+    0.01 and router z-loss 0.001 (6.9B parameters, 1.3B active)."""
+    return LlamaConfig(
+        vocab_size=50_304,
+        hidden_dim=2048,
+        mlp_dim=1024,
+        num_layers=16,
+        num_heads=16,
+        num_kv_heads=16,
+        seq_len=4096,
+        qk_norm="full",
+        num_experts=64,
+        experts_per_token=8,
+        normalize_topk=False,
+        router_aux_loss_coef=0.01,
+        router_z_loss_coef=0.001,
+    )
+
+
+@register_model_preset("mixtral_8x7b")
+def mixtral_8x7b() -> LlamaConfig:
+    """Shaped like Mixtral-8x7B: 8 experts of width 14336, top-2 renormalized (46.7B parameters, 12.9B
+    active)."""
+    return LlamaConfig(
+        vocab_size=32_000,
+        hidden_dim=4096,
+        mlp_dim=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        seq_len=4096,
+        rope_theta=1_000_000.0,
+        num_experts=8,
+        experts_per_token=2,
+        router_aux_loss_coef=0.02,
+        remat="full",
+    )

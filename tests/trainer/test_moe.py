@@ -1,0 +1,244 @@
+"""Mixture-of-experts: the dispatches agree, capacity drops what GShard's priority says and counts it, the router
+options and losses are their formulas, expert parallelism on 8 host devices equals one device, and a MoE trains
+with its router metrics logged. (Parity with transformers' Mixtral, Qwen3-MoE and OLMoE, logits, generation and
+the load-balancing loss, is in tests/export/test_hf_families.py.)"""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh, AxisType
+
+from marin.trainer import train
+from marin.trainer.axes import ShardingContext, use_sharding
+from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
+from marin.trainer.model import LlamaConfig, init_params, model_preset, param_axes, training_loss
+from marin.trainer.model.moe import expert_capacity, moe_block, route
+from marin.trainer.muon import matrix_dims
+from tests.trainer.tiny_run import tiny_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("sharding_script.py")
+
+MOE = LlamaConfig(
+    vocab_size=96,
+    hidden_dim=32,
+    mlp_dim=48,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    seq_len=24,
+    num_experts=6,
+    experts_per_token=2,
+    router_z_loss_coef=1e-3,
+    initializer_range=0.2,
+)
+
+
+def _batch(cfg, rows=3, seed=1):
+    tokens = jax.random.randint(jax.random.PRNGKey(seed), (rows, cfg.seq_len), 0, cfg.vocab_size)
+    return dict(
+        input_ids=tokens,
+        targets=jnp.roll(tokens, -1, axis=1),
+        segment_ids=jnp.ones_like(tokens),
+        loss_mask=jnp.ones(tokens.shape, jnp.float32),
+    )
+
+
+def _layer0(params):
+    return jax.tree.map(lambda p: p[0], params["layers"])
+
+
+@pytest.mark.parametrize("dispatch", ["ragged", "dense"])
+def test_dropless_dispatches_and_an_ample_capacity_give_the_same_loss_and_gradients(dispatch):
+    params = init_params(MOE, jax.random.PRNGKey(0))
+    batch = _batch(MOE)
+
+    def loss_and_grads(cfg):
+        return jax.value_and_grad(lambda p: training_loss(cfg, p, batch)[0])(params)
+
+    reference = loss_and_grads(dataclasses.replace(MOE, capacity_factor=MOE.num_experts / MOE.experts_per_token))
+    got = loss_and_grads(dataclasses.replace(MOE, moe_dispatch=dispatch))
+    assert float(got[0]) == pytest.approx(float(reference[0]), rel=1e-6)
+    for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(reference[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # fp32 summation order
+    assert float(jnp.abs(got[1]["layers"]["router"]).sum()) > 0  # the router learns (weights and aux loss)
+
+
+def _reference_moe(cfg, layer, x):
+    """A token-by-token loop: each token's chosen experts in choice-major priority, capacity per expert."""
+    x = np.asarray(x, np.float64)
+    logits = x @ np.asarray(layer["router"], np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    k = cfg.experts_per_token
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+    weights = np.take_along_axis(probs, chosen, -1)
+    weights /= weights.sum(-1, keepdims=True)
+    capacity = expert_capacity(len(x), k, cfg.num_experts, cfg.capacity_factor) if cfg.capacity_factor else len(x)
+    used = np.zeros(cfg.num_experts, int)
+    out, dropped = np.zeros_like(x), 0
+    for choice in range(k):
+        for t in range(len(x)):
+            e = chosen[t, choice]
+            if used[e] >= capacity:
+                dropped += 1
+                continue
+            used[e] += 1
+            g = x[t] @ np.asarray(layer["w_gate"][e], np.float64)
+            u = x[t] @ np.asarray(layer["w_up"][e], np.float64)
+            out[t] += weights[t, choice] * ((g / (1 + np.exp(-g)) * u) @ np.asarray(layer["w_down"][e], np.float64))
+    return out, dropped
+
+
+@pytest.mark.parametrize("capacity_factor", [None, 0.5, 1.0])
+def test_capacity_drops_later_choices_first_and_counts_them(capacity_factor):
+    cfg = dataclasses.replace(MOE, capacity_factor=capacity_factor)
+    layer = _layer0(init_params(cfg, jax.random.PRNGKey(3)))
+    x = jax.random.normal(jax.random.PRNGKey(4), (2, 20, cfg.hidden_dim))
+    y, stats = moe_block(cfg, layer, x)
+    want, dropped = _reference_moe(cfg, layer, x.reshape(40, -1))
+    np.testing.assert_allclose(np.asarray(y).reshape(40, -1), want, rtol=1e-4, atol=1e-5)
+    assert int(stats.dropped) == dropped
+    assert (dropped > 0) == (capacity_factor is not None)  # 80 assignments over 6 experts: 0.5 and 1.0 overflow
+    assert float(stats.expert_counts.sum()) == 40 * cfg.experts_per_token and float(stats.tokens) == 40
+
+
+def test_router_orders_and_renormalization():
+    layer = _layer0(init_params(MOE, jax.random.PRNGKey(0)))
+    x = jax.random.normal(jax.random.PRNGKey(1), (50, MOE.hidden_dim))
+    logits, experts, weights = route(MOE, x, layer["router"])
+    _, experts_b, weights_b = route(dataclasses.replace(MOE, router_order="topk_softmax"), x, layer["router"])
+    np.testing.assert_array_equal(experts, experts_b)  # the top-k softmax of the top logits is the renormalized
+    np.testing.assert_allclose(weights, weights_b, rtol=1e-6)
+    _, _, raw = route(dataclasses.replace(MOE, normalize_topk=False), x, layer["router"])
+    np.testing.assert_allclose(raw, np.take_along_axis(np.asarray(jax.nn.softmax(logits)), np.asarray(experts), -1))
+    assert float(raw.sum(-1).max()) < 1 and np.allclose(weights.sum(-1), 1)
+
+
+def test_router_losses_are_their_formulas_and_enter_the_training_loss():
+    cfg = dataclasses.replace(MOE, num_layers=1, router_aux_loss_coef=0.1, router_z_loss_coef=0.01)
+    params = init_params(cfg, jax.random.PRNGKey(0))
+    batch = _batch(cfg)
+    loss, weight, metrics = training_loss(cfg, params, batch)
+    # recompute from the layer's own input (the normalised residual stream)
+    from marin.trainer.model.llama import attention_block, rms_norm, rope_frequencies
+
+    layer = _layer0(params)
+    angles = np.arange(cfg.seq_len)[:, None] * rope_frequencies(cfg)[None]
+    x = params["embed"][batch["input_ids"]]
+    x = x + attention_block(
+        cfg, layer, rms_norm(x, layer["attn_norm"], cfg.norm_eps), np.cos(angles), np.sin(angles), batch["segment_ids"]
+    )
+    logits = np.asarray(route(cfg, rms_norm(x, layer["mlp_norm"], cfg.norm_eps).reshape(-1, 32), layer["router"])[0])
+    probs = np.asarray(jax.nn.softmax(logits))
+    top = np.argsort(-probs, -1)[:, : cfg.experts_per_token]
+    fraction = np.stack([(top == e).any(-1).mean() for e in range(cfg.num_experts)])
+    balance = cfg.num_experts * np.sum(fraction * probs.mean(0))
+    z = np.mean(np.log(np.exp(logits).sum(-1)) ** 2)
+    assert float(metrics["router_aux_loss"] / weight) == pytest.approx(balance, rel=1e-5)
+    assert float(metrics["router_z_loss"] / weight) == pytest.approx(z, rel=1e-5)
+    from marin.trainer.model import next_token_loss
+
+    token_loss, _ = next_token_loss(cfg, params, batch)
+    assert float((loss - token_loss) / weight) == pytest.approx(0.1 * balance + 0.01 * z, rel=1e-4)
+    loads = [float(metrics[f"expert_load/{e:03d}"] / weight) for e in range(cfg.num_experts)]
+    np.testing.assert_allclose(loads, fraction * cfg.num_experts / cfg.experts_per_token, rtol=1e-5)
+
+
+def test_counts_follow_active_parameters_and_published_sizes():
+    mixtral, olmoe = model_preset("mixtral_8x7b"), model_preset("olmoe_1b_7b")
+    assert round(mixtral.param_count / 1e9, 1) == 46.7 and round(mixtral.active_param_count / 1e9, 1) == 12.9
+    assert round(olmoe.param_count / 1e9, 1) == 6.9 and round(olmoe.active_param_count / 1e9, 1) == 1.3
+    assert round(model_preset("qwen3_0_6b").param_count / 1e6) == 596  # Qwen3-0.6B, tied embeddings
+    assert round(model_preset("qwen3_32b").param_count / 1e9, 1) == 32.8
+    assert round(model_preset("olmo2_1b").param_count / 1e9, 2) == 1.48
+    shapes = jax.eval_shape(lambda: init_params(MOE, jax.random.PRNGKey(0)))
+    assert sum(math.prod(p.shape) for p in jax.tree.leaves(shapes)) == MOE.param_count
+    with_shared = dataclasses.replace(MOE, shared_experts=1)
+    shapes = jax.eval_shape(lambda: init_params(with_shared, jax.random.PRNGKey(0)))
+    assert sum(math.prod(p.shape) for p in jax.tree.leaves(shapes)) == with_shared.param_count
+    # FLOPs count the k active experts: a MoE of k experts of width m costs what a dense MLP of width k*m does
+    dense = dataclasses.replace(MOE, num_experts=0, mlp_dim=MOE.experts_per_token * MOE.mlp_dim)
+    router = 6 * MOE.num_layers * MOE.hidden_dim * MOE.num_experts
+    assert MOE.flops_per_token() == dense.flops_per_token() + router
+    # each expert's matrix is orthogonalized on its own by Muon (experts are a batch axis like layers)
+    dims = matrix_dims(param_axes(MOE)["layers"]["w_gate"])
+    assert dims.reduction == (2,) and dims.output == (3,)
+
+
+def test_shared_experts_add_an_unweighted_swiglu():
+    cfg = dataclasses.replace(MOE, shared_experts=2)
+    layer = _layer0(init_params(cfg, jax.random.PRNGKey(0)))
+    x = jax.random.normal(jax.random.PRNGKey(1), (1, 8, cfg.hidden_dim))
+    y, _ = moe_block(cfg, layer, x)
+    routed, _ = moe_block(dataclasses.replace(cfg, shared_experts=0), layer, x)
+    gate, up = x @ layer["shared_gate"], x @ layer["shared_up"]
+    np.testing.assert_allclose(y - routed, (jax.nn.silu(gate) * up) @ layer["shared_down"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(experts_per_token=7), r"experts_per_token \(top-k\) must be between 1 and num_experts \(6\), got 7"),
+        (dict(router_order="sigmoid"), r"router_order must be one of \('softmax_topk', 'topk_softmax'\)"),
+        (dict(capacity_factor=0.0), "capacity_factor must be > 0 or None"),
+        (dict(moe_dispatch="megablocks"), "moe_dispatch must be one of"),
+        (dict(num_experts=-1), r"num_experts must be an int >= 0 \(0: dense\), got -1"),
+    ],
+)
+def test_bad_moe_configs_are_refused_naming_the_field(change, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(MOE, **change)
+
+
+def test_experts_that_do_not_divide_over_the_expert_axis_are_refused():
+    mesh = AbstractMesh((1, 1, 4, 1), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
+    cfg = MOE  # 6 experts over 4 devices
+    layer = jax.eval_shape(lambda: _layer0(init_params(cfg, jax.random.PRNGKey(0))))
+    x = jax.ShapeDtypeStruct((4, 8, cfg.hidden_dim), jnp.float32)
+    with use_sharding(ShardingContext(mesh, resolve_rules("fsdp"))):
+        with pytest.raises(ValueError, match=r"num_experts \(6\) does not divide over the mesh's expert axis \(4"):
+            jax.eval_shape(lambda layer, x: moe_block(cfg, layer, x), layer, x)
+
+
+@pytest.mark.timeout(900)
+def test_expert_parallelism_on_8_devices_equals_one_device(tmp_path):
+    """The tiny MoE (4 experts) trained 5 steps on one device, with experts over 4 devices (x 2 fsdp), and over
+    4 (x 2 tensor); restoring the expert-parallel checkpoint on one device is bitwise."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    jobs = ["single", "ep", "ep_tp", "restore:ep:single"]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--moe", *jobs], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+    for name in ("ep", "ep_tp"):
+        assert runs[name]["mesh"]["expert"] == 4
+        assert runs[name]["specs"]["params/layers/w_gate"][:2] == [None, "expert"]  # [layers, experts, ...]
+        np.testing.assert_allclose(runs[name]["losses"], runs["single"]["losses"], rtol=1e-6)
+        assert runs[name]["param_diff"] <= 1e-5 and runs[name]["opt_state_diff"] <= 1e-5
+    assert runs["restore:ep:single"]["bitwise_equal"]
+
+
+def test_a_moe_trains_and_logs_its_router_metrics(tmp_path):
+    config = tiny_config(tmp_path / "run", MeshConfig(data=1, fsdp=1, tensor=1), "dp", moe=True)
+    optimizer = dataclasses.replace(config.optimizer, learning_rate=3e-3)
+    trainer = dataclasses.replace(config.trainer, num_train_steps=20)
+    train(dataclasses.replace(config, optimizer=optimizer, trainer=trainer))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "train/loss" in r]
+    assert len(steps) == 20 and sum(r["train/loss"] for r in steps[-5:]) / 5 < steps[0]["train/loss"] - 0.5
+    last = steps[-1]
+    assert 1.5 < last["train/router_aux_loss"] < 4  # k = 2 when perfectly balanced, up to E * k = 8
+    assert last["train/moe_dropped_fraction"] == 0.0 and last["train/router_z_loss"] > 0
+    loads = [last[f"train/expert_load/{e:03d}"] for e in range(4)]
+    assert sum(loads) == pytest.approx(4.0, rel=1e-5)  # mean share 1 (uniform) per expert
