@@ -19,7 +19,10 @@ import jax
 import jax.numpy as jnp
 
 from marin.posttrain.losses import PreferenceLossConfig, metric_sums, preference_loss
-from marin.trainer.model import LlamaConfig, forward
+from marin.trainer.model import LlamaConfig
+from marin.trainer.model.dense import dense
+from marin.trainer.model.llama import hidden_states_and_router_stats, output_projection
+from marin.trainer.model.moe import router_losses
 from marin.trainer.step import PrecisionPolicy
 
 
@@ -27,7 +30,14 @@ def sequence_logps(
     cfg: LlamaConfig, params: Any, batch: dict, *, matmul_dtype: str = "default"
 ) -> tuple[jax.Array, jax.Array]:
     """Summed log-probabilities of each reply's tokens and their counts, each [pairs, 2] (chosen, rejected)."""
-    logits = forward(cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype)  # fp32
+    return _logps_and_router_stats(cfg, params, batch, matmul_dtype)[:2]
+
+
+def _logps_and_router_stats(cfg: LlamaConfig, params: Any, batch: dict, matmul_dtype: str):
+    x, stats = hidden_states_and_router_stats(
+        cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
+    )
+    logits = dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [rows, seq, vocab]
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
     token_logps = target_logit - jax.nn.logsumexp(logits, axis=-1)  # [rows, seq]
     mask = batch["loss_mask"].astype(jnp.float32)
@@ -37,17 +47,21 @@ def sequence_logps(
     def per_reply(values: jax.Array) -> jax.Array:
         return jax.ops.segment_sum(values.reshape(-1), slots, num_segments=num + 1)[:num].reshape(-1, 2)
 
-    return per_reply(token_logps * mask), per_reply(mask)
+    return per_reply(token_logps * mask), per_reply(mask), stats
 
 
 def dpo_loss_fn(
     cfg: LlamaConfig, loss: PreferenceLossConfig, policy: PrecisionPolicy
 ) -> Callable[[Any, dict, Any], tuple[jax.Array, jax.Array, dict[str, jax.Array]]]:
     """The trainer's ``LossFn`` for ``loss``: ``(params in compute dtype, batch, frozen reference params or
-    None) -> (summed loss, number of pairs, summed metrics)``."""
+    None) -> (summed loss, number of pairs, summed metrics)``.
+
+    A mixture-of-experts policy adds its router losses (``moe.router_losses``: the load-balancing and z-loss
+    with the model's coefficients) to the mean pair loss, as TRL's DPO adds ``router_aux_loss_coef * aux_loss``
+    when the model outputs its router logits; the reference model's routing adds nothing."""
 
     def loss_fn(params, batch, frozen):
-        logps, lengths = sequence_logps(cfg, params, batch, matmul_dtype=policy.matmul_dtype)
+        logps, lengths, stats = _logps_and_router_stats(cfg, params, batch, policy.matmul_dtype)
         ref = None
         if not loss.reference_free:
             if "ref_logps" in batch:
@@ -57,7 +71,13 @@ def dpo_loss_fn(
                 ref = sequence_logps(cfg, reference, batch, matmul_dtype=policy.matmul_dtype)[0]
         per_pair, chosen, rejected = preference_loss(loss, logps, ref, lengths)
         valid = batch["pair_valid"][:, 0]
-        return jnp.sum(per_pair * valid), jnp.sum(valid), metric_sums(loss, logps, lengths, chosen, rejected, valid)
+        pairs = jnp.sum(valid)
+        sums = metric_sums(loss, logps, lengths, chosen, rejected, valid)
+        if stats is None:
+            return jnp.sum(per_pair * valid), pairs, sums
+        router = router_losses(cfg, stats)
+        sums.update({name: router[name] * pairs for name in ("router_aux_loss", "router_z_loss")})
+        return jnp.sum(per_pair * valid) + router["router_loss"] * pairs, pairs, sums
 
     return loss_fn
 

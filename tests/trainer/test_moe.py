@@ -242,3 +242,9 @@ def test_a_moe_trains_and_logs_its_router_metrics(tmp_path):
     assert last["train/moe_dropped_fraction"] == 0.0 and last["train/router_z_loss"] > 0
     loads = [last[f"train/expert_load/{e:03d}"] for e in range(4)]
     assert sum(loads) == pytest.approx(4.0, rel=1e-5)  # mean share 1 (uniform) per expert
+    # the data browser's training page charts them with the other curves
+    from data_browser.training import chart_order, load_metrics
+
+    metrics = load_metrics(str(tmp_path / "run" / "metrics.jsonl"), max_bytes=1 << 20, max_points=100)
+    charted = chart_order(list(metrics.columns))
+    assert {"train/router_aux_loss", "train/moe_dropped_fraction", "train/expert_load/003"} <= set(charted)
