@@ -56,9 +56,9 @@ OPTIONS = {
 }
 
 
-def _saved_by_transformers(family: str, path) -> None:
+def _saved_by_transformers(family: str, path, **shape) -> None:
     config_class, model_class, extra = FAMILIES[family]
-    config = getattr(transformers, config_class)(**SHAPE, **extra)
+    config = getattr(transformers, config_class)(**{**SHAPE, **shape}, **extra)
     torch.manual_seed(0)
     model = getattr(transformers, model_class)(config).eval()
     with torch.no_grad():  # norms away from 1 and biases away from 0, so a swapped or skipped one shows
@@ -129,6 +129,35 @@ def test_the_load_balancing_loss_is_transformers(family, tmp_path):
     _, weight, metrics = training_loss(cfg, params, batch)
     assert float(metrics["router_aux_loss"] / weight) == pytest.approx(theirs, rel=1e-5)
     assert cfg.router_aux_loss_coef == model.config.router_aux_loss_coef
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_completions_through_the_openai_server_are_transformers(family, tmp_path):
+    """Our export of transformers' model, with a tokenizer, served; each completion is transformers' greedy
+    continuation of the same prompt ids, decoded."""
+    require_module("openai", "the openai client (the dev extra)")
+    require_module("uvicorn", "uvicorn (the serve extra)")
+    from tests.export.tiny_model import write_tiny_tokenizer
+    from tests.inference.serving import client, serving
+
+    _saved_by_transformers(family, tmp_path / "theirs", vocab_size=320)  # the tiny tokenizer's 300 fit
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    tokenizer, _ = write_tiny_tokenizer(str(tmp_path / "tok"))
+    export_hf(cfg, params, str(tmp_path / "ours"), tokenizer=tokenizer)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "theirs"), dtype=torch.float32).eval()
+    texts = []
+    with serving(str(tmp_path / "ours")) as (url, model, _):
+        eos = model.engine.end_tokens[0]
+        for prompt in ("Once upon a time", "The cow said"):
+            got = client(url).completions.create(model=model.name, prompt=prompt, max_tokens=10, temperature=0)
+            ids = [*model.prefix, *model.encode_text(prompt)]
+            with torch.no_grad():
+                out = theirs.generate(
+                    torch.tensor([ids]), max_new_tokens=10, do_sample=False, eos_token_id=eos, pad_token_id=eos
+                )
+            assert got.choices[0].text == model.decode(out[0, len(ids) :].tolist())
+            texts.append(got.choices[0].text)
+    assert any(len(t) > 5 for t in texts), texts  # something was generated, not an immediate end
 
 
 def test_our_options_train_and_count_their_parameters():

@@ -29,11 +29,9 @@ CFG = dataclasses.replace(
 )
 
 
-def make_tiny_export(path: str, chat: bool = False, eos_scale: float = 1.0):
-    """Write ``tokenizer.json``, ``config.json`` and ``model.safetensors`` to ``path``; return (cfg, params).
-    ``chat``: the tokenizer has the chat tokens and the export carries the chat template. ``eos_scale``
-    multiplies the end-of-text token's output weights: at 3 the model's greedy token is end-of-text at about
-    one position in eight (at 1, almost never), as a trained model's is after a document."""
+def write_tiny_tokenizer(path: str, chat: bool = False):
+    """The tiny byte-level BPE (300 tokens; the chat tokens too with ``chat``) saved beside ``path``: returns
+    (its path, the tokenizer)."""
     tokenizer = build_bpe_tokenizer(
         iter(TEXTS), TrainTokenizerConfig(input_paths=["-"], output_path="-", vocab_size=300, min_frequency=1)
     )
@@ -47,6 +45,15 @@ def make_tiny_export(path: str, chat: bool = False, eos_scale: float = 1.0):
         tok_path = f"{path}-tokenizer.json"
         with open(tok_path, "w") as f:
             f.write(tokenizer.to_str())
+    return tok_path, tokenizer
+
+
+def make_tiny_export(path: str, chat: bool = False, eos_scale: float = 1.0):
+    """Write ``tokenizer.json``, ``config.json`` and ``model.safetensors`` to ``path``; return (cfg, params).
+    ``chat``: the tokenizer has the chat tokens and the export carries the chat template. ``eos_scale``
+    multiplies the end-of-text token's output weights: at 3 the model's greedy token is end-of-text at about
+    one position in eight (at 1, almost never), as a trained model's is after a document."""
+    tok_path, tokenizer = write_tiny_tokenizer(path, chat)
     # numpy draws (init_params compiles one program per leaf shape: seconds on a busy CPU); matrices at 3x
     # the usual scale for peakier logits (argmax well separated), norms at 1
     rng = np.random.default_rng(0)

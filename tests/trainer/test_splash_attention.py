@@ -136,12 +136,12 @@ def _four_device_report() -> dict:
 
 def test_sharding_rules_splash_cannot_follow_are_named():
     """Pure shape logic, on an abstract 8-device mesh (no devices needed)."""
-    mesh = AbstractMesh((2, 2, 2), ("data", "fsdp", "tensor"))
+    mesh = AbstractMesh((2, 2, 1, 2), ("data", "fsdp", "expert", "tensor"))
     reason = functools.partial(unsupported_reason, dtype=jnp.float32, platform="tpu")
-    tp = ShardingContext(mesh, SHARDING_PRESETS["fsdp_tp"])  # batch over data x fsdp (4), heads over tensor (2)
+    tp = ShardingContext(mesh, SHARDING_PRESETS["fsdp_tp"])  # batch over data x fsdp x expert (4), heads on tensor
     assert reason((4, 256, 8, 64), (4, 256, 2, 64), context=tp) is None
     assert reason((2, 256, 8, 64), (2, 256, 2, 64), context=tp) == (
-        "batch 2 does not divide into 4 shards over mesh axes ('data', 'fsdp')"
+        "batch 2 does not divide into 4 shards over mesh axes ('data', 'fsdp', 'expert')"
     )
     assert "kv_heads 1 does not divide into 2 shards" in reason((4, 256, 8, 64), (4, 256, 1, 64), context=tp)
     heads_only = ShardingContext(mesh, (*SHARDING_PRESETS["dp"], (HEADS, "tensor")))
