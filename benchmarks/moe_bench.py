@@ -8,9 +8,11 @@ The shape is ``trainer_bench``'s ``small`` with its MLP made a MoE of the same a
 step is forward, backward (cross-entropy plus the load-balancing loss) and AdamW, in fp32 for every peer (what
 a CPU runs best). Peers:
 
-* ``jax_dense``, ``jax_ragged``, ``jax_capacity``: the lab's jitted train step (``make_train_step``) with
-  ``moe_dispatch="dense"`` (every expert on every token, one-hot combine), ``"ragged"`` (sorted assignments,
-  ``jax.lax.ragged_dot``) and ``capacity_factor=1.25`` (GShard buffers; drops the overflow);
+* ``jax_dense``, ``jax_ragged``, ``jax_blocked``, ``jax_capacity``: the lab's jitted train step
+  (``make_train_step``) with ``moe_dispatch="dense"`` (every expert on every token, one-hot combine),
+  ``"ragged"`` (sorted assignments, ``jax.lax.ragged_dot``), ``"blocked"`` (sorted assignments padded to blocks,
+  a batched matmul over gathered expert weights) and ``capacity_factor=1.25`` (GShard buffers; drops the
+  overflow);
 * ``torch_eager``: transformers' ``MixtralForCausalLM`` (the same shapes, sdpa attention,
   ``output_router_logits=True`` so its loss has the same aux term) with ``torch.optim.AdamW``;
 * ``torch_compile``: the same model under ``torch.compile``.
@@ -140,6 +142,7 @@ def torch_worker(compile: bool, steps: int) -> dict:
 PEERS = {
     "jax_dense": lambda steps: jax_worker("dense", steps),
     "jax_ragged": lambda steps: jax_worker("ragged", steps),
+    "jax_blocked": lambda steps: jax_worker("blocked", steps),
     "jax_capacity": lambda steps: jax_worker("capacity", steps),
     "torch_eager": lambda steps: torch_worker(False, steps),
     "torch_compile": lambda steps: torch_worker(True, steps),

@@ -1,7 +1,7 @@
 """The device mesh and the sharding presets: parallelism is two config fields, never model code.
 
-A mesh arranges the devices on three named axes, and a rule table (``axes.py``) maps the logical axes
-that parameters and activations carry onto them::
+A mesh arranges the devices on four named axes (data, fsdp, expert, tensor), and a rule table (``axes.py``)
+maps the logical axes that parameters and activations carry onto them::
 
     TrainerConfig(..., mesh=MeshConfig(data=1, fsdp=-1, tensor=1), sharding="fsdp")     # ZeRO-3
     TrainerConfig(..., mesh=MeshConfig(data=2, fsdp=2, tensor=2), sharding="fsdp_tp")   # 3-D
@@ -12,23 +12,26 @@ hidden 64, 4 query heads of 16, batch 16)::
     wq         [layers, embed, heads, head_dim] (2, 64, 4, 16) -> P(None, "fsdp", "tensor", None)
                each device holds (2, 32, 2, 16); the 2 data replicas hold the same quarter
     Adam mu/nu of wq: the same placement as wq;  Adam's step count (a scalar): replicated
-    input_ids  [batch, seq] (16, 32) -> P(("data", "fsdp"), None): 4 rows per device, tensor pairs share rows
+    input_ids  [batch, seq] (16, 32) -> P(("data", "fsdp", "expert"), None): 4 rows per device, tensor
+               pairs share rows
 
 The presets (``SHARDING_PRESETS``) differ only in which rules they contain:
 
-    ========  ================================================  ================================
+    ========  ================================================  =========================
     preset    parameters and optimizer state                    batch
-    ========  ================================================  ================================
-    dp        replicated                                        over data x fsdp
-    fsdp      ``embed`` dimension over fsdp (ZeRO-3: params,    over data x fsdp
+    ========  ================================================  =========================
+    dp        replicated                                        over data x fsdp x expert
+    fsdp      ``embed`` dimension over fsdp (ZeRO-3: params,    over data x fsdp x expert
               grads and Adam moments sharded, gathered per use)
-    tp        heads, kv_heads, mlp, vocab over tensor           over data x fsdp
+    tp        heads, kv_heads, mlp, vocab over tensor           over data x fsdp x expert
               (Megatron: column/row-parallel projections)
-    fsdp_tp   both of the above                                 over data x fsdp
-    ========  ================================================  ================================
+    fsdp_tp   both of the above                                 over data x fsdp x expert
+    ========  ================================================  =========================
 
-Every preset puts the batch over ``data`` *and* ``fsdp``, so an axis a preset leaves idle for
-parameters still does data parallelism (``dp`` on an fsdp-sized mesh is plain DP, not wasted devices).
+Every preset puts the batch over ``data``, ``fsdp`` *and* ``expert``, so an axis a preset leaves idle for
+parameters still does data parallelism (``dp`` on an fsdp-sized mesh is plain DP, not wasted devices), and
+every preset puts a mixture-of-experts' ``experts`` axis on ``expert`` (expert parallelism, ``MeshConfig.expert``;
+``model/moe.py`` exchanges the tokens all-to-all over it). At its default size 1 the expert axis changes nothing.
 
 A mesh of one device gives no ``ShardingContext`` at all (``sharding_context`` returns None): the
 trainer then runs exactly the single-device program it always ran.

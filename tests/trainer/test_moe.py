@@ -57,7 +57,7 @@ def _layer0(params):
     return jax.tree.map(lambda p: p[0], params["layers"])
 
 
-@pytest.mark.parametrize("dispatch", ["ragged", "dense"])
+@pytest.mark.parametrize("dispatch", ["ragged", "blocked", "dense"])
 def test_dropless_dispatches_and_an_ample_capacity_give_the_same_loss_and_gradients(dispatch):
     params = init_params(MOE, jax.random.PRNGKey(0))
     batch = _batch(MOE)

@@ -22,7 +22,7 @@ _REMAT_POLICIES = ("none", "minimal", "full")
 QK_NORMS = ("none", "head", "full")
 NORM_PLACEMENTS = ("pre", "post")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
-MOE_DISPATCHES = ("default", "ragged", "dense")
+MOE_DISPATCHES = ("default", "ragged", "blocked", "dense")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

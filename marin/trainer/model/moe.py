@@ -10,6 +10,9 @@ routed experts are computed is a dispatch, chosen by config:
 * ``ragged`` (dropless): the token/expert assignments are sorted by expert and each expert multiplies its
   contiguous rows: grouped matmuls, ``jax.lax.ragged_dot``. On GPU and TPU that is a grouped GEMM doing
   exactly the active FLOPs; XLA:CPU lowers it to a masked dense product over every expert.
+* ``blocked`` (dropless): the sorted assignments padded per expert to a multiple of a block of rows, and every
+  block multiplied by its expert's weights (a batched matmul over gathered weights; MegaBlocks' block-sparse
+  layout without its kernel): the active FLOPs plus at most one block of padding per expert, on any backend.
 * ``dense`` (dropless): every expert runs on every token and a one-hot combine matrix zeroes the unchosen
   ones (GShard's einsum without capacity): ``experts / k`` times the active FLOPs, no gather or sort.
 * capacity (``capacity_factor``): each expert takes at most ``C = ceil(factor * tokens * k / experts)``
@@ -154,6 +157,8 @@ def _routed_experts(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array) -> tu
     dropped = jnp.zeros((), jnp.int32)
     if name == "ragged":
         y = _ragged_dispatch(x, experts, weights, *w)
+    elif name == "blocked":
+        y = _blocked_dispatch(x, experts, weights, *w)
     elif name == "dense":
         y = _dense_dispatch(x, experts, weights, *w)
     else:
@@ -176,6 +181,37 @@ def _ragged_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
     out_sorted = _grouped_swiglu(x[order // k], sizes, w_gate, w_up, w_down)  # [tokens * k, embed]
     out = out_sorted[jnp.argsort(order)].reshape(tokens, k, -1)
     return jnp.einsum("tkd,tk->td", out, weights)
+
+
+def block_rows(assignments: int, num_experts: int) -> int:
+    """Rows per block of the blocked dispatch: the power of two at or above the mean group size, within
+    [8, 128] (small for decoding's few tokens, GEMM-sized for training's many)."""
+    mean = max(1, -(-assignments // num_experts))
+    return min(128, max(8, 1 << (mean - 1).bit_length()))
+
+
+def _blocked_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
+    tokens, k = experts.shape
+    num_experts, d = w_gate.shape[0], x.shape[-1]
+    n = tokens * k
+    rows = block_rows(n, num_experts)
+    blocks = -(-n // rows) + num_experts  # every group padded by less than a block: a static bound
+    flat = experts.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    sorted_experts = flat[order]
+    sizes = jnp.bincount(flat, length=num_experts)
+    padded = (sizes + rows - 1) // rows * rows
+    padded_end = jnp.cumsum(padded)
+    start, padded_start = jnp.cumsum(sizes) - sizes, padded_end - padded
+    slot = padded_start[sorted_experts] + jnp.arange(n) - start[sorted_experts]  # row in the padded layout
+    buffer = jnp.zeros((blocks * rows, d), x.dtype).at[slot].set(x[order // k]).reshape(blocks, rows, d)
+    # the expert owning each block; blocks past the last group hold zero rows (their output is zero)
+    owner = jnp.minimum(jnp.searchsorted(padded_end, jnp.arange(blocks) * rows, side="right"), num_experts - 1)
+    hidden = jax.nn.silu(jnp.einsum("nrd,ndm->nrm", buffer, w_gate[owner]))
+    hidden = hidden * jnp.einsum("nrd,ndm->nrm", buffer, w_up[owner])
+    out = jnp.einsum("nrm,nmd->nrd", hidden, w_down[owner]).reshape(blocks * rows, d)
+    results = out[slot][jnp.argsort(order)].reshape(tokens, k, d)
+    return jnp.einsum("tkd,tk->td", results, weights)
 
 
 def _dense_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
