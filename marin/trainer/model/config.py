@@ -118,9 +118,10 @@ class LlamaConfig:
     """A name from ``marin.trainer.attention.ATTENTION_BACKENDS``; "default" picks one per platform."""
     moe_dispatch: str = runtime_field("default")
     """How a dropless MoE layer computes (the same result either way): "ragged" sorts the assignments by expert
-    and runs grouped matmuls (``jax.lax.ragged_dot``), "dense" runs every expert on every token and zeroes the
-    unchosen (one-hot einsum; experts/k times the FLOPs). "default": "ragged" on GPU and TPU, "dense" on CPU,
-    where XLA lowers ``ragged_dot`` to a masked dense product anyway (measured in docs/model_families.md)."""
+    and runs grouped matmuls (``jax.lax.ragged_dot``), "blocked" pads the sorted groups to blocks of rows and
+    runs one batched matmul over the blocks' gathered expert weights, "dense" runs every expert on every token
+    and zeroes the unchosen (one-hot einsum; experts/k times the FLOPs). "default": "ragged" on TPU, "blocked"
+    elsewhere (``moe.dispatch_name``; measured in docs/model_families.md)."""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_dim", "mlp_dim", "num_layers", "num_heads", "num_kv_heads", "seq_len"):
