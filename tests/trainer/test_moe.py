@@ -212,18 +212,21 @@ def test_experts_that_do_not_divide_over_the_expert_axis_are_refused():
 
 @pytest.mark.timeout(900)
 def test_expert_parallelism_on_8_devices_equals_one_device(tmp_path):
-    """The tiny MoE (4 experts) trained 5 steps on one device, with experts over 4 devices (x 2 fsdp), and over
-    4 (x 2 tensor); restoring the expert-parallel checkpoint on one device is bitwise."""
+    """The tiny MoE (4 experts) trained 5 steps on one device, on 8 fsdp devices (routing per device, no expert
+    axis), with experts over 4 devices (x 2 fsdp), and over 4 (x 2 tensor); restoring the expert-parallel
+    checkpoint on one device is bitwise."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    jobs = ["single", "ep", "ep_tp", "restore:ep:single"]
+    jobs = ["single", "fsdp", "ep", "ep_tp", "restore:ep:single"]
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), str(tmp_path), "--moe", *jobs], env=env, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
-    for name in ("ep", "ep_tp"):
-        assert runs[name]["mesh"]["expert"] == 4
-        assert runs[name]["specs"]["params/layers/w_gate"][:2] == [None, "expert"]  # [layers, experts, ...]
+    assert runs["fsdp"]["mesh"]["fsdp"] == 8 and runs["fsdp"]["mesh"]["expert"] == 1
+    for name in ("fsdp", "ep", "ep_tp"):
+        if name != "fsdp":
+            assert runs[name]["mesh"]["expert"] == 4
+            assert runs[name]["specs"]["params/layers/w_gate"][:2] == [None, "expert"]  # [layers, experts, ...]
         np.testing.assert_allclose(runs[name]["losses"], runs["single"]["losses"], rtol=1e-6)
         assert runs[name]["param_diff"] <= 1e-5 and runs[name]["opt_state_diff"] <= 1e-5
     assert runs["restore:ep:single"]["bitwise_equal"]

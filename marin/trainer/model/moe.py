@@ -19,10 +19,11 @@ routed experts are computed is a dispatch, chosen by config:
   assignments, first choices before second (GShard/Switch priority); the overflow is dropped, i.e. the
   token keeps only its residual for that expert, and counted (``dropped``).
 
-**Expert parallelism.** When the active mesh has an ``expert`` axis of size > 1 (``MeshConfig.expert``) the
-layer runs per device under ``shard_map``: each device routes its own tokens, sends every assignment to the
-device that holds its expert (``all_to_all`` over the ``expert`` axis), multiplies what it received with its
-``experts / ep`` local experts (grouped matmuls), and sends the results back the same way. The send buffers
+**Expert parallelism.** On a mesh the layer runs per device under ``shard_map``: each device routes its own
+tokens (no sort or capacity spans devices). When the mesh has an ``expert`` axis of size > 1
+(``MeshConfig.expert``) each device then sends every assignment to the device that holds its expert
+(``all_to_all`` over the ``expert`` axis), multiplies what it received with its ``experts / ep`` local experts
+(grouped: ragged or blocked), and sends the results back the same way. The send buffers
 are sized for the worst case (all of a device's assignments to one peer), so nothing is dropped; memory is
 ``ep`` times the assignments' activations. The router statistics are summed over the batch axes, so the losses
 equal the one-device ones.
@@ -44,7 +45,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, constrain, partition_spec
+from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, partition_spec
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
 
@@ -127,13 +128,12 @@ def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array, 
 def moe_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, matmul_dtype: str = "default"):
     """The MoE feed-forward of one layer: output [batch, seq, embed] and its ``RouterStats``."""
     context = active_sharding()
-    ep = context.mesh.shape.get(EXPERT_AXIS, 1) if context is not None else 1
-    if ep > 1:
-        y, stats = _expert_parallel_block(cfg, layer, x, context)
+    if context is not None:
+        y, stats = _sharded_block(cfg, layer, x, context)
     else:
         batch, seq, d = x.shape
         y2, stats = _routed_experts(cfg, layer, x.reshape(batch * seq, d))
-        y = constrain(y2.reshape(batch, seq, d), (BATCH, SEQ, EMBED))
+        y = y2.reshape(batch, seq, d)
     if cfg.shared_experts:
         y = y + swiglu(x, layer["shared_gate"], layer["shared_up"], layer["shared_down"], matmul_dtype)
     return y, stats
@@ -160,10 +160,8 @@ def _routed_experts(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array) -> tu
     w = (layer["w_gate"], layer["w_up"], layer["w_down"])
     name = dispatch_name(cfg)
     dropped = jnp.zeros((), jnp.int32)
-    if name == "ragged":
-        y = _ragged_dispatch(x, experts, weights, *w)
-    elif name == "blocked":
-        y = _blocked_dispatch(x, experts, weights, *w)
+    if name in ("ragged", "blocked"):
+        y = _sorted_dispatch(x, experts, weights, *w, method=name)
     elif name == "dense":
         y = _dense_dispatch(x, experts, weights, *w)
     else:
@@ -171,21 +169,36 @@ def _routed_experts(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array) -> tu
     return y, router_stats(logits, experts, dropped)
 
 
-def _grouped_swiglu(rows: jax.Array, group_sizes: jax.Array, w_gate, w_up, w_down) -> jax.Array:
-    """Rows [n, embed] sorted by expert, ``group_sizes[e]`` of them for expert e: each group through its
-    expert's SwiGLU (rows past the groups come out zero)."""
-    hidden = jax.nn.silu(jax.lax.ragged_dot(rows, w_gate, group_sizes)) * jax.lax.ragged_dot(rows, w_up, group_sizes)
-    return jax.lax.ragged_dot(hidden, w_down, group_sizes)
-
-
-def _ragged_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
-    tokens, k = experts.shape
-    flat = experts.reshape(-1)  # [tokens * k], assignment a = token * k + choice
-    order = jnp.argsort(flat, stable=True)
-    sizes = jnp.bincount(flat, length=w_gate.shape[0]).astype(jnp.int32)
-    out_sorted = _grouped_swiglu(x[order // k], sizes, w_gate, w_up, w_down)  # [tokens * k, embed]
-    out = out_sorted[jnp.argsort(order)].reshape(tokens, k, -1)
-    return jnp.einsum("tkd,tk->td", out, weights)
+def _grouped_swiglu(rows: jax.Array, groups: jax.Array, w_gate, w_up, w_down, method: str) -> jax.Array:
+    """Each row [n, embed] through the SwiGLU of its expert ``groups[i]`` (an id of ``len(w_gate)`` or more is
+    padding and comes out zero); the outputs in the rows' order. ``method``: "ragged" sorts the rows by expert
+    and runs ``jax.lax.ragged_dot`` over the groups; "blocked" places each expert's rows in blocks of its own
+    and multiplies every block by its expert's (gathered) weights."""
+    num_experts = w_gate.shape[0]
+    order = jnp.argsort(groups, stable=True)
+    sizes = jnp.bincount(groups, length=num_experts)  # padding ids are not counted
+    if method == "ragged":
+        sorted_rows, sizes = rows[order], sizes.astype(jnp.int32)
+        hidden = jax.lax.ragged_dot(sorted_rows, w_gate, sizes)
+        hidden = jax.nn.silu(hidden) * jax.lax.ragged_dot(sorted_rows, w_up, sizes)
+        return jax.lax.ragged_dot(hidden, w_down, sizes)[jnp.argsort(order)]  # rows past the groups: zero
+    n, d = rows.shape
+    size = block_rows(n, num_experts)
+    blocks = -(-n // size) + num_experts  # every group padded by less than a block: a static bound
+    padded = (sizes + size - 1) // size * size
+    padded_end = jnp.cumsum(padded)
+    sorted_groups = groups[order]
+    expert = jnp.minimum(sorted_groups, num_experts - 1)
+    slot = (padded_end - padded)[expert] + jnp.arange(n) - (jnp.cumsum(sizes) - sizes)[expert]
+    slot = jnp.where(sorted_groups < num_experts, slot, blocks * size)  # padding: out of range, dropped
+    buffer = jnp.zeros((blocks * size, d), rows.dtype).at[slot].set(rows[order], mode="drop")
+    buffer = buffer.reshape(blocks, size, d)
+    # the expert owning each block; blocks past the last group hold zero rows (their output is zero)
+    owner = jnp.minimum(jnp.searchsorted(padded_end, jnp.arange(blocks) * size, side="right"), num_experts - 1)
+    hidden = jax.nn.silu(jnp.einsum("nrd,ndm->nrm", buffer, w_gate[owner]))
+    hidden = hidden * jnp.einsum("nrd,ndm->nrm", buffer, w_up[owner])
+    out = jnp.einsum("nrm,nmd->nrd", hidden, w_down[owner]).reshape(blocks * size, d)
+    return out.at[slot].get(mode="fill", fill_value=0)[jnp.argsort(order)]
 
 
 def block_rows(assignments: int, num_experts: int) -> int:
@@ -195,28 +208,11 @@ def block_rows(assignments: int, num_experts: int) -> int:
     return min(128, max(8, 1 << (mean - 1).bit_length()))
 
 
-def _blocked_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
+def _sorted_dispatch(x, experts, weights, w_gate, w_up, w_down, method: str) -> jax.Array:
     tokens, k = experts.shape
-    num_experts, d = w_gate.shape[0], x.shape[-1]
-    n = tokens * k
-    rows = block_rows(n, num_experts)
-    blocks = -(-n // rows) + num_experts  # every group padded by less than a block: a static bound
-    flat = experts.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
-    sorted_experts = flat[order]
-    sizes = jnp.bincount(flat, length=num_experts)
-    padded = (sizes + rows - 1) // rows * rows
-    padded_end = jnp.cumsum(padded)
-    start, padded_start = jnp.cumsum(sizes) - sizes, padded_end - padded
-    slot = padded_start[sorted_experts] + jnp.arange(n) - start[sorted_experts]  # row in the padded layout
-    buffer = jnp.zeros((blocks * rows, d), x.dtype).at[slot].set(x[order // k]).reshape(blocks, rows, d)
-    # the expert owning each block; blocks past the last group hold zero rows (their output is zero)
-    owner = jnp.minimum(jnp.searchsorted(padded_end, jnp.arange(blocks) * rows, side="right"), num_experts - 1)
-    hidden = jax.nn.silu(jnp.einsum("nrd,ndm->nrm", buffer, w_gate[owner]))
-    hidden = hidden * jnp.einsum("nrd,ndm->nrm", buffer, w_up[owner])
-    out = jnp.einsum("nrm,nmd->nrd", hidden, w_down[owner]).reshape(blocks * rows, d)
-    results = out[slot][jnp.argsort(order)].reshape(tokens, k, d)
-    return jnp.einsum("tkd,tk->td", results, weights)
+    rows = x[jnp.arange(tokens * k) // k]  # assignment a = token * k + choice
+    out = _grouped_swiglu(rows, experts.reshape(-1), w_gate, w_up, w_down, method).reshape(tokens, k, -1)
+    return jnp.einsum("tkd,tk->td", out, weights)
 
 
 def _dense_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
@@ -254,29 +250,37 @@ def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_fa
 # Expert parallelism
 
 
-def _expert_parallel_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, context) -> tuple[Any, RouterStats]:
-    ep = context.mesh.shape[EXPERT_AXIS]
+def _sharded_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, context) -> tuple[Any, RouterStats]:
+    """The layer per device under ``shard_map``: each device routes its own tokens (tokens are independent, so
+    no sort or capacity spans devices) and, with an expert axis of size > 1, exchanges them with the devices
+    holding their experts. The router statistics are summed over the batch's mesh axes."""
+    ep = context.mesh.shape.get(EXPERT_AXIS, 1)
     if cfg.num_experts % ep:
         raise ValueError(
             f"LlamaConfig.num_experts ({cfg.num_experts}) does not divide over the mesh's expert axis ({ep} devices)"
         )
-    if partition_spec((EXPERTS,), context.rules)[0] != EXPERT_AXIS:
+    if ep > 1 and partition_spec((EXPERTS,), context.rules)[0] != EXPERT_AXIS:
         raise ValueError(
             f"the mesh has an expert axis of {ep} devices but the sharding rules do not put 'experts' on it "
             f"(rules {context.rules}); add ('experts', 'expert')"
         )
-    if cfg.capacity_factor is not None:
+    if ep > 1 and cfg.capacity_factor is not None:
         raise ValueError("LlamaConfig.capacity_factor with expert parallelism is not implemented (it is dropless)")
     batch_axes = partition_spec((BATCH, SEQ, EMBED), context.rules)[0]
     reduce_axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes or ())
-    x_spec, expert_spec = PartitionSpec(batch_axes, None, None), PartitionSpec(EXPERT_AXIS, None, None)
+    x_spec = PartitionSpec(batch_axes, None, None)
+    expert_spec = PartitionSpec(EXPERT_AXIS if ep > 1 else None, None, None)
+    method = "ragged" if dispatch_name(cfg) == "ragged" else "blocked"
 
     def per_device(x, router, w_gate, w_up, w_down):
         batch, seq, d = x.shape
         x2 = x.reshape(batch * seq, d)
-        logits, experts, weights = route(cfg, x2, router)
-        y = _exchange_and_compute(x2, experts, weights.astype(x.dtype), w_gate, w_up, w_down, ep)
-        stats = router_stats(logits, experts, jnp.zeros((), jnp.int32))
+        if ep == 1:
+            y, stats = _routed_experts(cfg, {"router": router, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}, x2)
+        else:
+            logits, experts, weights = route(cfg, x2, router)
+            y = _exchange_and_compute(x2, experts, weights.astype(x.dtype), (w_gate, w_up, w_down), ep, method)
+            stats = router_stats(logits, experts, jnp.zeros((), jnp.int32))
         if reduce_axes:
             stats = jax.tree.map(lambda s: jax.lax.psum(s, reduce_axes), stats)
         return y.reshape(batch, seq, d), stats
@@ -292,11 +296,11 @@ def _expert_parallel_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array
     return fn(x, layer["router"], layer["w_gate"], layer["w_up"], layer["w_down"])
 
 
-def _exchange_and_compute(x, experts, weights, w_gate, w_up, w_down, ep: int) -> jax.Array:
+def _exchange_and_compute(x, experts, weights, w, ep: int, method: str) -> jax.Array:
     """One device's tokens x [tokens, embed] with their global expert choices, through experts that live
-    ``experts / ep`` per device on the ``expert`` axis (this device holds ``w_*[local experts]``)."""
+    ``experts / ep`` per device on the ``expert`` axis (this device holds ``w``'s local experts)."""
     tokens, k = experts.shape
-    n, local, d = tokens * k, w_gate.shape[0], x.shape[-1]
+    n, local, d = tokens * k, w[0].shape[0], x.shape[-1]
     flat = experts.reshape(-1)
     order = jnp.argsort(flat, stable=True)
     sorted_experts = flat[order]
@@ -308,10 +312,7 @@ def _exchange_and_compute(x, experts, weights, w_gate, w_up, w_down, ep: int) ->
     send_e = jnp.full((ep, n), local, jnp.int32).at[dest, position].set(sorted_experts % local)
     recv_x = jax.lax.all_to_all(send_x, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n, d)
     recv_e = jax.lax.all_to_all(send_e, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n)
-    local_order = jnp.argsort(recv_e, stable=True)  # padding (id ``local``) sorts last and is in no group
-    sizes = jnp.bincount(recv_e, length=local).astype(jnp.int32)
-    out_sorted = _grouped_swiglu(recv_x[local_order], sizes, w_gate, w_up, w_down)
-    out = out_sorted[jnp.argsort(local_order)].reshape(ep, n, d)
+    out = _grouped_swiglu(recv_x, recv_e, *w, method).reshape(ep, n, d)  # padding rows come out zero
     back = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True)  # [ep, n, embed]: results of what we sent
     results = back[dest, position][jnp.argsort(order)].reshape(tokens, k, d)
     return jnp.einsum("tkd,tk->td", results, weights)
