@@ -20,8 +20,7 @@ import jax.numpy as jnp
 
 from marin.posttrain.losses import PreferenceLossConfig, metric_sums, preference_loss
 from marin.trainer.model import LlamaConfig
-from marin.trainer.model.dense import dense
-from marin.trainer.model.llama import hidden_states_and_router_stats, output_projection
+from marin.trainer.model.llama import forward_and_router_stats
 from marin.trainer.model.moe import router_losses
 from marin.trainer.step import PrecisionPolicy
 
@@ -34,10 +33,9 @@ def sequence_logps(
 
 
 def _logps_and_router_stats(cfg: LlamaConfig, params: Any, batch: dict, matmul_dtype: str):
-    x, stats = hidden_states_and_router_stats(
+    logits, stats = forward_and_router_stats(
         cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
-    )
-    logits = dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [rows, seq, vocab]
+    )  # [rows, seq, vocab] fp32
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
     token_logps = target_logit - jax.nn.logsumexp(logits, axis=-1)  # [rows, seq]
     mask = batch["loss_mask"].astype(jnp.float32)

@@ -62,3 +62,41 @@ def test_a_moe_policy_adds_its_router_losses_to_the_dpo_loss():
     assert float(sums["router_aux_loss"] / pairs) == pytest.approx(float(router["router_aux_loss"]), rel=1e-6)
     grads = jax.grad(lambda p: dpo_loss_fn(MOE, loss, fp32)(p, batch, reference)[0])(policy)
     assert float(jnp.abs(grads["layers"]["router"]).sum()) > 0
+
+
+def test_a_moe_policy_adds_its_router_losses_to_the_grpo_loss():
+    import optax
+
+    from marin.posttrain.rl.loss import LossConfig
+    from marin.posttrain.rl.update import make_update_step
+    from marin.trainer.step import TrainState
+
+    rng = np.random.default_rng(0)
+    rows, seq = 4, 16
+    tokens = rng.integers(0, MOE.vocab_size, size=(rows, seq))
+    batch = {
+        "input_ids": jnp.asarray(tokens, jnp.int32),
+        "targets": jnp.asarray(np.roll(tokens, -1, 1), jnp.int32),
+        "mask": jnp.asarray((np.arange(seq) >= 6)[None].repeat(rows, 0), jnp.float32),
+        "old_logp": jnp.full((rows, seq), -4.0, jnp.float32),
+        "advantages": jnp.asarray([1.0, -1.0, 0.5, -0.5], jnp.float32),
+        "rows": jnp.ones((rows,), jnp.float32),
+    }
+    fp32 = PrecisionPolicy(compute_dtype="float32")
+    params = init_params(MOE, jax.random.PRNGKey(0))
+
+    def first_update(cfg):
+        tx = optax.sgd(0.0)
+        fresh = jax.tree.map(jnp.copy, params)  # the update donates its state
+        state = TrainState(
+            jnp.zeros((), jnp.int32), fresh, tx.init(fresh), None, jax.random.key_data(jax.random.PRNGKey(0))
+        )
+        step = make_update_step(cfg, tx, lambda s: 0.0, LossConfig(), fp32)
+        return jax.device_get(step(state, batch)[1])
+
+    with_router = first_update(MOE)
+    without = first_update(dataclasses.replace(MOE, router_aux_loss_coef=0.0, router_z_loss_coef=0.0))
+    stats = hidden_states_and_router_stats(MOE, params, batch["input_ids"])[1]
+    router = router_losses(MOE, stats)
+    assert with_router["loss"] - without["loss"] == pytest.approx(float(router["router_loss"]), rel=1e-4)
+    assert with_router["router_aux_loss"] == pytest.approx(float(router["router_aux_loss"]), rel=1e-5)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin.trainer.model.config import LlamaConfig
-from marin.trainer.model.llama import forward
+from marin.trainer.model.llama import forward_and_router_stats
 from marin.validation import check
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo")
@@ -91,11 +91,16 @@ def group_advantages(rewards: np.ndarray, scale: str = "group") -> tuple[np.ndar
 def token_logprobs(cfg: LlamaConfig, params: Any, batch: dict) -> tuple[jax.Array, jax.Array]:
     """Log-probability of each target token and the entropy of the distribution it was drawn from, both
     [rows, seq] in fp32 (the model's distribution at temperature 1, as the engine reports log-probabilities)."""
-    logits = forward(cfg, params, batch["input_ids"])  # [rows, seq, vocab] fp32
+    return token_logprobs_and_router_stats(cfg, params, batch)[:2]
+
+
+def token_logprobs_and_router_stats(cfg: LlamaConfig, params: Any, batch: dict):
+    """``token_logprobs`` and a MoE's router statistics (None for a dense model)."""
+    logits, stats = forward_and_router_stats(cfg, params, batch["input_ids"])  # [rows, seq, vocab] fp32
     logp_all = jax.nn.log_softmax(logits, axis=-1)
     logp = jnp.take_along_axis(logp_all, batch["targets"][..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-    return logp, entropy
+    return logp, entropy, stats
 
 
 def grpo_loss(

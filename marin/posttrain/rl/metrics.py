@@ -94,6 +94,9 @@ class IterationMetrics:
                     "rl/first_step_ratio": float(steps[0]["ratio"]) / max(float(steps[0]["tokens"]), 1.0),
                 }
             )
+            for name in ("router_aux_loss", "router_z_loss"):  # a MoE policy's (rl.update.ROUTER_METRICS)
+                if name in total:
+                    self.record[f"train/{name}"] = total[name] / len(steps)
         if self._update_start is not None:
             self.record["time/update_s"] = time.perf_counter() - self._update_start
         seconds = self.record.get("time/rollout_s") or self.record.get("time/rollout_wait_s")

@@ -20,10 +20,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marin.posttrain.rl.loss import LossConfig, grpo_loss, token_logprobs
+from marin.posttrain.rl.loss import LossConfig, grpo_loss, token_logprobs, token_logprobs_and_router_stats
 from marin.trainer.model.config import LlamaConfig
+from marin.trainer.model.moe import router_losses
 from marin.trainer.optim import Schedule
 from marin.trainer.step import PrecisionPolicy, StepConfig, TrainState, next_average
+
+ROUTER_METRICS = ("router_aux_loss", "router_z_loss")
+"""A MoE policy's router losses, logged per update (means over the minibatch's loss weight)."""
 
 
 def make_update_step(
@@ -41,8 +45,12 @@ def make_update_step(
     averaging = averaging or StepConfig()
 
     def objective(params, micro):
-        logp, entropy = token_logprobs(cfg, precision.cast_for_compute(params), micro)
+        logp, entropy, router = token_logprobs_and_router_stats(cfg, precision.cast_for_compute(params), micro)
         loss_sum, weight, stats = grpo_loss(logp, entropy, micro, loss_config)
+        if router is not None:  # a MoE's router losses, weighted like the loss (as the trainer's step does)
+            losses = router_losses(cfg, router)
+            loss_sum = loss_sum + losses["router_loss"] * weight
+            stats = {**stats, **{k: losses[k] * weight for k in ROUTER_METRICS}}
         return loss_sum, (weight, stats)
 
     grad_fn = jax.value_and_grad(objective, has_aux=True)
@@ -74,7 +82,7 @@ def make_update_step(
             "loss": loss_sum / denom,
             "grad_norm": optax.global_norm(grads),
             "learning_rate": schedule(state.step),
-            **stats,
+            **{k: v / denom if k in ROUTER_METRICS else v for k, v in stats.items()},
         }
         return new_state, metrics
 

@@ -313,6 +313,20 @@ def output_projection(cfg: LlamaConfig, params: Params) -> jax.Array:
     return params["embed"].T if cfg.tie_embeddings else params["lm_head"]  # [embed, vocab]
 
 
+def forward_and_router_stats(
+    cfg: LlamaConfig,
+    params: Params,
+    tokens: jax.Array,
+    segment_ids: jax.Array | None = None,
+    *,
+    matmul_dtype: str = "default",
+) -> tuple[jax.Array, RouterStats | None]:
+    """``forward``'s logits and a MoE's router statistics summed over its layers (None for a dense model): what
+    an objective needs to add the router losses (``moe.router_losses``)."""
+    x, stats = hidden_states_and_router_stats(cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype)
+    return dense(x, output_projection(cfg, params), out_dtype=jnp.float32), stats
+
+
 def forward(
     cfg: LlamaConfig,
     params: Params,
@@ -368,10 +382,9 @@ def training_loss(
 
 
 def _token_loss(cfg, params, batch, z_loss, matmul_dtype):
-    x, stats = hidden_states_and_router_stats(
+    logits, stats = forward_and_router_stats(
         cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
-    )
-    logits = dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [batch, seq, vocab]
+    )  # [batch, seq, vocab] fp32
     log_z = jax.nn.logsumexp(logits, axis=-1)  # [batch, seq]
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
     per_token = log_z - target_logit
