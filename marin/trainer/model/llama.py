@@ -16,8 +16,10 @@ A block reads like the paper::
     x = x + swiglu_mlp(rms_norm(x))
 
 with the options of the Qwen and OLMo families by config: q/k/v biases (Qwen2), RMSNorm of the queries and
-keys before RoPE per head (Qwen3) or over all heads (OLMo 2), and the norms on the sublayers' outputs
-(OLMo 2: ``x = x + rms_norm(attention(x))``).
+keys before RoPE per head (Qwen3) or over all heads (OLMo 2), the norms on the sublayers' outputs
+(OLMo 2: ``x = x + rms_norm(attention(x))``), and a mixture of experts in place of the MLP (Mixtral, Qwen3-MoE,
+OLMoE: ``moe.py``), whose router statistics every layer returns beside ``x`` for the router losses
+(``training_loss``).
 """
 
 from __future__ import annotations
