@@ -340,8 +340,7 @@ def forward(
     """Logits [batch, seq, vocab] in fp32 for tokens [batch, seq].
 
     ``matmul_dtype="float8"`` runs the blocks' projections in FP8; the lm_head never (``fp8.py`` says why)."""
-    x = hidden_states(cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype)
-    return dense(x, output_projection(cfg, params), out_dtype=jnp.float32)  # [batch, seq, vocab]
+    return forward_and_router_stats(cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype)[0]
 
 
 def next_token_loss(
