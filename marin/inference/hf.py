@@ -1,4 +1,5 @@
-"""Hugging Face format: our parameters to a ``LlamaForCausalLM`` (or Qwen2, Qwen3, OLMo 2) directory, and back.
+"""Hugging Face format: our parameters to a ``LlamaForCausalLM`` (or Mistral, Qwen2, Qwen3, OLMo 2, Mixtral,
+Qwen3-MoE, OLMoE) directory, and back.
 
     export_hf(cfg, params, "gs://b/export/tiny", tokenizer="local_store/tokenizers/x")
     cfg, params = import_hf("path/to/Llama-3.2-1B")     # or a Qwen3, Qwen2 or OLMo 2 checkpoint
@@ -60,9 +61,7 @@ def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int |
         }
         rope.update(legacy_scaling)
     extra: dict[str, Any] = {} if model_type == "qwen2" else {"attention_bias": False}  # Qwen2's biases are fixed
-    if model_type in ("qwen2", "qwen3", "qwen3_moe"):  # full attention in every layer
-        layers = ["full_attention"] * cfg.num_layers
-        extra.update(use_sliding_window=False, sliding_window=None, layer_types=layers)
+    extra.update(_window_config(cfg, model_type))
     if cfg.is_moe:
         extra.update(_moe_config(cfg, model_type))
     return {
@@ -91,6 +90,26 @@ def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int |
     }
 
 
+def _window_config(cfg: LlamaConfig, model_type: str) -> dict[str, Any]:
+    """The family's sliding-window fields (``family_of`` chose a family that can express ``cfg``'s windows)."""
+    window = cfg.sliding_window
+    if model_type in ("mistral", "mixtral"):
+        return {"sliding_window": window}
+    if model_type == "qwen3_moe":
+        return {"use_sliding_window": window is not None, "sliding_window": window}
+    if model_type in ("qwen2", "qwen3"):
+        types = ["sliding_attention" if w is not None else "full_attention" for w in cfg.layer_windows]
+        # transformers 4 reads max_window_layers (windows from that layer on), 5 reads layer_types
+        first = types.index("sliding_attention") if window is not None else cfg.num_layers
+        return {
+            "use_sliding_window": window is not None,
+            "sliding_window": window,
+            "max_window_layers": first,
+            "layer_types": types,
+        }
+    return {}
+
+
 def _moe_config(cfg: LlamaConfig, model_type: str) -> dict[str, Any]:
     """A MoE family's router and expert fields (both names of the expert count: released configs use
     ``num_experts`` for Qwen3-MoE and OLMoE, transformers 5 writes ``num_local_experts``)."""
@@ -101,7 +120,7 @@ def _moe_config(cfg: LlamaConfig, model_type: str) -> dict[str, Any]:
         "output_router_logits": False,
     }
     if model_type == "mixtral":
-        return {**fields, "router_jitter_noise": 0.0, "sliding_window": None}
+        return {**fields, "router_jitter_noise": 0.0}
     fields.update(num_experts=cfg.num_experts, norm_topk_prob=cfg.normalize_topk or cfg.router_order == "topk_softmax")
     if model_type == "qwen3_moe":
         fields.update(moe_intermediate_size=cfg.resolved_expert_mlp_dim, decoder_sparse_step=1, mlp_only_layers=[])

@@ -215,13 +215,24 @@ def _block(cfg: LlamaConfig, layer, x, cos, sin, update):
 
 
 def _layers(cfg: LlamaConfig, params, cache, x, cos, sin, attend):
-    """x through every layer. ``attend(layer_cache, q, k, v)`` stores a layer's new keys/values in its
-    cache and attends; returns (x, the updated cache)."""
+    """x through every layer. ``attend(layer_cache, window, q, k, v)`` stores a layer's new keys/values in its
+    cache and attends (within the layer's sliding ``window`` of keys, if it has one); returns (x, the updated
+    cache)."""
     new_cache = []
-    for layer, layer_cache in zip(params["layers"], cache):
-        x, layer_cache = _block(cfg, layer, x, cos, sin, functools.partial(attend, layer_cache))
+    for i, (layer, layer_cache) in enumerate(zip(params["layers"], cache)):
+        update = functools.partial(attend, layer_cache, cfg.layer_window(i))
+        x, layer_cache = _block(cfg, layer, x, cos, sin, update)
         new_cache.append(layer_cache)
     return x, new_cache
+
+
+def visible_keys(positions, span: int, window: int | None):
+    """[n, span] bool: which cached positions the query at ``positions[i]`` attends to: those <= it, and
+    within ``window`` keys of it in a sliding-window layer (the whole cache is kept either way: windowed layers
+    read the same span, masked)."""
+    keys = jnp.arange(span)[None, :]
+    visible = keys <= positions[:, None]
+    return visible if window is None else visible & (keys > positions[:, None] - window)
 
 
 def decode_rows(needed: int, slots: int) -> int:
@@ -322,13 +333,12 @@ def prefill_chunk(
     chunk = tokens.shape[0]
     positions = start + jnp.arange(chunk)
     cos, sin = _rope_at(cfg, positions)
-    visible = jnp.arange(span)[None, :] <= positions[:, None]  # [chunk, span]
     x = params["embed"][tokens]  # [chunk, embed]
 
-    def attend(layer_cache, q, k, v):
+    def attend(layer_cache, window, q, k, v):
         layer_cache = _write(layer_cache, slot, positions, k, v)
         keys, values = _slot_span(layer_cache, slot, span)
-        return _attention(cfg, q, keys, values, visible, ""), layer_cache
+        return _attention(cfg, q, keys, values, visible_keys(positions, span, window), ""), layer_cache
 
     x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     scores, last = _chunk_outputs(cfg, params, x, targets, valid, scored)
@@ -342,13 +352,12 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
     ``span``. Returns what each row samples next and the updated cache."""
     slots = tokens.shape[0]
     cos, sin = _rope_at(cfg, positions)
-    visible = jnp.arange(span)[None, :] <= positions[:, None]  # [slots, span]
     x = params["embed"][tokens]
 
-    def attend(layer_cache, q, k, v):
+    def attend(layer_cache, window, q, k, v):
         layer_cache = _write(layer_cache, jnp.arange(slots), positions, k, v)
         keys, values = _rows_span(layer_cache, slots, span)
-        return _attention(cfg, q, keys, values, visible, "n"), layer_cache
+        return _attention(cfg, q, keys, values, visible_keys(positions, span, window), "n"), layer_cache
 
     x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     return sample_rows(_logits(cfg, params, x), rows), new_cache
@@ -380,10 +389,10 @@ def mixed_step(
     chunk, slots = tokens.shape[0], decode_tokens.shape[0]
     positions = jnp.concatenate([start + jnp.arange(chunk), decode_positions])
     cos, sin = _rope_at(cfg, positions)
-    visible = jnp.arange(span)[None, :] <= positions[:, None]  # [chunk + slots, span]
     x = params["embed"][jnp.concatenate([tokens, decode_tokens])]
 
-    def attend(layer_cache, q, k, v):
+    def attend(layer_cache, window, q, k, v):
+        visible = visible_keys(positions, span, window)  # [chunk + slots, span]
         layer_cache = _write(layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
         layer_cache = _write(layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
         keys, values = _slot_span(layer_cache, slot, span)

@@ -46,6 +46,8 @@ CHANGES = {
     (LlamaConfig, "qk_norm"): "head",
     (LlamaConfig, "norm_placement"): "post",
     (LlamaConfig, "attention_bias"): True,
+    (LlamaConfig, "sliding_window"): 16,
+    (LlamaConfig, "sliding_window_layers"): (1,),
     (LlamaConfig, "num_experts"): 8,
     (LlamaConfig, "experts_per_token"): 1,
     (LlamaConfig, "expert_mlp_dim"): 64,
@@ -172,6 +174,10 @@ def test_every_field_of_every_training_config_is_in_the_table():
 )
 def test_runtime_fields_keep_the_path_and_result_fields_move_it(cls, field):
     value = CHANGES[(cls, field)]
+    if cls is LlamaConfig and field == "sliding_window_layers":  # only meaningful beside a window
+        windowed = dataclasses.replace(MODEL, sliding_window=16)
+        assert _path(model=dataclasses.replace(windowed, **{field: value})) != _path(model=windowed)
+        return
     if cls is LlamaConfig:
         changed = {"model": dataclasses.replace(MODEL, **{field: value})}
     elif cls is TrainerConfig:

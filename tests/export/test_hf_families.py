@@ -1,6 +1,8 @@
-"""Qwen2, Qwen3 and OLMo 2 checkpoints both ways: a directory transformers itself saved (random weights from its
-own configuration classes, since no hub is reachable) imports with the same logits, exports back to a directory
-transformers loads with the same logits again, and greedy generation through the engine is transformers'."""
+"""Qwen2, Qwen3, OLMo 2, Mistral and the MoE families' checkpoints both ways: a directory transformers itself saved
+(random weights from its own configuration classes, since no hub is reachable) imports with the same logits,
+exports back to a directory transformers loads with the same logits again, and greedy generation through the
+engine is transformers'. Sliding windows (``WINDOWED``) are checked the same way on sequences several windows
+long, so a window applied wrongly (off by one, in the wrong layers, or not at all while decoding) shows."""
 
 import dataclasses
 import json
@@ -56,8 +58,36 @@ OPTIONS = {
 }
 
 
+WINDOWED = {
+    # name: (config class, model class, options, our (sliding_window, sliding_window_layers))
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=8), (8, None)),
+    "qwen3": (  # the window in the layers from max_window_layers on: layer 1 of 2
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        dict(head_dim=24, use_sliding_window=True, sliding_window=6, max_window_layers=1),
+        (6, (1,)),
+    ),
+    "qwen2": (  # an explicit layer_types: the window in layer 0 only
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(use_sliding_window=True, sliding_window=5, layer_types=["sliding_attention", "full_attention"]),
+        (5, (0,)),
+    ),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, sliding_window=7), (7, None)),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=40, use_sliding_window=True, sliding_window=9),
+        (9, None),
+    ),
+}
+
+
 def _saved_by_transformers(family: str, path, **shape) -> None:
-    config_class, model_class, extra = FAMILIES[family]
+    _save(*FAMILIES[family], path, **shape)
+
+
+def _save(config_class: str, model_class: str, extra: dict, path, **shape) -> None:
     config = getattr(transformers, config_class)(**{**SHAPE, **shape}, **extra)
     torch.manual_seed(0)
     model = getattr(transformers, model_class)(config).eval()
@@ -98,19 +128,60 @@ def test_a_family_imports_and_exports_with_transformers_logits(family, tmp_path)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), b), params, params_again)
 
 
+@pytest.mark.parametrize("name", sorted(WINDOWED))
+def test_sliding_windows_import_and_export_with_transformers_logits(name, tmp_path):
+    """40 tokens against windows of 5-9: every later position's attention differs from full attention."""
+    config_class, model_class, extra, (window, layers) = WINDOWED[name]
+    _save(config_class, model_class, extra, tmp_path / "theirs")
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    assert (cfg.sliding_window, cfg.sliding_window_layers) == (window, layers)
+    tokens = np.random.default_rng(1).integers(0, SHAPE["vocab_size"], size=(2, 40))
+    theirs = _their_logits(tmp_path / "theirs", tokens)
+    ours = np.asarray(forward(cfg, params, tokens))
+    assert np.max(np.abs(ours - theirs)) <= 1e-4
+    full = np.asarray(
+        forward(dataclasses.replace(cfg, sliding_window=None, sliding_window_layers=None), params, tokens)
+    )
+    assert np.max(np.abs(full - theirs)) > 1e-2  # the window matters at this length
+    scanned = np.asarray(forward(dataclasses.replace(cfg, scan_layers=True), params, tokens))  # lax.cond per layer
+    assert np.max(np.abs(scanned - theirs)) <= 1e-4
+
+    export_hf(cfg, params, str(tmp_path / "ours"))
+    assert np.max(np.abs(_their_logits(tmp_path / "ours", tokens) - ours)) <= 1e-4
+    again, _ = import_hf(str(tmp_path / "ours"))
+    assert (again.sliding_window, again.sliding_window_layers) == (window, layers)
+
+
+@pytest.mark.parametrize("name", sorted(WINDOWED))
+def test_greedy_generation_with_sliding_windows_is_transformers(name, tmp_path):
+    """Prompts and 20 generated tokens far past the window: the engine's cached decoding masks what
+    transformers' sliding cache drops."""
+    config_class, model_class, extra, _ = WINDOWED[name]
+    _save(config_class, model_class, extra, tmp_path / "theirs")
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    _assert_engine_generates_like_transformers(cfg, params, tmp_path / "theirs", max_new_tokens=20)
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_greedy_generation_through_the_engine_is_transformers(family, tmp_path):
     _saved_by_transformers(family, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
-    prompts = [[5, 17, 42, 7], [99, 3, 150, 11, 60, 2, 8]]
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "theirs"), dtype=torch.float32).eval()
+    _assert_engine_generates_like_transformers(cfg, params, tmp_path / "theirs", max_new_tokens=12)
+
+
+def _assert_engine_generates_like_transformers(cfg, params, path, max_new_tokens: int) -> None:
+    prompts = [[5, 17, 42, 7], [99, 3, 150, 11, 60, 2, 8, 31, 77, 140, 12, 9, 4, 66, 120, 21, 5, 88, 13, 101]]
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     want = []
     for prompt in prompts:
         with torch.no_grad():
-            out = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)
+            out = model.generate(
+                torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None
+            )
         want.append(out[0, len(prompt) :].tolist())
-    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16, max_model_len=32))
-    got = engine.generate(prompts, SamplingParams(max_tokens=12, temperature=0))
+    # chunks of 16: the longer prompt is prefilled in two, the second attending to the cached first
+    engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16, max_model_len=48))
+    got = engine.generate(prompts, SamplingParams(max_tokens=max_new_tokens, temperature=0))
     assert [r.tokens for r in got] == want
 
 
@@ -184,11 +255,12 @@ def test_our_options_train_and_count_their_parameters():
 @pytest.mark.parametrize(
     "family, change, field",
     [
-        ("qwen3", {"use_sliding_window": True, "sliding_window": 16}, "use_sliding_window"),
+        ("olmo2", {"sliding_window": 16}, "sliding_window 16 .*olmo2's transformers code has no sliding window"),
+        ("qwen3", {"layer_types": ["chunked_attention", "full_attention"]}, r"layer_types \['chunked_attention'\]"),
         ("qwen3", {"attention_bias": True}, "attention_bias"),
         ("olmo2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}}, "rope_type 'yarn'"),
         ("qwen2", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
-        ("mistral", {}, "model_type 'mistral' is not supported"),
+        ("gemma2", {}, "model_type 'gemma2' is not supported"),
         ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise 0.1"),
         ("qwen3_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step 2"),
         ("qwen3_moe", {"mlp_only_layers": [0]}, r"mlp_only_layers \[0\]"),
@@ -197,8 +269,8 @@ def test_our_options_train_and_count_their_parameters():
     ],
 )
 def test_a_config_with_unimplemented_math_is_refused_naming_the_field(family, change, field, tmp_path):
-    if family == "mistral":
-        doc = {**SHAPE, "model_type": "mistral"}
+    if family == "gemma2":
+        doc = {**SHAPE, "model_type": "gemma2"}
     else:
         _saved_by_transformers(family, tmp_path / "hf")
         doc = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -236,3 +308,25 @@ def test_a_moe_option_no_family_has_is_refused_on_export():
         hf_config(dataclasses.replace(model_preset("mixtral_8x7b"), shared_experts=1), bos_token_id=1, eos_token_id=2)
     olmoe = hf_config(model_preset("olmoe_1b_7b"), bos_token_id=None, eos_token_id=1)
     assert olmoe["model_type"] == "olmoe" and olmoe["num_experts"] == 64 and olmoe["norm_topk_prob"] is False
+
+
+def test_a_window_no_family_can_say_is_refused_on_export():
+    """Mistral's and Mixtral's configs put one window in every layer: a Llama-shaped model with windowed and
+    full layers has no Hugging Face family; OLMo 2 has no window at all. A windowed Llama-shaped model is
+    Mistral, and Qwen3 says any subset of layers."""
+    from marin.inference.hf import hf_config
+    from marin.trainer.model import model_preset
+
+    def config(preset, **change):
+        return hf_config(dataclasses.replace(model_preset(preset), **change), bos_token_id=1, eos_token_id=2)
+
+    with pytest.raises(ValueError, match=r"sliding_window=64, sliding_window_layers=\(0, 2\)\) is no Hugging Face"):
+        config("llama_1b", sliding_window=64, sliding_window_layers=(2, 0))
+    with pytest.raises(ValueError, match=r"sliding_window=64, sliding_window_layers=None\) is no Hugging Face"):
+        config("olmo2_1b", sliding_window=64)
+    mistral = config("llama_1b", sliding_window=64)
+    assert (mistral["model_type"], mistral["sliding_window"]) == ("mistral", 64)
+    qwen3 = config("qwen3_0_6b", sliding_window=64, sliding_window_layers=[27, 26])
+    assert qwen3["layer_types"] == ["full_attention"] * 26 + ["sliding_attention"] * 2
+    assert (qwen3["use_sliding_window"], qwen3["max_window_layers"]) == (True, 26)
+    assert config("llama_1b")["model_type"] == "llama"

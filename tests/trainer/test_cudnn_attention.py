@@ -72,14 +72,15 @@ def _segments(kind: str, batch=2, seq=512):
 @on_gpu
 @pytest.mark.parametrize("kind, route", [("one", CAUSAL), ("packed", PACKED), ("many", FALLBACK)])
 @pytest.mark.parametrize("backend", ["cudnn", "cudnn_masked"])
-def test_cudnn_backends_match_the_fp32_reference(kind, route, backend):
+@pytest.mark.parametrize("window", [None, 100])  # a sliding window (Mistral's) through every route
+def test_cudnn_backends_match_the_fp32_reference(kind, route, backend, window):
     q, k, v, ct = _bf16_inputs()
     segments = _segments(kind)
     assert int(attention_route(segments)) == route
     assert cannot_serve(backend, q, k, v, segments) is None
 
     def run(name, *args):
-        out, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, segments, backend=name), *args)
+        out, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, segments, backend=name, window=window), *args)
         return (out, *vjp(ct.astype(out.dtype)))
 
     with jax.default_matmul_precision("highest"):

@@ -5,6 +5,12 @@ Every backend computes causal, grouped-query attention with optional packing mas
     out = attention(q, k, v, segment_ids, backend="xla")
     # q [batch, seq, heads, head_dim], k/v [batch, seq, kv_heads, head_dim], segment_ids [batch, seq]
     # -> out [batch, seq, heads, head_dim]; position t sees s <= t with segment_ids[s] == segment_ids[t]
+    out = attention(q, k, v, segment_ids, window=4096)  # sliding window: and t - 4096 < s (Mistral's)
+
+``window`` is the number of keys a query sees, itself included, as Hugging Face's ``sliding_window`` counts
+(``kv_idx > q_idx - sliding_window``); None is full causal attention. Every backend serves it: the masks
+gain the band, and the block kernels (``blockwise``, ``pallas``, ``splash``) also skip the key blocks left of
+it, so a windowed layer costs O(seq * window) rather than O(seq^2).
 
 ``reference`` is plain jnp and the oracle the others are tested against; ``xla`` calls
 ``jax.nn.dot_product_attention`` (XLA's implementation on every platform: jax 0.10 uses cuDNN only when
@@ -39,7 +45,9 @@ logger = logging.getLogger(__name__)
 
 
 class AttentionFn(Protocol):
-    def __call__(self, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> jax.Array: ...
+    def __call__(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, window: int | None = None
+    ) -> jax.Array: ...
 
 
 UnsupportedReasonFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array | None], str | None]
@@ -94,11 +102,19 @@ def cannot_serve(name: str, q: jax.Array, k: jax.Array, v: jax.Array, segment_id
 
 
 def attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, *, backend: str = "default"
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    backend: str = "default",
+    window: int | None = None,
 ) -> jax.Array:
-    """Causal grouped-query attention; see the module docstring for shapes, masking and how ``backend``
-    is chosen (an explicit backend that cannot serve the inputs raises ValueError; "default" falls back)."""
+    """Causal grouped-query attention, within a sliding ``window`` if one is given; see the module docstring
+    for shapes, masking and how ``backend`` is chosen (an explicit backend that cannot serve the inputs
+    raises ValueError; "default" falls back)."""
     batch, seq, heads, head_dim = q.shape
+    check_window(window)
     if k.shape != v.shape or k.shape[:2] != (batch, seq) or k.shape[3] != head_dim:
         raise ValueError(f"attention: q {q.shape} does not match k {k.shape} / v {v.shape}")
     if heads % k.shape[2]:
@@ -110,12 +126,12 @@ def attention(
         reason = cannot_serve(name, q, k, v, segment_ids)
         if reason is not None:
             raise ValueError(f"{name} attention cannot serve these inputs: {reason}")
-        return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
+        return ATTENTION_BACKENDS[name](q, k, v, segment_ids, window)
     refusals = []
     for name in default_backends():
         reason = cannot_serve(name, q, k, v, segment_ids)
         if reason is None:
-            return ATTENTION_BACKENDS[name](q, k, v, segment_ids)
+            return ATTENTION_BACKENDS[name](q, k, v, segment_ids, window)
         refusals.append(f"{name}: {reason}")
     # Logged while tracing, so once per compiled program, not once per step.
     logger.warning(
@@ -123,15 +139,30 @@ def attention(
         "; ".join(refusals),
         FALLBACK_BACKEND,
     )
-    return ATTENTION_BACKENDS[FALLBACK_BACKEND](q, k, v, segment_ids)
+    return ATTENTION_BACKENDS[FALLBACK_BACKEND](q, k, v, segment_ids, window)
 
 
-def attention_mask(segment_ids: jax.Array | None, seq: int, q_start: int = 0, q_stop: int | None = None) -> jax.Array:
-    """Boolean [batch or 1, 1, q, k]: causal, and within one packed document, for queries
-    ``q_start:q_stop`` against keys ``0:q_stop`` (all of them by default)."""
+def check_window(window: int | None) -> None:
+    """A sliding window is None (full attention) or a positive int of keys."""
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+        raise ValueError(f"attention window must be a positive int (keys a query sees) or None, got {window!r}")
+
+
+def attention_mask(
+    segment_ids: jax.Array | None,
+    seq: int,
+    q_start: int = 0,
+    q_stop: int | None = None,
+    window: int | None = None,
+) -> jax.Array:
+    """Boolean [batch or 1, 1, q, k]: causal, within ``window`` keys if given, and within one packed
+    document, for queries ``q_start:q_stop`` against keys ``0:q_stop`` (all of them by default)."""
     q_stop = seq if q_stop is None else q_stop
     pos = jnp.arange(q_stop)
-    mask = (pos[None, :] <= pos[q_start:, None])[None, None]  # [1, 1, q, k]
+    visible = pos[None, :] <= pos[q_start:, None]  # [q, k]
+    if window is not None:
+        visible = visible & (pos[None, :] > pos[q_start:, None] - window)
+    mask = visible[None, None]  # [1, 1, q, k]
     if segment_ids is not None:
         q_seg, k_seg = segment_ids[:, q_start:q_stop], segment_ids[:, :q_stop]
         mask = mask & (q_seg[:, None, :, None] == k_seg[:, None, None, :])  # [batch, 1, q, k]
@@ -139,14 +170,14 @@ def attention_mask(segment_ids: jax.Array | None, seq: int, q_start: int = 0, q_
 
 
 @register_attention_backend("reference")
-def reference_attention(q, k, v, segment_ids):
+def reference_attention(q, k, v, segment_ids, window=None):
     """Softmax attention in fp32, written out: the oracle for every other backend."""
     batch, seq, heads, head_dim = q.shape
     kv_heads = k.shape[2]
     q = q.reshape(batch, seq, kv_heads, heads // kv_heads, head_dim)  # [batch, seq, kv_heads, group, head_dim]
     scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k, preferred_element_type=jnp.float32)
     scores = scores * (head_dim**-0.5)
-    mask = attention_mask(segment_ids, seq)[:, :, None]  # [batch, 1, 1, q, k]
+    mask = attention_mask(segment_ids, seq, window=window)[:, :, None]  # [batch, 1, 1, q, k]
     scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v)
@@ -154,11 +185,17 @@ def reference_attention(q, k, v, segment_ids):
 
 
 @register_attention_backend("xla")
-def xla_attention(q, k, v, segment_ids):
+def xla_attention(q, k, v, segment_ids, window=None):
     """``jax.nn.dot_product_attention`` with its default implementation, which in jax 0.10 is XLA's
-    (scores materialized) on GPU too: cuDNN's flash attention needs ``implementation="cudnn"``."""
+    (scores materialized) on GPU too: cuDNN's flash attention needs ``implementation="cudnn"``. The window is
+    its ``local_window_size`` (left, right): ``window - 1`` keys before the query, none after."""
     mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, local_window_size=local_window(window))
+
+
+def local_window(window: int | None) -> tuple[int, int] | None:
+    """Our window (keys seen, the query included) as ``jax.nn.dot_product_attention``'s (left, right)."""
+    return None if window is None else (window - 1, 0)
 
 
 register_attention_backend("blockwise")(blockwise_attention)  # the CPU default; see blockwise.py

@@ -16,6 +16,11 @@ Two backends, both GPU-only and bf16/fp16 (cuDNN's flash kernels):
 
 The packed layout comes from JAX's cuDNN binding (``jax._src.cudnn.fused_attention_stablehlo``), the
 only JAX entry point that takes sequence offsets; ``jax.nn.dot_product_attention`` does not expose them.
+A sliding window goes to cuDNN as its ``sliding_window_length`` (``jax.nn.dot_product_attention``'s
+``local_window_size`` of ``(window - 1, 0)``) in the plain causal route and in ``cudnn_masked``; a windowed
+batch of packed documents takes the fallback (Pallas), because JAX's binding has not been seen to combine
+the packed layout with a window on a GPU here.
+
 Not run here (no GPU): on a CPU both refuse with a reason.
 """
 
@@ -29,6 +34,7 @@ from marin.trainer.attention.backends import (
     ATTENTION_BACKENDS,
     attention_mask,
     cannot_serve,
+    local_window,
     register_attention_backend,
 )
 
@@ -83,15 +89,18 @@ def _cudnn_unsupported(q, k, v, segment_ids) -> str | None:
     return None
 
 
-def _causal(q, k, v):
-    return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+def _causal(q, k, v, window=None):
+    window = local_window(window)
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True, local_window_size=window, implementation="cudnn")
 
 
 @register_attention_backend("cudnn_masked", unsupported_reason=_cudnn_unsupported)
-def cudnn_masked_attention(q, k, v, segment_ids):
+def cudnn_masked_attention(q, k, v, segment_ids, window=None):
     """cuDNN flash attention with the packing mask as a materialized [batch, 1, seq, seq] bias."""
     mask = None if segment_ids is None else attention_mask(segment_ids, q.shape[1])
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="cudnn")
+    return jax.nn.dot_product_attention(
+        q, k, v, mask=mask, is_causal=True, local_window_size=local_window(window), implementation="cudnn"
+    )
 
 
 def cudnn_packed_attention(
@@ -119,14 +128,12 @@ def cudnn_packed_attention(
 
 
 @register_attention_backend("cudnn", unsupported_reason=_cudnn_unsupported)
-def cudnn_attention(q, k, v, segment_ids):
+def cudnn_attention(q, k, v, segment_ids, window=None):
     """The GPU default: plain causal, packed sequences, or the fallback, chosen per batch (module doc)."""
     if segment_ids is None:
-        return _causal(q, k, v)
-    fallback = "pallas" if cannot_serve("pallas", q, k, v, segment_ids) is None else "cudnn_masked"
-    branches = [
-        lambda q, k, v, s: _causal(q, k, v),
-        cudnn_packed_attention,
-        ATTENTION_BACKENDS[fallback],
-    ]
+        return _causal(q, k, v, window)
+    fallback_name = "pallas" if cannot_serve("pallas", q, k, v, segment_ids) is None else "cudnn_masked"
+    fallback = lambda q, k, v, s: ATTENTION_BACKENDS[fallback_name](q, k, v, s, window)  # noqa: E731
+    packed = cudnn_packed_attention if window is None else fallback
+    branches = [lambda q, k, v, s: _causal(q, k, v, window), packed, fallback]
     return lax.switch(attention_route(segment_ids), branches, q, k, v, segment_ids)

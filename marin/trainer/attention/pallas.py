@@ -21,6 +21,9 @@ A worked example: seq 40, 8 query heads sharing 2 kv heads (group 4), head_dim 1
   per (batch, kv head, key block), loops over the 4 query heads of its group and over the query blocks
   from the diagonal down (key block 1 sees query blocks 1 and 2), so the group's gradient is summed in
   registers and no per-query-head dK/dV is written.
+* A sliding ``window`` (``flash_attention(..., window=20)``) adds ``s > t - 20`` to the mask and moves every
+  loop's other bound too: query block 2 (rows 32-47) starts at key block ``(32 - 19) // 16 = 0``, but with
+  window 8 at key block 1; a key block's dK/dV loop stops at the last query block whose window reaches it.
 * Within a tile, position t sees s when ``s <= t``, ``s < 40`` and ``segment_ids[s] == segment_ids[t]``.
   Every real row sees at least itself and every padded row the last real token (segment ids are
   edge-padded), so ``l > 0`` and ``lse`` is finite everywhere. Masked scores are a large finite
@@ -85,6 +88,7 @@ class _Kernel:
     seq_len: int  # real (unpadded) length: keys at or past it are padding
     scale: float  # 1 / sqrt(head_dim)
     platform: str  # "cpu" interprets; "gpu" lowers through Triton; "tpu" through Mosaic
+    window: int | None = None  # sliding window: keys a query sees, itself included; None = all before it
 
 
 def _dot(a, b, contract=(1, 0)):
@@ -99,6 +103,8 @@ def _visible(q_block, k_block, q_seg, k_seg, kern: _Kernel):
     q_pos = q_block * kern.block_q + lax.broadcasted_iota(jnp.int32, shape, 0)
     k_pos = k_block * kern.block_k + lax.broadcasted_iota(jnp.int32, shape, 1)
     visible = (k_pos <= q_pos) & (k_pos < kern.seq_len)
+    if kern.window is not None:
+        visible = visible & (k_pos > q_pos - kern.window)
     if q_seg is not None:
         visible = visible & (q_seg == k_seg)
     return visible
@@ -118,8 +124,26 @@ def _queries(i, kern: _Kernel):
 
 
 def _key_blocks_through_diagonal(i, kern: _Kernel):
-    """Key blocks that query block ``i`` can see: the causal skip is this loop bound."""
+    """Key blocks that query block ``i`` can see end before this one: the causal skip is this loop bound."""
     return lax.div((i + 1) * kern.block_q + kern.block_k - 1, kern.block_k)
+
+
+def _first_key_block(i, kern: _Kernel):
+    """The first key block query block ``i`` can see: 0, or under a sliding window the one holding its first
+    query's oldest visible key (the window's skip is this loop bound)."""
+    if kern.window is None:
+        return 0
+    return lax.div(jnp.maximum(i * kern.block_q - (kern.window - 1), 0), kern.block_k)
+
+
+def _query_blocks_seeing(j, kern: _Kernel, query_blocks: int):
+    """(first, end) of the query blocks that can see key block ``j``: from the diagonal down, and under a
+    sliding window only as far as the window of its last key reaches."""
+    first = lax.div(j * kern.block_k, kern.block_q)
+    if kern.window is None:
+        return first, query_blocks
+    last_query = (j + 1) * kern.block_k - 1 + kern.window - 1
+    return first, jnp.minimum(lax.div(last_query, kern.block_q) + 1, query_blocks)
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, q_seg_ref, k_seg_ref, o_ref, lse_ref, *, kern: _Kernel):
@@ -146,7 +170,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_seg_ref, k_seg_ref, o_ref, lse_ref, *
         jnp.full((kern.block_q, 1), -jnp.inf, jnp.float32),
         jnp.zeros((kern.block_q, 1), jnp.float32),
     )
-    acc, m, l = lax.fori_loop(0, _key_blocks_through_diagonal(i, kern), body, init)
+    acc, m, l = lax.fori_loop(_first_key_block(i, kern), _key_blocks_through_diagonal(i, kern), body, init)
     o_ref[...] = (acc / l).astype(o_ref.dtype)
     lse_ref[...] = m + jnp.log(l)
 
@@ -165,7 +189,8 @@ def _dq_kernel(q_ref, k_ref, v_ref, q_seg_ref, k_seg_ref, do_ref, lse_ref, delta
         ds = p * (_dot(do, v, (1, 1)) - delta)  # softmax backward: dS = P * (dP - rowsum(dO * O))
         return dq + _dot(ds.astype(k.dtype), k)
 
-    dq = lax.fori_loop(0, _key_blocks_through_diagonal(i, kern), body, jnp.zeros(q.shape, jnp.float32))
+    zeros = jnp.zeros(q.shape, jnp.float32)
+    dq = lax.fori_loop(_first_key_block(i, kern), _key_blocks_through_diagonal(i, kern), body, zeros)
     dq_ref[...] = (dq * kern.scale).astype(dq_ref.dtype)
 
 
@@ -177,7 +202,7 @@ def _dkv_kernel(
     k, v = k_ref[...], v_ref[...]  # [block_k, head_dim]
     k_seg = None if k_seg_ref is None else k_seg_ref[...]  # [1, block_k]
     group, seq_pad = q_ref.shape[0], q_ref.shape[1]
-    first = lax.div(j * kern.block_k, kern.block_q)  # query blocks above this one cannot see these keys
+    first, end = _query_blocks_seeing(j, kern, seq_pad // kern.block_q)
 
     def over_query_blocks(h, carry):
         def body(i, carry):
@@ -190,7 +215,7 @@ def _dkv_kernel(
             ds = p * (_dot(do, v, (1, 1)) - delta_ref[h, rows, :])
             return dk + _dot(ds.astype(q.dtype), q, (0, 0)), dv
 
-        return lax.fori_loop(first, seq_pad // kern.block_q, body, carry)
+        return lax.fori_loop(first, end, body, carry)
 
     zeros = jnp.zeros(k.shape, jnp.float32)
     dk, dv = lax.fori_loop(0, group, over_query_blocks, (zeros, zeros))
@@ -361,8 +386,10 @@ def flash_attention(
     *,
     config: PallasAttentionConfig = PallasAttentionConfig(),
     platform: str | None = None,
+    window: int | None = None,
 ) -> jax.Array:
-    """Causal grouped-query attention by our Pallas kernels (shapes and masking as in ``backends.py``).
+    """Causal grouped-query attention by our Pallas kernels (shapes and masking as in ``backends.py``), within
+    a sliding ``window`` of keys if given.
 
     ``platform`` picks the lowering, by default ``jax.default_backend()``: "cpu" interprets, "gpu" is
     Triton, "tpu" is Mosaic. Raises ValueError when the kernel cannot serve the inputs there.
@@ -373,7 +400,7 @@ def flash_attention(
         raise ValueError(f"pallas attention cannot serve these inputs: {reason}")
     batch, seq, heads, head_dim = q.shape
     block_q, block_k, seq_pad = _tiling(seq, config, platform)
-    kern = _Kernel(block_q, block_k, seq, head_dim**-0.5, platform)
+    kern = _Kernel(block_q, block_k, seq, head_dim**-0.5, platform, window)
     if segment_ids is not None:
         segment_ids = pad_segment_ids(segment_ids, seq_pad)
     q, k, v = (to_kernel_layout(x, seq_pad) for x in (q, k, v))
@@ -385,6 +412,6 @@ def _backend_unsupported_reason(q, k, v, segment_ids) -> str | None:
 
 
 @register_attention_backend("pallas", unsupported_reason=_backend_unsupported_reason)
-def pallas_attention(q, k, v, segment_ids):
+def pallas_attention(q, k, v, segment_ids, window=None):
     """The registered backend: ``flash_attention`` with the default config on the default platform."""
-    return flash_attention(q, k, v, segment_ids)
+    return flash_attention(q, k, v, segment_ids, window=window)

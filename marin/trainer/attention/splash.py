@@ -3,7 +3,9 @@
 Splash ("sparse flash", ``jax.experimental.pallas.ops.tpu.splash_attention``) is the tuned TPU flash
 attention MaxText trains with. Its mask is a static description (here a ``CausalMask`` per head) that it
 compiles into per-block metadata, so tiles above the diagonal are skipped in the forward and in its own
-``custom_vjp`` backward kernels (dQ, dK/dV); segment ids mask packed documents inside the kernel. Same
+``custom_vjp`` backward kernels (dQ, dK/dV); segment ids mask packed documents inside the kernel. A sliding
+window is a ``LocalMask`` with ``window - 1`` keys on the left and none on the right (causal within the band),
+whose metadata skips the tiles left of the band the same way. Same
 contract as every backend (``backends.py``)::
 
     out = splash_attention(q, k, v, segment_ids, config=SplashAttentionConfig(block_q=512, block_kv=512))
@@ -69,11 +71,13 @@ def _tiling(seq: int, config: SplashAttentionConfig) -> tuple[int, int, int]:
     return tiling(seq, config.block_q, config.block_kv, min_block=_LANES)
 
 
-def _kernel(heads: int, seq_pad: int, block_q: int, block_kv: int, interpret: bool):
+def _kernel(heads: int, seq_pad: int, block_q: int, block_kv: int, interpret: bool, window: int | None = None):
     """A splash kernel for one example: q [heads, seq_pad, d], k/v [kv_heads, seq_pad, d] -> like q.
 
     The mask metadata is numpy work at trace time, cached by splash itself (``_process_mask``)."""
-    mask = splash.MultiHeadMask([splash.CausalMask((seq_pad, seq_pad))] * heads)
+    shape = (seq_pad, seq_pad)
+    head_mask = splash.CausalMask(shape) if window is None else splash.LocalMask(shape, (window - 1, 0), offset=0)
+    mask = splash.MultiHeadMask([head_mask] * heads)
     blocks = splash.BlockSizes(
         block_q=block_q,
         block_kv=block_kv,
@@ -88,11 +92,11 @@ def _kernel(heads: int, seq_pad: int, block_q: int, block_kv: int, interpret: bo
     return splash.make_splash_mha(mask, block_sizes=blocks, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def _splash_on_device(q, k, v, segment_ids, *, config: SplashAttentionConfig, interpret: bool):
+def _splash_on_device(q, k, v, segment_ids, *, config: SplashAttentionConfig, interpret: bool, window: int | None):
     """Splash on one device's arrays, in the backend layout (q [batch, seq, heads, head_dim], ...)."""
     batch, seq, heads, head_dim = q.shape
     block_q, block_kv, seq_pad = _tiling(seq, config)
-    kernel = _kernel(heads, seq_pad, block_q, block_kv, interpret)
+    kernel = _kernel(heads, seq_pad, block_q, block_kv, interpret, window)
     q = to_kernel_layout(q * jnp.asarray(head_dim**-0.5, q.dtype), seq_pad)  # splash expects q already scaled
     k, v = to_kernel_layout(k, seq_pad), to_kernel_layout(v, seq_pad)
     if segment_ids is None:
@@ -158,9 +162,11 @@ def splash_attention(
     *,
     config: SplashAttentionConfig = SplashAttentionConfig(),
     platform: str | None = None,
+    window: int | None = None,
 ) -> jax.Array:
-    """Causal grouped-query attention by JAX's splash kernel (shapes and masking as in ``backends.py``),
-    through ``shard_map`` over the mesh of the active ``use_sharding`` context if there is one.
+    """Causal grouped-query attention by JAX's splash kernel (shapes and masking as in ``backends.py``), within
+    a sliding ``window`` of keys if given, through ``shard_map`` over the mesh of the active ``use_sharding``
+    context if there is one.
 
     ``platform`` defaults to ``jax.default_backend()``; on "cpu" the kernel is interpreted. Raises
     ValueError when splash cannot serve the inputs there."""
@@ -169,7 +175,7 @@ def splash_attention(
     reason = unsupported_reason(q.shape, k.shape, q.dtype, platform, context)
     if reason is not None:
         raise ValueError(f"splash attention cannot serve these inputs: {reason}")
-    on_device = functools.partial(_splash_on_device, config=config, interpret=platform == "cpu")
+    on_device = functools.partial(_splash_on_device, config=config, interpret=platform == "cpu", window=window)
     if context is None:
         return on_device(q, k, v, segment_ids)
     q_spec, kv_spec, seg_spec = _specs(context)
@@ -187,6 +193,6 @@ def _backend_unsupported_reason(q, k, v, segment_ids) -> str | None:
 
 
 @register_attention_backend("splash", unsupported_reason=_backend_unsupported_reason)
-def splash_backend(q, k, v, segment_ids):
+def splash_backend(q, k, v, segment_ids, window=None):
     """The registered backend: ``splash_attention`` with the default config on the default platform."""
-    return splash_attention(q, k, v, segment_ids)
+    return splash_attention(q, k, v, segment_ids, window=window)

@@ -80,6 +80,12 @@ class LlamaConfig:
     outputs (OLMo 2)."""
     attention_bias: bool = added_field(False)
     """Biases on the query, key and value projections (Qwen2); the output projection has none."""
+    sliding_window: int | None = added_field(None)
+    """Keys a query sees in a sliding-window layer, itself included, as HF's ``sliding_window`` counts
+    (position t sees s with ``t - window < s <= t``; Mistral: 4096). None: full causal attention everywhere."""
+    sliding_window_layers: tuple[int, ...] | None = added_field(None)
+    """Indices of the layers that use ``sliding_window``; None: every layer (Mistral, Mixtral). Qwen2/3's
+    ``max_window_layers`` (the layers from it on) and Gemma-style alternation are lists of indices here."""
     # Mixture-of-experts (``moe.py``): with ``num_experts > 0`` every layer's MLP is a routed set of SwiGLU
     # experts (Mixtral, Qwen3-MoE, OLMoE) instead of one dense SwiGLU.
     num_experts: int = added_field(0)
@@ -149,7 +155,38 @@ class LlamaConfig:
             raise ValueError(
                 f"LlamaConfig.norm_placement must be one of {NORM_PLACEMENTS}, got {self.norm_placement!r}"
             )
+        self._check_sliding_window()
         self._check_moe()
+
+    def _check_sliding_window(self) -> None:
+        window, layers = self.sliding_window, self.sliding_window_layers
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise ValueError(f"LlamaConfig.sliding_window must be a positive int (keys seen) or None, got {window!r}")
+        if layers is None:
+            return
+        if window is None:
+            raise ValueError(f"LlamaConfig.sliding_window_layers {layers!r} given without a sliding_window")
+        bad = [i for i in layers if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.num_layers]
+        if bad or len(set(layers)) != len(layers):
+            raise ValueError(
+                f"LlamaConfig.sliding_window_layers must be distinct layer indices in [0, {self.num_layers}), "
+                f"got {layers!r}"
+            )
+        # a list from JSON (a stored checkpoint config) or draccus becomes a sorted tuple: one spelling per
+        # model (the identity), and hashable (jit's static argument)
+        object.__setattr__(self, "sliding_window_layers", tuple(sorted(layers)))
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of layer ``layer`` (None: full causal attention)."""
+        if self.sliding_window is None:
+            return None
+        if self.sliding_window_layers is None or layer in self.sliding_window_layers:
+            return self.sliding_window
+        return None
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        return tuple(self.layer_window(i) for i in range(self.num_layers))
 
     def _check_moe(self) -> None:
         if not isinstance(self.num_experts, int) or self.num_experts < 0:
@@ -247,10 +284,11 @@ class LlamaConfig:
         ``N`` is ``active_matmul_param_count`` (all matmul parameters of a dense model; a MoE's router, shared
         experts and k routed experts, whatever its dispatch actually computes); the attention term counts the
         full (non-causal) score and value matmuls, which is what an unmasked-block kernel and XLA's cost analysis
-        both count.
+        both count, over ``min(seq, window)`` keys in a sliding-window layer.
         """
         seq = self.seq_len if seq_len is None else seq_len
-        attention = 12 * self.num_layers * self.num_heads * self.resolved_head_dim * seq
+        keys = sum(seq if w is None else min(seq, w) for w in self.layer_windows)
+        attention = 12 * self.num_heads * self.resolved_head_dim * keys
         return float(6 * self.active_matmul_param_count + attention)
 
 

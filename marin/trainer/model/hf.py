@@ -1,14 +1,19 @@
 """Hugging Face checkpoints read into the trainer's format: a ``config.json`` + safetensors directory of a Llama,
-Qwen2, Qwen3 or OLMo 2 model as our ``LlamaConfig`` and parameter tree, and the name/layout maps both ways.
+Mistral, Qwen2, Qwen3, OLMo 2, Mixtral, Qwen3-MoE or OLMoE model as our ``LlamaConfig`` and parameter tree, and
+the name/layout maps both ways.
 
     cfg, params = import_hf("path/to/Qwen3-0.6B")       # host (numpy) float32 arrays
     is_hf_directory(path)                                # what ``initialize_from`` and the engine accept too
 
 The families are options of the one model (``LlamaConfig``): Qwen2 adds q/k/v biases, Qwen3 a per-head RMSNorm
 of the queries and keys, OLMo 2 an RMSNorm of all heads' queries and keys and its norms on the sublayers'
-outputs (``FAMILIES``). An HF config of another family, or with a field that changes the math and is not
-implemented here (another rope scaling, sliding-window attention, an output-projection or MLP bias, another
-activation), is refused naming the field, never silently ignored.
+outputs, Mistral a sliding attention window in every layer (``FAMILIES``). Sliding windows are read as each
+family's transformers code applies them: Mistral's, Mixtral's and Qwen3-MoE's ``sliding_window`` in every layer
+(Qwen3-MoE only under ``use_sliding_window``), Qwen2's and Qwen3's in the layers ``layer_types`` marks
+``"sliding_attention"`` (or, without it, those from ``max_window_layers`` on). An HF config of another family,
+or with a field that changes the math and is not implemented here (another rope scaling, a window where the
+family has none, an output-projection or MLP bias, another activation), is refused naming the field, never
+silently ignored.
 
 Only numpy and the safetensors format are needed (no torch); bfloat16 checkpoints (most released models) are
 read through ``ml_dtypes``, which numpy alone cannot represent, and converted to float32. Our weights are
@@ -54,25 +59,36 @@ class Family:
     mlp_norm: str
     experts: str | None = None
     """A mixture-of-experts family's tensor names (``EXPERT_NAMES``); None for a dense one."""
+    windows: str = "none"
+    """Which sliding windows the family's transformers code can express: "none", "all" (one window in every
+    layer: Mistral, Mixtral, Qwen3-MoE) or "layers" (any subset of layers: Qwen2, Qwen3's ``layer_types``)."""
 
     @property
     def options(self) -> tuple[str, str, bool, bool]:
         return (self.qk_norm, self.norm_placement, self.attention_bias, self.experts is not None)
 
+    def expresses(self, cfg: LlamaConfig) -> bool:
+        """Whether the family can say ``cfg``'s sliding windows."""
+        if cfg.sliding_window is None:
+            return True
+        return self.windows == "layers" or (self.windows == "all" and cfg.sliding_window_layers is None)
+
 
 _PRE = ("input_layernorm", "post_attention_layernorm")
 FAMILIES = {
     "llama": Family("LlamaForCausalLM", "none", "pre", False, *_PRE),
-    "qwen2": Family("Qwen2ForCausalLM", "none", "pre", True, *_PRE),
-    "qwen3": Family("Qwen3ForCausalLM", "head", "pre", False, *_PRE),
+    "mistral": Family("MistralForCausalLM", "none", "pre", False, *_PRE, windows="all"),
+    "qwen2": Family("Qwen2ForCausalLM", "none", "pre", True, *_PRE, windows="layers"),
+    "qwen3": Family("Qwen3ForCausalLM", "head", "pre", False, *_PRE, windows="layers"),
     "olmo2": Family(
         "Olmo2ForCausalLM", "full", "post", False, "post_attention_layernorm", "post_feedforward_layernorm"
     ),
-    "mixtral": Family("MixtralForCausalLM", "none", "pre", False, *_PRE, experts="mixtral"),
-    "qwen3_moe": Family("Qwen3MoeForCausalLM", "head", "pre", False, *_PRE, experts="qwen"),
+    "mixtral": Family("MixtralForCausalLM", "none", "pre", False, *_PRE, experts="mixtral", windows="all"),
+    "qwen3_moe": Family("Qwen3MoeForCausalLM", "head", "pre", False, *_PRE, experts="qwen", windows="all"),
     "olmoe": Family("OlmoeForCausalLM", "full", "pre", False, *_PRE, experts="qwen"),
 }
-"""``model_type`` -> family."""
+"""``model_type`` -> family (a config without windows exports as the first family its options match: Llama,
+not Mistral)."""
 
 EXPERT_NAMES = {
     # (router, expert e's module prefix, gate, up, down) within ``model.layers.{i}``
@@ -85,15 +101,23 @@ def family_of(cfg: LlamaConfig) -> str:
     """The ``model_type`` whose architecture ``cfg``'s options are; a combination no family has is refused."""
     options = (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias, cfg.is_moe)
     for name, f in FAMILIES.items():
-        if f.options == options:
+        if f.options == options and f.expresses(cfg):
             if cfg.is_moe:
                 _check_moe_exportable(cfg, name)
             return name
+    windows = (
+        ""
+        if cfg.sliding_window is None
+        else f", sliding_window={cfg.sliding_window}, sliding_window_layers={cfg.sliding_window_layers}"
+    )
     raise ValueError(
         f"LlamaConfig(qk_norm={cfg.qk_norm!r}, norm_placement={cfg.norm_placement!r}, "
-        f"attention_bias={cfg.attention_bias}, num_experts={cfg.num_experts}) is no Hugging Face architecture "
-        "exported here: "
-        + "; ".join(f"{n}: (qk_norm, norm_placement, attention_bias, moe) {f.options}" for n, f in FAMILIES.items())
+        f"attention_bias={cfg.attention_bias}, num_experts={cfg.num_experts}{windows}) is no Hugging Face "
+        "architecture exported here: "
+        + "; ".join(
+            f"{n}: (qk_norm, norm_placement, attention_bias, moe) {f.options}, windows {f.windows}"
+            for n, f in FAMILIES.items()
+        )
     )
 
 
@@ -139,6 +163,7 @@ def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConf
         raise ValueError(f"unsupported rope scaling {scaling_doc!r}: only Llama 3's 'llama3' type is implemented")
     return LlamaConfig(
         **_moe_fields(doc, model_type),
+        **_window_fields(doc, model_type, where),
         vocab_size=doc["vocab_size"],
         hidden_dim=doc["hidden_size"],
         mlp_dim=doc["intermediate_size"],
@@ -178,6 +203,35 @@ def _moe_fields(doc: dict[str, Any], model_type: str) -> dict[str, Any]:
     return fields
 
 
+_DEFAULT_WINDOWS = {"mistral": 4096}
+"""A ``sliding_window`` transformers assumes when config.json has none (MistralConfig's default; the others'
+is None or needs ``use_sliding_window``)."""
+
+
+def _window_fields(doc: dict[str, Any], model_type: str, where: str) -> dict[str, Any]:
+    """``sliding_window`` and ``sliding_window_layers`` as the family's transformers code applies them."""
+    kind = FAMILIES[model_type].windows
+    if kind == "none":
+        return {}  # a window in such a config was refused by _refuse_unimplemented
+    window = doc.get("sliding_window", _DEFAULT_WINDOWS.get(model_type))
+    if model_type in ("qwen2", "qwen3", "qwen3_moe") and not doc.get("use_sliding_window"):
+        window = None  # Qwen's configs drop the window unless use_sliding_window
+    if window is None:
+        return {}
+    if kind == "all":
+        return {"sliding_window": window}
+    n = doc["num_hidden_layers"]
+    types = doc.get("layer_types")
+    if types is None:  # what Qwen2Config/Qwen3Config derive when layer_types is absent
+        types = ["sliding_attention" if i >= doc.get("max_window_layers", 28) else "full_attention" for i in range(n)]
+    if len(types) != n:
+        raise ValueError(f"{where}: layer_types has {len(types)} entries for {n} layers")
+    layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    if not layers:
+        return {}
+    return {"sliding_window": window, "sliding_window_layers": None if len(layers) == n else layers}
+
+
 def _refuse_unimplemented(doc: dict[str, Any], model_type: str, where: str) -> None:
     """Fields of an HF config that change the math beyond what this model implements: refused by name."""
     problems = []
@@ -187,13 +241,15 @@ def _refuse_unimplemented(doc: dict[str, Any], model_type: str, where: str) -> N
         problems.append("mlp_bias true (MLP biases are not implemented)")
     if model_type != "qwen2" and doc.get("attention_bias"):
         problems.append("attention_bias true (biases on q/k/v *and* the output projection are not implemented)")
-    if doc.get("use_sliding_window") or any(t != "full_attention" for t in doc.get("layer_types") or ()):
+    kinds = ("full_attention", "sliding_attention") if FAMILIES[model_type].windows == "layers" else ("full_attention",)
+    unknown = sorted({t for t in doc.get("layer_types") or () if t not in kinds})
+    if unknown:
+        problems.append(f"layer_types {unknown} (only {' and '.join(kinds)} layers are implemented for {model_type})")
+    if FAMILIES[model_type].windows == "none" and (doc.get("sliding_window") or doc.get("use_sliding_window")):
         problems.append(
-            f"use_sliding_window {doc.get('use_sliding_window')!r} / layer_types {doc.get('layer_types')!r} "
-            "(sliding-window attention is not implemented)"
+            f"sliding_window {doc.get('sliding_window')!r} / use_sliding_window {doc.get('use_sliding_window')!r} "
+            f"({model_type}'s transformers code has no sliding window)"
         )
-    if model_type not in ("qwen2", "qwen3") and doc.get("sliding_window"):
-        problems.append(f"sliding_window {doc['sliding_window']!r} (sliding-window attention is not implemented)")
     if doc.get("attention_dropout"):
         problems.append(f"attention_dropout {doc['attention_dropout']!r} (dropout is not implemented)")
     if FAMILIES[model_type].experts is not None:

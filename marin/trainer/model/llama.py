@@ -17,8 +17,9 @@ A block reads like the paper::
 
 with the options of the Qwen and OLMo families by config: q/k/v biases (Qwen2), RMSNorm of the queries and
 keys before RoPE per head (Qwen3) or over all heads (OLMo 2), the norms on the sublayers' outputs
-(OLMo 2: ``x = x + rms_norm(attention(x))``), and a mixture of experts in place of the MLP (Mixtral, Qwen3-MoE,
-OLMoE: ``moe.py``), whose router statistics every layer returns beside ``x`` for the router losses
+(OLMo 2: ``x = x + rms_norm(attention(x))``), a sliding attention window in all or some layers (Mistral,
+Qwen2/3's windowed layers: ``cfg.layer_window``), and a mixture of experts in place of the MLP (Mixtral,
+Qwen3-MoE, OLMoE: ``moe.py``), whose router statistics every layer returns beside ``x`` for the router losses
 (``training_loss``).
 """
 
@@ -209,10 +210,12 @@ def residual(cfg: LlamaConfig, x: jax.Array, sublayer: Callable[[jax.Array], jax
     return x + sublayer(rms_norm(x, norm, cfg.norm_eps))
 
 
-def attention_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default") -> jax.Array:
+def attention_block(
+    cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default", window: int | None = None
+) -> jax.Array:
     q, k, v = project_qkv(cfg, layer, x, cos, sin, matmul_dtype)
     q = constrain(q, (BATCH, SEQ, HEADS, HEAD_DIM))
-    out = attention(q, k, v, segment_ids, backend=cfg.attention_backend)  # [batch, seq, heads, head_dim]
+    out = attention(q, k, v, segment_ids, backend=cfg.attention_backend, window=window)  # [b, seq, heads, hd]
     return dense(out, layer["wo"], n_in=2, matmul_dtype=matmul_dtype)  # [batch, seq, embed]
 
 
@@ -231,9 +234,11 @@ def feed_forward(cfg: LlamaConfig, layer: Params, x: jax.Array, matmul_dtype: st
     return mlp_block(layer, x, matmul_dtype), None
 
 
-def decoder_block(cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default"):
-    """One layer: ``(x, router stats or None)``."""
-    attend = functools.partial(attention_block, cfg, layer, cos=cos, sin=sin, segment_ids=segment_ids)
+def decoder_block(
+    cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default", window: int | None = None
+):
+    """One layer (attending within ``window`` keys if given): ``(x, router stats or None)``."""
+    attend = functools.partial(attention_block, cfg, layer, cos=cos, sin=sin, segment_ids=segment_ids, window=window)
     x = residual(cfg, x, lambda y: attend(y, matmul_dtype=matmul_dtype), layer["attn_norm"])
     stats = []
 
@@ -253,20 +258,34 @@ _REMAT: dict[str, Callable[..., bool] | None] = {
 
 
 def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, matmul_dtype: str):
-    """The blocks in order: the last hidden states and the router statistics summed over layers (None: dense)."""
+    """The blocks in order: the last hidden states and the router statistics summed over layers (None: dense).
 
-    def block(x, layer):
-        return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype)
-
+    A layer's attention window is static in its block (the kernels skip the key blocks it hides). Unrolled,
+    each layer gets the block of its window; under ``scan`` one compiled block serves every layer, so a stack
+    that mixes windowed and full layers scans a per-layer flag and ``lax.cond`` picks the variant."""
+    windows = cfg.layer_windows
     scan = cfg.scan_layers if cfg.scan_layers is not None else jax.default_backend() == "tpu"
-    if cfg.remat != "none":
-        block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not scan)
+
+    def block_with(window: int | None):
+        def block(x, layer):
+            return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype, window)
+
+        if cfg.remat != "none":
+            block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not scan)
+        return block
+
     if scan:
-        x, stats = jax.lax.scan(block, x, layers)
+        if len(set(windows)) == 1:
+            x, stats = jax.lax.scan(block_with(windows[0]), x, layers)
+        else:
+            full, windowed = block_with(None), block_with(cfg.sliding_window)
+            flags = jnp.asarray([w is not None for w in windows])
+            x, stats = jax.lax.scan(lambda x, xs: jax.lax.cond(xs[1], windowed, full, x, xs[0]), x, (layers, flags))
         return x, (jax.tree.map(lambda s: jnp.sum(s, axis=0), stats) if cfg.is_moe else None)
+    blocks = {w: block_with(w) for w in set(windows)}
     total = empty_stats(cfg.num_experts) if cfg.is_moe else None
     for i in range(cfg.num_layers):
-        x, stats = block(x, jax.tree.map(lambda p, i=i: p[i], layers))
+        x, stats = blocks[windows[i]](x, jax.tree.map(lambda p, i=i: p[i], layers))
         if cfg.is_moe:
             total = jax.tree.map(jnp.add, total, stats)
     return x, total
