@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/attention_bench.py                 # seq 1024 2048 4096, this platform's backends
     .venv/bin/python benchmarks/attention_bench.py --seqs 4096 8192 16384 --backends xla pallas --dtype bfloat16
     python benchmarks/attention_bench.py --dtype bfloat16 --packed --check --heads 32 --kv-heads 8 --head-dim 128
+    .venv/bin/python benchmarks/attention_bench.py --window 512    # sliding-window attention (Mistral's)
 
 One step is ``jax.grad`` of ``sum(attention(q, k, v) * ct)`` with respect to q, k and v, jitted (causal;
 batch 1, 8 heads, head_dim 64 by default; ``--packed`` adds segment ids: ~8 documents of random lengths per
-row). Backends default to what the platform runs: ``reference``, ``xla`` and ``blockwise`` on CPU;
+row; ``--window W`` attends within a sliding window of W keys). Backends default to what the platform runs: ``reference``, ``xla`` and ``blockwise`` on CPU;
 ``reference``, ``xla``, ``cudnn`` and ``pallas`` on GPU; ``splash`` and ``pallas`` join on TPU (on CPU
 ``pallas`` and ``splash`` only interpret, which measures the interpreter, not the kernel).
 
@@ -107,7 +108,7 @@ def worker(args: argparse.Namespace) -> dict:
     dtype = q.dtype
 
     def loss(q, k, v):
-        out = attention(q, k, v, segments, backend=args.backend)
+        out = attention(q, k, v, segments, backend=args.backend, window=args.window)
         return jnp.sum(out.astype(jnp.float32) * ct.astype(jnp.float32))
 
     t0 = time.perf_counter()
@@ -173,7 +174,7 @@ def _check_one(args: argparse.Namespace) -> dict:
     q, k, v, ct, segments = make_inputs(args, seed=1)
 
     def out_and_grads(backend, q, k, v):
-        out, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, segments, backend=backend), q, k, v)
+        out, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, segments, backend=backend, window=args.window), q, k, v)
         return (out, *vjp(ct.astype(out.dtype)))
 
     with jax.default_matmul_precision("highest"):
@@ -208,6 +209,8 @@ def run_worker(args: argparse.Namespace, backend: str, seq: int, check: list[str
         cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.packed:
         cmd.append("--packed")
+    if args.window is not None:
+        cmd += ["--window", str(args.window)]
     if check:
         cmd += ["--check-backends", *check, "--check-seqs", *map(str, args.seqs)]
     row = {"backend": backend, "seq": seq}
@@ -304,6 +307,7 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16 (use bfloat16 on accelerators)")
     parser.add_argument("--packed", action="store_true", help="segment ids: ~8 packed documents per row")
+    parser.add_argument("--window", type=int, help="sliding window: keys each query sees (default: all before it)")
     parser.add_argument("--check", action="store_true", help="also compare every backend with an fp32 reference")
     parser.add_argument("--reps", type=int, default=3, help="timed steps per worker, at least")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every worker, in rotated order")
@@ -340,6 +344,7 @@ def main() -> None:
     print(
         f"platform {platform} ({first.get('device', '?')}), batch {args.batch}, heads {args.heads}, "
         f"kv_heads {args.kv_heads}, head_dim {args.head_dim}, {args.dtype}, causal"
+        f"{f', window {args.window}' if args.window else ''}"
         f"{', packed' if args.packed else ''}; fwd+bwd; median of >= {args.reps} steps x {args.rounds} round(s)"
     )
     print(table(rows))
