@@ -21,7 +21,7 @@ optimizers (Muon, Soap, Kron) were fastest, about 1.4x AdamW at 0.1B, shrinking 
 Hypothesis (the paper's): Muon and SOAP beat AdamW at every size here, by more at the smaller sizes; Lion
 and Adafactor are within ~10% of AdamW. The outcome goes in docs/optimizers.md whichever way it falls.
 
-    python experiments/exp_optimizers.py --dry_run true      # 144 sweep runs + evals, the analysis
+    python experiments/exp_optimizers.py --dry_run true      # 144 sweep runs, 36 seed-1 reruns, evals, the analysis
     python experiments/exp_optimizers.py                     # the study (about 12 TFLOPs per sweep point)
     python -m marin.report experiments/exp_optimizers.py --prefix ./local_store
 """
@@ -54,8 +54,46 @@ SWEEPS = {
 """Learning rates swept per optimizer, doubling. The first width-16 sweep (three points each) put the best rate of
 AdamW (at both ends: 1x at the top, 4x at the bottom), Muon, SOAP and Lion at an edge, so each was extended one
 doubling past that edge; a best rate still at an edge is flagged in the study's table."""
-BEST_LR: dict[tuple[str, int, int], float] = {}
-"""(kind, width, ratio) -> the sweep's best learning rate, rerun with seed 1 (empty until a sweep has run)."""
+BEST_LR: dict[tuple[str, int, int], float] = {
+    ("adafactor", 12, 1): 0.01,
+    ("adafactor", 12, 4): 0.01,
+    ("adafactor", 16, 1): 0.01,
+    ("adafactor", 16, 4): 0.01,
+    ("adafactor", 24, 1): 0.005,
+    ("adafactor", 24, 4): 0.01,
+    ("adamw", 12, 1): 0.04,
+    ("adamw", 12, 4): 0.02,
+    ("adamw", 16, 1): 0.02,
+    ("adamw", 16, 4): 0.005,
+    ("adamw", 24, 1): 0.01,
+    ("adamw", 24, 4): 0.005,
+    ("lion", 12, 1): 0.004,
+    ("lion", 12, 4): 0.002,
+    ("lion", 16, 1): 0.004,
+    ("lion", 16, 4): 0.004,
+    ("lion", 24, 1): 0.002,
+    ("lion", 24, 4): 0.004,
+    ("muon", 12, 1): 0.04,
+    ("muon", 12, 4): 0.02,
+    ("muon", 16, 1): 0.04,
+    ("muon", 16, 4): 0.02,
+    ("muon", 24, 1): 0.02,
+    ("muon", 24, 4): 0.01,
+    ("schedule_free_adamw", 12, 1): 0.02,
+    ("schedule_free_adamw", 12, 4): 0.04,
+    ("schedule_free_adamw", 16, 1): 0.02,
+    ("schedule_free_adamw", 16, 4): 0.04,
+    ("schedule_free_adamw", 24, 1): 0.02,
+    ("schedule_free_adamw", 24, 4): 0.02,
+    ("soap", 12, 1): 0.04,
+    ("soap", 12, 4): 0.04,
+    ("soap", 16, 1): 0.04,
+    ("soap", 16, 4): 0.02,
+    ("soap", 24, 1): 0.02,
+    ("soap", 24, 4): 0.01,
+}
+"""(kind, width, ratio) -> the seed-0 sweep's best learning rate, rerun with seed 1: read from the sweep's analysis
+(``benchmarks/results/optimizer_study.json``, 2026-11-28)."""
 SCHEDULE = {"schedule": "wsd", "warmup": 0.05, "decay": 0.3, "min_lr_ratio": 0.05}
 OPTIMIZER_SETTINGS = {
     "muon": {"muon_lr_scaling": "moonlight"},
