@@ -107,3 +107,31 @@ def test_local_completions_against_the_server_gives_lm_evals_hf_numbers(setup):
                 f"max_length={WINDOW + 2},add_bos_token=True,num_concurrent=8,max_retries=1"
             )
             _assert_same(reference, _run(manager, "local-completions", args, batch_size))
+
+
+@pytest.mark.parametrize("family", ["olmo2", "qwen3_moe", "mistral_windowed"])
+def test_each_family_in_process_gives_lm_evals_hf_numbers(family, tmp_path):
+    """The families beyond Llama through lm-eval: transformers' own random-weight OLMo 2 (post-norms, QK-norm over
+    all heads), Qwen3-MoE (experts, QK-norm per head, head_dim independent of width) and Mistral with a window of
+    8 keys (so every 126-token rolling window is windowed), exported with the tiny tokenizer: ``--model marin``
+    gives, document by document, what lm-eval's ``hf`` model gives on the same export."""
+    from lm_eval.tasks import TaskManager
+
+    from marin.inference import export_hf, import_hf
+    from tests.export.hf_families import FAMILIES, WINDOWED, save
+    from tests.export.tiny_model import write_tiny_tokenizer
+
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    spec = WINDOWED["mistral"][:3] if family == "mistral_windowed" else FAMILIES[family]
+    save(*spec, tmp_path / "theirs", vocab_size=320, max_position_embeddings=WINDOW + 2)
+    cfg, params = import_hf(str(tmp_path / "theirs"))
+    assert (cfg.sliding_window is not None) == (family == "mistral_windowed")
+    tokenizer, _ = write_tiny_tokenizer(str(tmp_path / "tok"))
+    export = str(tmp_path / "hf")
+    export_hf(cfg, params, export, tokenizer=tokenizer)
+    (tmp_path / "tasks").mkdir()
+    write_tasks(tmp_path / "tasks", rolling_words=(5, 60, 420))
+    manager = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+    reference = _run(manager, "hf", f"pretrained={export},dtype=float32,device=cpu,max_length={WINDOW}", 8)
+    _assert_same(reference, _run(manager, "marin", f"checkpoint={export},max_length={WINDOW}", 8))

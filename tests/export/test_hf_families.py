@@ -14,90 +14,17 @@ import pytest
 from marin.inference import SamplingParams, export_hf, import_hf
 from marin.inference.engine import Engine, EngineConfig
 from marin.trainer.model.llama import forward, init_params
-from tests.requirements import require_module
-
-torch = require_module("torch", "CPU torch (the export-test extra, installed by make test)")
-transformers = require_module("transformers", "transformers (the export-test extra)")
-
-SHAPE = dict(
-    vocab_size=160,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-    initializer_range=0.3,  # wide init: logits O(1), so a wrong layout shows far above 1e-4
+from tests.export.hf_families import (
+    FAMILIES,
+    OPTIONS,
+    SHAPE,
+    WINDOWED,
+    save,
+    saved_by_transformers,
+    torch,
+    transformers,
 )
-FAMILIES = {
-    # Qwen3 with a head dimension independent of width / heads, and tied embeddings (as Qwen3-0.6B)
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=24, tie_word_embeddings=True)),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=False)),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(tie_word_embeddings=False, pad_token_id=0, eos_token_id=1)),
-    # Mixture-of-experts: Mixtral renormalizes the top-k weights, OLMoE does not (norm_topk_prob=False, its
-    # default), Qwen3-MoE here does (as the released models) with experts narrower than intermediate_size.
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2)),
-    "qwen3_moe": (
-        "Qwen3MoeConfig",
-        "Qwen3MoeForCausalLM",
-        dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=40, norm_topk_prob=True, head_dim=24),
-    ),
-    "olmoe": (
-        "OlmoeConfig",
-        "OlmoeForCausalLM",
-        dict(num_experts=4, num_experts_per_tok=3, pad_token_id=0, eos_token_id=1),
-    ),
-}
-OPTIONS = {
-    "qwen3": ("head", "pre", False, 0),
-    "qwen2": ("none", "pre", True, 0),
-    "olmo2": ("full", "post", False, 0),
-    "mixtral": ("none", "pre", False, 4),
-    "qwen3_moe": ("head", "pre", False, 6),
-    "olmoe": ("full", "pre", False, 4),
-}
-
-
-WINDOWED = {
-    # name: (config class, model class, options, our (sliding_window, sliding_window_layers))
-    "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=8), (8, None)),
-    "qwen3": (  # the window in the layers from max_window_layers on: layer 1 of 2
-        "Qwen3Config",
-        "Qwen3ForCausalLM",
-        dict(head_dim=24, use_sliding_window=True, sliding_window=6, max_window_layers=1),
-        (6, (1,)),
-    ),
-    "qwen2": (  # an explicit layer_types: the window in layer 0 only
-        "Qwen2Config",
-        "Qwen2ForCausalLM",
-        dict(use_sliding_window=True, sliding_window=5, layer_types=["sliding_attention", "full_attention"]),
-        (5, (0,)),
-    ),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, sliding_window=7), (7, None)),
-    "qwen3_moe": (
-        "Qwen3MoeConfig",
-        "Qwen3MoeForCausalLM",
-        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=40, use_sliding_window=True, sliding_window=9),
-        (9, None),
-    ),
-}
-
-
-def _saved_by_transformers(family: str, path, **shape) -> None:
-    _save(*FAMILIES[family], path, **shape)
-
-
-def _save(config_class: str, model_class: str, extra: dict, path, **shape) -> None:
-    config = getattr(transformers, config_class)(**{**SHAPE, **shape}, **extra)
-    torch.manual_seed(0)
-    model = getattr(transformers, model_class)(config).eval()
-    with torch.no_grad():  # norms away from 1 and biases away from 0, so a swapped or skipped one shows
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.5 * torch.randn_like(p))
-    model.save_pretrained(str(path))
+from tests.requirements import require_module
 
 
 def _their_logits(path, tokens) -> np.ndarray:
@@ -108,7 +35,7 @@ def _their_logits(path, tokens) -> np.ndarray:
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_family_imports_and_exports_with_transformers_logits(family, tmp_path):
-    _saved_by_transformers(family, tmp_path / "theirs")
+    saved_by_transformers(family, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
     assert (cfg.qk_norm, cfg.norm_placement, cfg.attention_bias, cfg.num_experts) == OPTIONS[family]
     tokens = np.random.default_rng(1).integers(0, SHAPE["vocab_size"], size=(2, 40))
@@ -132,7 +59,7 @@ def test_a_family_imports_and_exports_with_transformers_logits(family, tmp_path)
 def test_sliding_windows_import_and_export_with_transformers_logits(name, tmp_path):
     """40 tokens against windows of 5-9: every later position's attention differs from full attention."""
     config_class, model_class, extra, (window, layers) = WINDOWED[name]
-    _save(config_class, model_class, extra, tmp_path / "theirs")
+    save(config_class, model_class, extra, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
     assert (cfg.sliding_window, cfg.sliding_window_layers) == (window, layers)
     tokens = np.random.default_rng(1).integers(0, SHAPE["vocab_size"], size=(2, 40))
@@ -157,14 +84,14 @@ def test_greedy_generation_with_sliding_windows_is_transformers(name, tmp_path):
     """Prompts and 20 generated tokens far past the window: the engine's cached decoding masks what
     transformers' sliding cache drops."""
     config_class, model_class, extra, _ = WINDOWED[name]
-    _save(config_class, model_class, extra, tmp_path / "theirs")
+    save(config_class, model_class, extra, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
     _assert_engine_generates_like_transformers(cfg, params, tmp_path / "theirs", max_new_tokens=20)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_greedy_generation_through_the_engine_is_transformers(family, tmp_path):
-    _saved_by_transformers(family, tmp_path / "theirs")
+    saved_by_transformers(family, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
     _assert_engine_generates_like_transformers(cfg, params, tmp_path / "theirs", max_new_tokens=12)
 
@@ -190,7 +117,7 @@ def test_the_load_balancing_loss_is_transformers(family, tmp_path):
     """transformers' ``load_balancing_loss_func`` over every layer's router logits (``output_router_logits``)."""
     from marin.trainer.model import training_loss
 
-    _saved_by_transformers(family, tmp_path / "theirs")
+    saved_by_transformers(family, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
     tokens = np.random.default_rng(2).integers(0, SHAPE["vocab_size"], size=(2, 40))
     model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "theirs"), dtype=torch.float32).eval()
@@ -211,7 +138,7 @@ def test_greedy_completions_through_the_openai_server_are_transformers(family, t
     from tests.export.tiny_model import write_tiny_tokenizer
     from tests.inference.serving import client, serving
 
-    _saved_by_transformers(family, tmp_path / "theirs", vocab_size=320)  # the tiny tokenizer's 300 fit
+    saved_by_transformers(family, tmp_path / "theirs", vocab_size=320)  # the tiny tokenizer's 300 fit
     cfg, params = import_hf(str(tmp_path / "theirs"))
     tokenizer, _ = write_tiny_tokenizer(str(tmp_path / "tok"))
     export_hf(cfg, params, str(tmp_path / "ours"), tokenizer=tokenizer)
@@ -272,7 +199,7 @@ def test_a_config_with_unimplemented_math_is_refused_naming_the_field(family, ch
     if family == "gemma2":
         doc = {**SHAPE, "model_type": "gemma2"}
     else:
-        _saved_by_transformers(family, tmp_path / "hf")
+        saved_by_transformers(family, tmp_path / "hf")
         doc = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf").mkdir(exist_ok=True)
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, **change}))
@@ -281,7 +208,7 @@ def test_a_config_with_unimplemented_math_is_refused_naming_the_field(family, ch
 
 
 def test_a_tensor_that_does_not_match_its_config_is_named_with_both_shapes(tmp_path):
-    _saved_by_transformers("qwen3", tmp_path / "hf")
+    saved_by_transformers("qwen3", tmp_path / "hf")
     doc = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "head_dim": 16}))
     named = r"tensor 'model.layers.0.self_attn.q_\w+.weight' has shape \(24,\), its config implies \(16,\)"
@@ -290,7 +217,7 @@ def test_a_tensor_that_does_not_match_its_config_is_named_with_both_shapes(tmp_p
 
 
 def test_an_expert_tensor_that_does_not_match_its_config_is_named(tmp_path):
-    _saved_by_transformers("qwen3_moe", tmp_path / "hf")
+    saved_by_transformers("qwen3_moe", tmp_path / "hf")
     doc = json.loads((tmp_path / "hf" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps({**doc, "moe_intermediate_size": 32}))
     named = (
