@@ -71,8 +71,10 @@ class LadderPoint:
 
     @property
     def label(self) -> str:
-        """``h64``: the size's name inside a ladder (with the budget, a run's step name)."""
-        return f"h{self.model.hidden_dim}"
+        """``h64`` (``h64-e8k2`` for a mixture of 8 experts, top-2): the size's name inside a ladder (with the
+        budget, a run's step name)."""
+        m = self.model
+        return f"h{m.hidden_dim}" + (f"-e{m.num_experts}k{m.experts_per_token}" if m.is_moe else "")
 
 
 NANO_WIDTHS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -95,6 +97,31 @@ def nano_family(vocab_size: int = 8192, seq_len: int = 128, widths: Sequence[int
         )
         for hidden in widths
     ]
+
+
+def moe_family(
+    family: Sequence[LlamaConfig], num_experts: int = 8, experts_per_token: int = 2, **router: float
+) -> list[LlamaConfig]:
+    """Each size of a dense ``family`` as a mixture of experts with the same *active* MLP: ``num_experts`` experts
+    of width ``mlp_dim / experts_per_token``, top-``experts_per_token`` (``exp_dense_vs_moe``'s construction;
+    ``router`` sets the router's loss coefficients). A ladder of it is a ladder in active parameters: its sizes'
+    N (``LadderPoint.params``, FLOPs per token / 6) and every budget's token counts are those of the dense sizes
+    (plus each layer's small router), while each holds about ``num_experts / experts_per_token`` times the
+    MLP parameters."""
+    out = []
+    for model in family:
+        if model.mlp_dim % experts_per_token:
+            raise ValueError(f"mlp_dim {model.mlp_dim} does not split into {experts_per_token} experts' widths")
+        out.append(
+            dataclasses.replace(
+                model,
+                mlp_dim=model.mlp_dim // experts_per_token,
+                num_experts=num_experts,
+                experts_per_token=experts_per_token,
+                **router,
+            )
+        )
+    return out
 
 
 def batch_size(tokens: float, rules: LadderRules) -> int:

@@ -1,5 +1,7 @@
 """The isoFLOP grid's rules, and the ladder builder's step identities (adding a budget reruns nothing)."""
 
+import dataclasses
+
 import pytest
 
 from experiments import exp27_nano_ladder
@@ -76,3 +78,44 @@ def test_the_nano_ladders_rates_and_batches_agree_with_a_published_compute_rule(
         rate, batch = 0.3118 * p.flops**-0.125, 0.2920 * p.flops**0.3271
         assert 0.7 < p.learning_rate / rate < 1.3, (p.label, p.budget, p.learning_rate, rate)
         assert 1 <= p.batch_size * p.model.seq_len / batch < 4, (p.label, p.budget, p.batch_size, batch)
+
+
+def test_a_moe_ladder_counts_active_parameters_and_names_its_runs():
+    """A mixture-of-experts family (8 experts, top-2, each expert half the dense MLP's width) runs the dense
+    ladder's grid: the same admitted sizes, batches and rates, tokens within the router's share, N in active
+    parameters, while each size holds ~4x the dense MLP parameters; its runs are MoE training steps."""
+    from experiments.defaults import default_scaling_ladder
+    from marin.execution import InputName
+    from marin.scaling.ladder import moe_family
+
+    rules = LadderRules(seq_len=128, min_steps=40, max_tokens_per_param=160.0)
+    dense = nano_family(vocab_size=2048, seq_len=128)
+    moe = moe_family(dense, router_aux_loss_coef=0.01)
+    dense_grid, moe_grid = isoflop_grid([1e12, 4e12], dense, rules), isoflop_grid([1e12, 4e12], moe, rules)
+    assert [(p.budget, p.model.hidden_dim, p.batch_size, p.learning_rate) for p in moe_grid] == [
+        (p.budget, p.model.hidden_dim, p.batch_size, p.learning_rate) for p in dense_grid
+    ]
+    for d, m in zip(dense_grid, moe_grid, strict=True):
+        router = m.model.num_layers * m.model.hidden_dim * 8  # each layer's router matrix, in the active count
+        assert m.params == pytest.approx(d.params + router, rel=1e-9)
+        assert m.tokens == pytest.approx(d.tokens, rel=0.05)
+        assert m.model.param_count > 2 * d.model.param_count - d.model.vocab_size * d.model.hidden_dim * 2
+        assert m.label == f"{d.label}-e8k2" and m.model.router_aux_loss_coef == 0.01
+    with pytest.raises(ValueError, match="mlp_dim 170 does not split into 3 experts"):
+        moe_family([dataclasses.replace(dense[0], mlp_dim=170)], experts_per_token=3)
+
+    tokenized = InputName.hardcoded("tokenized/books")
+    ladder = default_scaling_ladder(
+        "moe-ladder",
+        tokenized,
+        tokenizer=InputName.hardcoded("tokenizers/books"),
+        family=moe,
+        budgets=(1e12, 2e12, 4e12),
+        target_budget=1.6e13,
+        target_model=moe[-3],
+        rules=rules,
+        train=exp27_nano_ladder.TRAIN,
+    )
+    assert len(ladder.runs) == len(isoflop_grid((1e12, 2e12, 4e12), moe, rules))
+    assert all(s.name.startswith("checkpoints/moe-ladder-") and s.name.endswith("-e8k2") for s in ladder.runs)
+    assert all(s.config.model.value.num_experts == 8 for s in [*ladder.runs, ladder.target])
