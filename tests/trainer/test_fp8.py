@@ -74,6 +74,25 @@ def test_value_and_gradients_close_to_fp32(dtype):
     assert _rel(dw.astype(jnp.float32), dw_ref) < GRADIENT_RTOL
 
 
+def test_batched_form_is_each_blocks_product_within_the_same_error():
+    """``fp8_batched_matmul`` (a MoE's blocks, each with its expert's weights): one scale per tensor across
+    the blocks, the errors of the 2-D product (measured 0.037 forward, 0.059 for dx and dw)."""
+    from marin.trainer.model.fp8 import fp8_batched_matmul
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((6, 128, 256)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((6, 256, 64)) * 0.02, jnp.float32)
+    g = jnp.asarray(rng.standard_normal((6, 128, 64)), jnp.float32)
+    y, vjp = jax.vjp(fp8_batched_matmul, x, w)
+    dx, dw = vjp(g)
+    assert y.shape == (6, 128, 64) and dx.shape == x.shape and dw.shape == w.shape
+    assert _rel(y, jnp.einsum("brk,bkn->brn", x, w)) < FORWARD_RTOL
+    assert _rel(dx, jnp.einsum("brn,bkn->brk", g, w)) < GRADIENT_RTOL
+    assert _rel(dw, jnp.einsum("brk,brn->bkn", x, g)) < GRADIENT_RTOL
+    with pytest.raises(ValueError, match=r"must be \[b, rows, in\] and \[b, in, out\]"):
+        fp8_batched_matmul(x, w[:3])
+
+
 def test_backward_multiplies_an_e5m2_gradient_with_the_e4m3_operands():
     """dx and dw equal a numpy reference built from explicitly quantized tensors (ml_dtypes' casts)."""
     x, w, g = _operands()

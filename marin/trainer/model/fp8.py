@@ -1,8 +1,10 @@
 """FP8 matmuls with per-tensor dynamic scaling: ``PrecisionPolicy(matmul_dtype="float8")``.
 
-The torchtitan / torchao "tensorwise" recipe for the model's one matmul helper, ``dense``:
+The torchtitan / torchao "tensorwise" recipe for the model's one matmul helper, ``dense``, and for the grouped
+matmuls of a mixture of experts' blocks (``moe.py``):
 
-    y = fp8_matmul(x, w, out_dtype)     # x [tokens, in], w [in, out] -> y [tokens, out] in out_dtype
+    y = fp8_matmul(x, w, out_dtype)          # x [tokens, in], w [in, out] -> y [tokens, out] in out_dtype
+    y = fp8_batched_matmul(x, w, out_dtype)  # x [blocks, rows, in], w [blocks, in, out] -> [blocks, rows, out]
 
 Forward, each operand is quantized to ``float8_e4m3fn`` (max 448) with a scale from its current absolute
 maximum, and the product accumulates in fp32::
@@ -57,6 +59,17 @@ def fp8_matmul(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
 
     The result has dtype ``out_dtype`` (default ``x.dtype``); the gradients have ``x``'s and ``w``'s dtypes.
     """
+    if x.ndim != 2 or w.ndim != 2:
+        raise ValueError(f"fp8_matmul: x {x.shape} and w {w.shape} must be 2-D")
+    return _fp8_matmul(x, w, jnp.dtype(out_dtype or x.dtype), x.dtype, w.dtype)
+
+
+def fp8_batched_matmul(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
+    """``x[b] @ w[b]`` for every ``b`` of x [blocks, rows, in] and w [blocks, in, out], in FP8 as ``fp8_matmul``
+    (one scale per tensor: all blocks share the activations' scale, and the weights'), e.g. a MoE's blocks
+    of rows each times its expert's gathered weights."""
+    if x.ndim != 3 or w.ndim != 3 or x.shape[0] != w.shape[0]:
+        raise ValueError(f"fp8_batched_matmul: x {x.shape} and w {w.shape} must be [b, rows, in] and [b, in, out]")
     return _fp8_matmul(x, w, jnp.dtype(out_dtype or x.dtype), x.dtype, w.dtype)
 
 
@@ -65,18 +78,22 @@ def _fp8_matmul(x, w, out_dtype, x_dtype, w_dtype):
     return _forward(x, w, out_dtype, x_dtype, w_dtype)[0]
 
 
+# Dims below count from the end, so one rule serves [tokens, in] . [in, out] and its batched form with a
+# leading [blocks] dim on both operands (a batch dim of the dot).
+
+
 def _forward(x, w, out_dtype, x_dtype, w_dtype):
     qx, x_inv = quantize(x, E4M3)
     qw, w_inv = quantize(w, E4M3)
-    y = _scaled_dot(qx, qw, x_inv, w_inv, contract=(1, 0))  # [tokens, out]
+    y = _scaled_dot(qx, qw, x_inv, w_inv, contract=(-1, -2))  # [.., tokens, out]
     return y.astype(out_dtype), (qx, qw, x_inv, w_inv)
 
 
 def _backward(out_dtype, x_dtype, w_dtype, residuals, g):
     qx, qw, x_inv, w_inv = residuals
     qg, g_inv = quantize(g, E5M2)
-    dx = _scaled_dot(qg, qw, g_inv, w_inv, contract=(1, 1))  # [tokens, out] . [in, out]^T -> [tokens, in]
-    dw = _scaled_dot(qx, qg, x_inv, g_inv, contract=(0, 0))  # [tokens, in]^T . [tokens, out] -> [in, out]
+    dx = _scaled_dot(qg, qw, g_inv, w_inv, contract=(-1, -1))  # [.., tokens, out] . [.., in, out]^T -> [.., tokens, in]
+    dw = _scaled_dot(qx, qg, x_inv, g_inv, contract=(-2, -2))  # [.., tokens, in]^T . [.., tokens, out] -> [.., in, out]
     return dx.astype(x_dtype), dw.astype(w_dtype)
 
 
@@ -84,8 +101,10 @@ _fp8_matmul.defvjp(_forward, _backward)
 
 
 def _scaled_dot(a, b, a_inv, b_inv, contract: tuple[int, int]) -> jax.Array:
-    """fp32 ``a . b`` over dim ``contract[0]`` of ``a`` and ``contract[1]`` of ``b``, then unscaled."""
-    dims = (((contract[0],), (contract[1],)), ((), ()))
+    """fp32 ``a . b`` over dim ``contract[0]`` of ``a`` and ``contract[1]`` of ``b`` (negative: from the end),
+    batched over the leading dim when both are 3-D, then unscaled."""
+    batch = ((0,), (0,)) if a.ndim == 3 else ((), ())
+    dims = (((contract[0] % a.ndim,), (contract[1] % b.ndim,)), batch)
     acc = jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
     # One scale at a time: the product of two inverse scales can underflow where each factor does not.
     return acc * a_inv * b_inv

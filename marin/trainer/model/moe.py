@@ -19,6 +19,11 @@ routed experts are computed is a dispatch, chosen by config:
   assignments, first choices before second (GShard/Switch priority); the overflow is dropped, i.e. the
   token keeps only its residual for that expert, and counted (``dropped``).
 
+**FP8** (``matmul_dtype="float8"``, ``PrecisionPolicy``): the blocked and capacity dispatches multiply their
+blocks in FP8 (``fp8.fp8_batched_matmul``: one scale for all blocks' rows, one for the gathered weights), as the
+shared experts and every projection do; the default dispatch becomes ``blocked`` on every platform, and an
+explicit ``ragged`` or ``dense`` with FP8 is refused (``ragged_dot`` and the one-hot einsum have no FP8 form here).
+
 **Expert parallelism.** On a mesh the layer runs per device under ``shard_map``: each device routes its own
 tokens (no sort or capacity spans devices). When the mesh has an ``expert`` axis of size > 1
 (``MeshConfig.expert``) each device then sends every assignment to the device that holds its expert
@@ -48,6 +53,7 @@ from jax.sharding import PartitionSpec
 from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, partition_spec
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
+from marin.trainer.model.fp8 import fp8_batched_matmul
 
 EXPERT_AXIS = "expert"
 """The mesh axis expert parallelism exchanges tokens over (``marin.trainer.mesh.EXPERT``)."""
@@ -129,47 +135,65 @@ def moe_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, matmul_dtyp
     """The MoE feed-forward of one layer: output [batch, seq, embed] and its ``RouterStats``."""
     context = active_sharding()
     if context is not None:
-        y, stats = _sharded_block(cfg, layer, x, context)
+        y, stats = _sharded_block(cfg, layer, x, context, matmul_dtype)
     else:
         batch, seq, d = x.shape
-        y2, stats = _routed_experts(cfg, layer, x.reshape(batch * seq, d))
+        y2, stats = _routed_experts(cfg, layer, x.reshape(batch * seq, d), matmul_dtype)
         y = y2.reshape(batch, seq, d)
     if cfg.shared_experts:
         y = y + swiglu(x, layer["shared_gate"], layer["shared_up"], layer["shared_down"], matmul_dtype)
     return y, stats
 
 
-def dispatch_name(cfg: LlamaConfig) -> str:
+def dispatch_name(cfg: LlamaConfig, matmul_dtype: str = "default") -> str:
     """The dispatch a layer of ``cfg`` uses on this platform ("ragged", "blocked", "dense" or "capacity").
 
     By default "blocked", the fastest dropless one measured on CPU (benchmarks/moe_bench.py: 2.7x "dense", 3.5x
     "ragged", which XLA:CPU lowers to a masked dense product); "ragged" on TPU, where XLA lowers
-    ``ragged_dot`` to its grouped matmul (not measured here). GPUs were not measured: XLA:GPU may lower
-    ``ragged_dot`` densely as XLA:CPU does, so they keep "blocked"."""
+    ``ragged_dot`` to its grouped matmul (not measured here), except in FP8, which only "blocked" multiplies.
+    GPUs were not measured: XLA:GPU may lower ``ragged_dot`` densely as XLA:CPU does, so they keep "blocked"."""
     if cfg.capacity_factor is not None:
         return "capacity"
     if cfg.moe_dispatch != "default":
+        if matmul_dtype == "float8" and cfg.moe_dispatch in ("ragged", "dense"):
+            raise ValueError(
+                f"LlamaConfig.moe_dispatch {cfg.moe_dispatch!r} has no FP8 form (matmul_dtype 'float8'); "
+                "use 'blocked' or 'default'"
+            )
         return cfg.moe_dispatch
-    return "ragged" if jax.default_backend() == "tpu" else "blocked"
+    return "ragged" if jax.default_backend() == "tpu" and matmul_dtype != "float8" else "blocked"
 
 
-def _routed_experts(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array) -> tuple[jax.Array, RouterStats]:
+def _routed_experts(
+    cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, matmul_dtype: str = "default"
+) -> tuple[jax.Array, RouterStats]:
     """x [tokens, embed] through the router and its experts on one device."""
     logits, experts, weights = route(cfg, x, layer["router"])
     weights = weights.astype(x.dtype)
     w = (layer["w_gate"], layer["w_up"], layer["w_down"])
-    name = dispatch_name(cfg)
+    name = dispatch_name(cfg, matmul_dtype)
     dropped = jnp.zeros((), jnp.int32)
     if name in ("ragged", "blocked"):
-        y = _sorted_dispatch(x, experts, weights, *w, method=name)
+        y = _sorted_dispatch(x, experts, weights, *w, method=name, matmul_dtype=matmul_dtype)
     elif name == "dense":
         y = _dense_dispatch(x, experts, weights, *w)
     else:
-        y, dropped = _capacity_dispatch(x, experts, weights, *w, capacity_factor=cfg.capacity_factor)
+        y, dropped = _capacity_dispatch(
+            x, experts, weights, *w, capacity_factor=cfg.capacity_factor, matmul_dtype=matmul_dtype
+        )
     return y, router_stats(logits, experts, dropped)
 
 
-def _grouped_swiglu(rows: jax.Array, groups: jax.Array, w_gate, w_up, w_down, method: str) -> jax.Array:
+def _block_matmul(x: jax.Array, w: jax.Array, matmul_dtype: str) -> jax.Array:
+    """``x[b] @ w[b]`` for x [blocks, rows, in] and w [blocks, in, out], in FP8 when asked."""
+    if matmul_dtype == "float8":
+        return fp8_batched_matmul(x, w)
+    return jnp.einsum("nrd,ndm->nrm", x, w)
+
+
+def _grouped_swiglu(
+    rows: jax.Array, groups: jax.Array, w_gate, w_up, w_down, method: str, matmul_dtype: str = "default"
+) -> jax.Array:
     """Each row [n, embed] through the SwiGLU of its expert ``groups[i]`` (an id of ``len(w_gate)`` or more is
     padding and comes out zero); the outputs in the rows' order. ``method``: "ragged" sorts the rows by expert
     and runs ``jax.lax.ragged_dot`` over the groups; "blocked" places each expert's rows in blocks of its own
@@ -195,9 +219,9 @@ def _grouped_swiglu(rows: jax.Array, groups: jax.Array, w_gate, w_up, w_down, me
     buffer = buffer.reshape(blocks, size, d)
     # the expert owning each block; blocks past the last group hold zero rows (their output is zero)
     owner = jnp.minimum(jnp.searchsorted(padded_end, jnp.arange(blocks) * size, side="right"), num_experts - 1)
-    hidden = jax.nn.silu(jnp.einsum("nrd,ndm->nrm", buffer, w_gate[owner]))
-    hidden = hidden * jnp.einsum("nrd,ndm->nrm", buffer, w_up[owner])
-    out = jnp.einsum("nrm,nmd->nrd", hidden, w_down[owner]).reshape(blocks * size, d)
+    hidden = jax.nn.silu(_block_matmul(buffer, w_gate[owner], matmul_dtype))
+    hidden = hidden * _block_matmul(buffer, w_up[owner], matmul_dtype)
+    out = _block_matmul(hidden, w_down[owner], matmul_dtype).reshape(blocks * size, d)
     return out.at[slot].get(mode="fill", fill_value=0)[jnp.argsort(order)]
 
 
@@ -208,10 +232,11 @@ def block_rows(assignments: int, num_experts: int) -> int:
     return min(128, max(8, 1 << (mean - 1).bit_length()))
 
 
-def _sorted_dispatch(x, experts, weights, w_gate, w_up, w_down, method: str) -> jax.Array:
+def _sorted_dispatch(x, experts, weights, w_gate, w_up, w_down, method: str, matmul_dtype: str = "default"):
     tokens, k = experts.shape
     rows = x[jnp.arange(tokens * k) // k]  # assignment a = token * k + choice
-    out = _grouped_swiglu(rows, experts.reshape(-1), w_gate, w_up, w_down, method).reshape(tokens, k, -1)
+    out = _grouped_swiglu(rows, experts.reshape(-1), w_gate, w_up, w_down, method, matmul_dtype)
+    out = out.reshape(tokens, k, -1)
     return jnp.einsum("tkd,tk->td", out, weights)
 
 
@@ -226,7 +251,7 @@ def expert_capacity(tokens: int, k: int, num_experts: int, capacity_factor: floa
     return max(1, math.ceil(capacity_factor * tokens * k / num_experts))
 
 
-def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_factor: float):
+def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_factor: float, matmul_dtype="default"):
     tokens, k = experts.shape
     num_experts, d = w_gate.shape[0], x.shape[-1]
     capacity = expert_capacity(tokens, k, num_experts, capacity_factor)
@@ -238,8 +263,8 @@ def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_fa
     keep = position < capacity
     slot = jnp.where(keep, position, capacity)  # out of range: dropped by the scatter below
     buffer = jnp.zeros((num_experts, capacity, d), x.dtype).at[flat, slot].set(x[token], mode="drop")
-    hidden = jax.nn.silu(jnp.einsum("ecd,edm->ecm", buffer, w_gate)) * jnp.einsum("ecd,edm->ecm", buffer, w_up)
-    out = jnp.einsum("ecm,emd->ecd", hidden, w_down)
+    hidden = jax.nn.silu(_block_matmul(buffer, w_gate, matmul_dtype)) * _block_matmul(buffer, w_up, matmul_dtype)
+    out = _block_matmul(hidden, w_down, matmul_dtype)  # [experts, capacity, embed]
     gathered = out.at[flat, slot].get(mode="fill", fill_value=0)  # [k * tokens, embed]
     scale = (weights.T.reshape(-1) * keep).astype(x.dtype)
     y = jnp.zeros((tokens, d), x.dtype).at[token].add(gathered * scale[:, None])
@@ -250,7 +275,9 @@ def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_fa
 # Expert parallelism
 
 
-def _sharded_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, context) -> tuple[Any, RouterStats]:
+def _sharded_block(
+    cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, context, matmul_dtype: str = "default"
+) -> tuple[Any, RouterStats]:
     """The layer per device under ``shard_map``: each device routes its own tokens (tokens are independent, so
     no sort or capacity spans devices) and, with an expert axis of size > 1, exchanges them with the devices
     holding their experts. The router statistics are summed over the batch's mesh axes."""
@@ -270,16 +297,18 @@ def _sharded_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, contex
     reduce_axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes or ())
     x_spec = PartitionSpec(batch_axes, None, None)
     expert_spec = PartitionSpec(EXPERT_AXIS if ep > 1 else None, None, None)
-    method = "ragged" if dispatch_name(cfg) == "ragged" else "blocked"
+    method = "ragged" if dispatch_name(cfg, matmul_dtype) == "ragged" else "blocked"
 
     def per_device(x, router, w_gate, w_up, w_down):
         batch, seq, d = x.shape
         x2 = x.reshape(batch * seq, d)
         if ep == 1:
-            y, stats = _routed_experts(cfg, {"router": router, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}, x2)
+            local = {"router": router, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}
+            y, stats = _routed_experts(cfg, local, x2, matmul_dtype)
         else:
             logits, experts, weights = route(cfg, x2, router)
-            y = _exchange_and_compute(x2, experts, weights.astype(x.dtype), (w_gate, w_up, w_down), ep, method)
+            w = (w_gate, w_up, w_down)
+            y = _exchange_and_compute(x2, experts, weights.astype(x.dtype), w, ep, method, matmul_dtype)
             stats = router_stats(logits, experts, jnp.zeros((), jnp.int32))
         if reduce_axes:
             stats = jax.tree.map(lambda s: jax.lax.psum(s, reduce_axes), stats)
@@ -296,7 +325,7 @@ def _sharded_block(cfg: LlamaConfig, layer: dict[str, Any], x: jax.Array, contex
     return fn(x, layer["router"], layer["w_gate"], layer["w_up"], layer["w_down"])
 
 
-def _exchange_and_compute(x, experts, weights, w, ep: int, method: str) -> jax.Array:
+def _exchange_and_compute(x, experts, weights, w, ep: int, method: str, matmul_dtype: str = "default") -> jax.Array:
     """One device's tokens x [tokens, embed] with their global expert choices, through experts that live
     ``experts / ep`` per device on the ``expert`` axis (this device holds ``w``'s local experts)."""
     tokens, k = experts.shape
@@ -312,7 +341,7 @@ def _exchange_and_compute(x, experts, weights, w, ep: int, method: str) -> jax.A
     send_e = jnp.full((ep, n), local, jnp.int32).at[dest, position].set(sorted_experts % local)
     recv_x = jax.lax.all_to_all(send_x, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n, d)
     recv_e = jax.lax.all_to_all(send_e, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n)
-    out = _grouped_swiglu(recv_x, recv_e, *w, method).reshape(ep, n, d)  # padding rows come out zero
+    out = _grouped_swiglu(recv_x, recv_e, *w, method, matmul_dtype).reshape(ep, n, d)  # padding rows: zero
     back = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True)  # [ep, n, embed]: results of what we sent
     results = back[dest, position][jnp.argsort(order)].reshape(tokens, k, d)
     return jnp.einsum("tkd,tk->td", results, weights)
