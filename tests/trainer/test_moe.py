@@ -298,3 +298,44 @@ def test_fp8_reaches_the_routed_experts_blocks(capacity_factor):
 
     with pytest.raises(ValueError, match="moe_dispatch 'ragged' has no FP8 form"):
         next_token_loss(dataclasses.replace(MOE, moe_dispatch="ragged"), params, batch, matmul_dtype="float8")
+
+
+_CAPACITY_EP_SCRIPT = """
+import dataclasses, json, jax, jax.numpy as jnp, numpy as np
+from marin.trainer.axes import use_sharding
+from marin.trainer.mesh import MeshConfig, sharding_context
+from marin.trainer.model import init_params
+from marin.trainer.model.moe import moe_block
+from tests.trainer.test_moe import MOE, _layer0
+
+cfg = dataclasses.replace(MOE, num_experts=4, capacity_factor=1.0)
+layer = _layer0(init_params(cfg, jax.random.PRNGKey(0)))
+x = jax.random.normal(jax.random.PRNGKey(1), (8, cfg.seq_len, cfg.hidden_dim))
+ct = jax.random.normal(jax.random.PRNGKey(2), x.shape)
+out = {}
+meshes = {"fsdp": MeshConfig(data=1, fsdp=8, tensor=1), "ep": MeshConfig(data=1, fsdp=2, expert=4, tensor=1)}
+for name, mesh in meshes.items():
+    with use_sharding(sharding_context(mesh, "fsdp")):
+        def f(layer, x):
+            y, stats = moe_block(cfg, layer, x)
+            return jnp.sum(y * ct), stats
+        (value, stats), grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))(layer, x)
+    out[name] = {"value": float(value), "dropped": int(stats.dropped), "tokens": int(stats.tokens),
+                 "grads": [np.asarray(g).ravel().tolist() for g in jax.tree.leaves(grads)]}
+print(json.dumps(out))
+"""
+
+
+def test_capacity_with_expert_parallelism_equals_the_same_capacity_without():
+    """Capacity 1.0 on 8 host devices: per device (GShard's groups) with experts over 4 devices, exchanged as
+    GShard's [experts, capacity] buffers, gives the output, the dropped count and the gradients of the same
+    capacity on 8 fsdp devices without an expert axis; some assignments are dropped, so the check has teeth."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    proc = subprocess.run([sys.executable, "-c", _CAPACITY_EP_SCRIPT], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    fsdp, ep = runs["fsdp"], runs["ep"]
+    assert 0 < ep["dropped"] == fsdp["dropped"] < ep["tokens"] * MOE.experts_per_token
+    assert ep["value"] == pytest.approx(fsdp["value"], rel=1e-5)
+    for a, b in zip(ep["grads"], fsdp["grads"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

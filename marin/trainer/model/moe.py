@@ -30,8 +30,10 @@ tokens (no sort or capacity spans devices). When the mesh has an ``expert`` axis
 (``all_to_all`` over the ``expert`` axis), multiplies what it received with its ``experts / ep`` local experts
 (grouped: ragged or blocked), and sends the results back the same way. The send buffers
 are sized for the worst case (all of a device's assignments to one peer), so nothing is dropped; memory is
-``ep`` times the assignments' activations. The router statistics are summed over the batch axes, so the losses
-equal the one-device ones.
+``ep`` times the assignments' activations. With a capacity, the exchange is GShard's: each device's
+``[experts, capacity, embed]`` buffer is split by the experts' devices, so every (device, expert) pair
+exchanges exactly ``capacity`` rows, and drops are those of the same capacity without expert parallelism.
+The router statistics are summed over the batch axes, so the losses equal the one-device ones.
 
 **Losses** (``router_losses``). The load-balancing loss is the Switch Transformer's as transformers'
 ``load_balancing_loss_func`` computes it for Mixtral, Qwen3-MoE and OLMoE: ``E * sum_e f_e * P_e``, with ``f_e``
@@ -251,9 +253,16 @@ def expert_capacity(tokens: int, k: int, num_experts: int, capacity_factor: floa
     return max(1, math.ceil(capacity_factor * tokens * k / num_experts))
 
 
-def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_factor: float, matmul_dtype="default"):
+def _capacity_dispatch(
+    x, experts, weights, w_gate, w_up, w_down, *, capacity_factor: float, matmul_dtype="default", ep: int = 1
+):
+    """GShard's capacity dispatch of one device's tokens x [tokens, embed]: each of the ``experts`` (all of
+    them, ``ep`` times the local ``w_*``'s) takes at most ``capacity`` assignments in a buffer [experts,
+    capacity, embed]. With ``ep > 1`` the buffer's rows for the experts of each ``expert``-axis device go there
+    (``all_to_all``), are multiplied by that device's local experts, and come back: GShard's own exchange,
+    ``capacity`` rows per (device, expert) pair whatever the routing. Returns (y, dropped assignments)."""
     tokens, k = experts.shape
-    num_experts, d = w_gate.shape[0], x.shape[-1]
+    num_experts, d = w_gate.shape[0] * ep, x.shape[-1]
     capacity = expert_capacity(tokens, k, num_experts, capacity_factor)
     # Choice-major order: every token's first choice is placed before any second choice (GShard priority).
     flat = experts.T.reshape(-1)  # [k * tokens]
@@ -263,12 +272,25 @@ def _capacity_dispatch(x, experts, weights, w_gate, w_up, w_down, *, capacity_fa
     keep = position < capacity
     slot = jnp.where(keep, position, capacity)  # out of range: dropped by the scatter below
     buffer = jnp.zeros((num_experts, capacity, d), x.dtype).at[flat, slot].set(x[token], mode="drop")
-    hidden = jax.nn.silu(_block_matmul(buffer, w_gate, matmul_dtype)) * _block_matmul(buffer, w_up, matmul_dtype)
-    out = _block_matmul(hidden, w_down, matmul_dtype)  # [experts, capacity, embed]
+    if ep > 1:  # [ep, local, capacity, embed]: block i goes to device i, which returns what it got from each
+        local = num_experts // ep
+        received = jax.lax.all_to_all(buffer.reshape(ep, local, capacity, d), EXPERT_AXIS, 0, 0, tiled=True)
+        rows = received.transpose(1, 0, 2, 3).reshape(local, ep * capacity, d)  # each local expert's rows
+        out = _capacity_swiglu(rows, w_gate, w_up, w_down, matmul_dtype)
+        out = out.reshape(local, ep, capacity, d).transpose(1, 0, 2, 3)
+        out = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True).reshape(num_experts, capacity, d)
+    else:
+        out = _capacity_swiglu(buffer, w_gate, w_up, w_down, matmul_dtype)  # [experts, capacity, embed]
     gathered = out.at[flat, slot].get(mode="fill", fill_value=0)  # [k * tokens, embed]
     scale = (weights.T.reshape(-1) * keep).astype(x.dtype)
     y = jnp.zeros((tokens, d), x.dtype).at[token].add(gathered * scale[:, None])
     return y, jnp.sum(~keep)
+
+
+def _capacity_swiglu(buffer, w_gate, w_up, w_down, matmul_dtype):
+    """Each expert's rows [experts, rows, embed] through its SwiGLU (zero rows stay zero)."""
+    hidden = jax.nn.silu(_block_matmul(buffer, w_gate, matmul_dtype)) * _block_matmul(buffer, w_up, matmul_dtype)
+    return _block_matmul(hidden, w_down, matmul_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -291,8 +313,6 @@ def _sharded_block(
             f"the mesh has an expert axis of {ep} devices but the sharding rules do not put 'experts' on it "
             f"(rules {context.rules}); add ('experts', 'expert')"
         )
-    if ep > 1 and cfg.capacity_factor is not None:
-        raise ValueError("LlamaConfig.capacity_factor with expert parallelism is not implemented (it is dropless)")
     batch_axes = partition_spec((BATCH, SEQ, EMBED), context.rules)[0]
     reduce_axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes or ())
     x_spec = PartitionSpec(batch_axes, None, None)
@@ -307,9 +327,14 @@ def _sharded_block(
             y, stats = _routed_experts(cfg, local, x2, matmul_dtype)
         else:
             logits, experts, weights = route(cfg, x2, router)
-            w = (w_gate, w_up, w_down)
-            y = _exchange_and_compute(x2, experts, weights.astype(x.dtype), w, ep, method, matmul_dtype)
-            stats = router_stats(logits, experts, jnp.zeros((), jnp.int32))
+            w, weights, dropped = (w_gate, w_up, w_down), weights.astype(x.dtype), jnp.zeros((), jnp.int32)
+            if cfg.capacity_factor is None:
+                y = _exchange_and_compute(x2, experts, weights, w, ep, method, matmul_dtype)
+            else:
+                y, dropped = _capacity_dispatch(
+                    x2, experts, weights, *w, capacity_factor=cfg.capacity_factor, matmul_dtype=matmul_dtype, ep=ep
+                )
+            stats = router_stats(logits, experts, dropped)
         if reduce_axes:
             stats = jax.tree.map(lambda s: jax.lax.psum(s, reduce_axes), stats)
         return y.reshape(batch, seq, d), stats
