@@ -12,7 +12,13 @@ from marin.execution import Executor
 def test_the_study_declares_every_sweep_point_and_the_seed_reruns_of_the_best():
     study = exp_optimizers.STUDY
     sweeps = sum(len(rates) for rates in exp_optimizers.SWEEPS.values())
-    assert len(study["runs"]) == len(study["evals"]) == sweeps * len(exp_optimizers.WIDTHS) * len(exp_optimizers.RATIOS)
+    swept = sweeps * len(exp_optimizers.WIDTHS) * len(exp_optimizers.RATIOS)
+    assert len(study["runs"]) == len(study["evals"]) == swept + len(exp_optimizers.BEST_LR)
+    kinds, widths = set(exp_optimizers.SWEEPS), set(exp_optimizers.WIDTHS)
+    assert len(exp_optimizers.BEST_LR) == len(kinds) * len(widths) * len(exp_optimizers.RATIOS)  # every best
+    for (kind, width, ratio), lr in exp_optimizers.BEST_LR.items():  # a swept rate, rerun with seed 1
+        assert lr in exp_optimizers.SWEEPS[kind] and width in widths and ratio in exp_optimizers.RATIOS
+        assert any(s.name.startswith(f"checkpoints/opt-{kind}-h{width}-{ratio}x-lr{lr:g}-s1") for s in study["runs"])
     assert len({s.name for s in study["runs"]}) == len(study["runs"])
     muon = next(s for s in study["runs"] if "opt-muon-h24-4x" in s.name)
     optimizer = muon.config.optimizer.value
@@ -22,7 +28,7 @@ def test_the_study_declares_every_sweep_point_and_the_seed_reruns_of_the_best():
     tokens = trainer.num_train_steps * trainer.batch_size * model.seq_len
     assert tokens == pytest.approx(4 * 20 * model.flops_per_token() / 6, rel=0.01)  # 4x Chinchilla
     seeded = exp_optimizers.build(best_lr={("lion", 16, 1): 1e-3})
-    assert len(seeded["runs"]) == len(study["runs"]) + 1
+    assert len(seeded["runs"]) == swept + 1
     assert any(s.name.startswith("checkpoints/opt-lion-h16-1x-lr0.001-s1") for s in seeded["runs"])
     plan = Executor(prefix="/lab").plan([study["analysis"]])
     assert {s.name for s in plan.steps} >= {s.name for s in study["evals"]}
