@@ -7,9 +7,10 @@
 
 One step is ``jax.grad`` of ``sum(attention(q, k, v) * ct)`` with respect to q, k and v, jitted (causal;
 batch 1, 8 heads, head_dim 64 by default; ``--packed`` adds segment ids: ~8 documents of random lengths per
-row; ``--window W`` attends within a sliding window of W keys). Backends default to what the platform runs: ``reference``, ``xla`` and ``blockwise`` on CPU;
-``reference``, ``xla``, ``cudnn`` and ``pallas`` on GPU; ``splash`` and ``pallas`` join on TPU (on CPU
-``pallas`` and ``splash`` only interpret, which measures the interpreter, not the kernel).
+row; ``--window W`` attends within a sliding window of W keys). Backends default to what the platform runs:
+``reference``, ``xla`` and ``blockwise`` on CPU; ``reference``, ``xla``, ``cudnn`` and ``pallas`` on GPU;
+``splash`` and ``pallas`` join on TPU (on CPU ``pallas`` and ``splash`` only interpret, which measures the
+interpreter, not the kernel).
 
 ``--check`` adds one more worker per sequence length that runs every backend's forward and backward once
 on the same inputs and compares them with ``reference`` computed in fp32 at ``HIGHEST`` matmul precision
