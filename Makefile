@@ -34,12 +34,8 @@ chromium:
 # CI must not pass by skipping: with MARIN_REQUIRE_ALL=1 a missing test dependency (the gs:// and s3://
 # servers, CPU torch + transformers from export-test, lm-eval and playwright from dev, Debian chromium) is an
 # error naming it (tests/requirements.py). Every one of them is installed by the two prerequisites.
-# Two workers (the machines have two cores; much of a test's time is single-threaded compiling and waiting),
-# each test file kept whole on one worker and the quickstart's tests together (tests/conftest.py).
-PYTEST_WORKERS ?= 2
-
 test: $(VENV)/.installed-dev chromium lint
-	MARIN_REQUIRE_ALL=1 $(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadgroup
+	MARIN_REQUIRE_ALL=1 $(PY) -m pytest -q --durations=25
 
 # One formatter and linter for the whole tree (settings in pyproject.toml); `ruff format .` fixes the layout.
 lint: $(VENV)/.installed-dev
@@ -47,7 +43,7 @@ lint: $(VENV)/.installed-dev
 	$(PY) -m ruff format --check .
 
 test-fast: $(VENV)/.installed-dev chromium
-	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/executor_bench.py

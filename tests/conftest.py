@@ -11,14 +11,11 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Ray's socket paths must stay short: a private dir directly under /tmp, removed at exit (after Ray's own
 # shutdown hook, registered later, has run): the runtime-env test clones the venv into it (~3 GB a run).
-# Under pytest-xdist every worker has its own (and its own Ray cluster), not the controller's it inherits.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-if "RAY_TMPDIR" not in os.environ or (_WORKER and os.environ.get("MARIN_RAY_TMPDIR_OF") != _WORKER):
+if "RAY_TMPDIR" not in os.environ:
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="mray", dir="/tmp")
-    os.environ["MARIN_RAY_TMPDIR_OF"] = _WORKER or ""
     atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
-# XLA:CPU spends most of a tiny model's test time compiling, and many tests (their subprocesses, Ray workers,
-# both xdist workers) compile identical programs: one persistent compilation cache for the whole session, in a
+# XLA:CPU spends most of a tiny model's test time compiling, and many tests (their subprocesses, Ray workers)
+# compile identical programs: one persistent compilation cache for the whole session, in a
 # fresh temporary directory made by the first process (nothing is reused across sessions).
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-jax-cache-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
@@ -124,14 +121,7 @@ QUICKSTART_TIMEOUT_S = 1800
 
 def pytest_collection_modifyitems(items):
     """Whichever test first asks for ``quickstart_run`` pays for training the model (minutes on 2 busy
-    cores), so those tests get a longer per-test timeout than the suite's default.
-
-    Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) each test file is one unit of work, so its
-    module fixtures are built once, and every file that uses ``quickstart_run`` joins one group, so the
-    session's quickstart is trained once, on one worker."""
-    quickstart_files = {item.path for item in items if "quickstart_run" in getattr(item, "fixturenames", ())}
+    cores), so those tests get a longer per-test timeout than the suite's default."""
     for item in items:
         if "quickstart_run" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.timeout(QUICKSTART_TIMEOUT_S))
-        group = "quickstart" if item.path in quickstart_files else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))

@@ -56,8 +56,10 @@ def test_a_family_imports_and_exports_with_transformers_logits(family, tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(WINDOWED))
-def test_sliding_windows_import_and_export_with_transformers_logits(name, tmp_path):
-    """40 tokens against windows of 5-9: every later position's attention differs from full attention."""
+def test_sliding_windows_both_ways_with_transformers_logits_and_generation(name, tmp_path):
+    """40 tokens against windows of 5-9, so every later position's attention differs from full attention; then
+    prompts and 20 generated tokens far past the window: the engine's cached decoding masks what transformers'
+    sliding cache drops."""
     config_class, model_class, extra, (window, layers) = WINDOWED[name]
     save(config_class, model_class, extra, tmp_path / "theirs")
     cfg, params = import_hf(str(tmp_path / "theirs"))
@@ -77,15 +79,6 @@ def test_sliding_windows_import_and_export_with_transformers_logits(name, tmp_pa
     assert np.max(np.abs(_their_logits(tmp_path / "ours", tokens) - ours)) <= 1e-4
     again, _ = import_hf(str(tmp_path / "ours"))
     assert (again.sliding_window, again.sliding_window_layers) == (window, layers)
-
-
-@pytest.mark.parametrize("name", sorted(WINDOWED))
-def test_greedy_generation_with_sliding_windows_is_transformers(name, tmp_path):
-    """Prompts and 20 generated tokens far past the window: the engine's cached decoding masks what
-    transformers' sliding cache drops."""
-    config_class, model_class, extra, _ = WINDOWED[name]
-    save(config_class, model_class, extra, tmp_path / "theirs")
-    cfg, params = import_hf(str(tmp_path / "theirs"))
     _assert_engine_generates_like_transformers(cfg, params, tmp_path / "theirs", max_new_tokens=20)
 
 
