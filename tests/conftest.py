@@ -14,12 +14,6 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 if "RAY_TMPDIR" not in os.environ:
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="mray", dir="/tmp")
     atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
-# XLA:CPU spends most of a tiny model's test time compiling, and many tests (their subprocesses, Ray workers)
-# compile identical programs: one persistent compilation cache for the whole session, in a
-# fresh temporary directory made by the first process (nothing is reused across sessions).
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-jax-cache-"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("MARIN_PREFIX", None)
 # gcsfs must not probe bucket types over gRPC against an emulator (ENVIRONMENT-NOTES); set before any import.

@@ -5,14 +5,18 @@ On a GPU machine ``MARIN_TEST_JAX_PLATFORMS=cuda`` runs them there instead (with
 and FP8 tests ran compiled on an H100 (``benchmarks/gpu_proof.sh``, docs/trainer.md).
 
 XLA:CPU spends most of a tiny model's test time compiling, and many tests (and the subprocesses of the
-resume test) compile identical programs, so the session shares a persistent compilation cache
-(``tests/conftest.py``: fresh each session).
+resume test) compile identical programs, so the session shares a persistent compilation cache in a
+fresh temporary directory (cold at the start of every session: nothing is reused across sessions).
 """
 
 import dataclasses
 import os
+import tempfile
 
 os.environ["JAX_PLATFORMS"] = os.environ.get("MARIN_TEST_JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-jax-cache-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 
