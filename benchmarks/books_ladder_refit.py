@@ -8,7 +8,8 @@ than smaller ones, an interaction that surface cannot express. This refits the s
 
 - ``lab``: ``marin.scaling.surface.fit_loss_surface`` (Hoffmann et al.'s Huber objective in log space), the
   ladder's own fit;
-- ``chinchilla_ls``: the same form by least squares on relative errors;
+- ``chinchilla_ls``: the same form by plain least squares (``scaling_public_fit.least_squares_peer``, the peer
+  of the public-runs check);
 - ``kaplan``: Kaplan et al. (2020)'s L = E + [(N_c/N)^(alpha_N/alpha_D) + D_c/D]^alpha_D, which couples size
   and data (with an offset E, since bits per byte of English have a floor), least squares on relative errors;
 
@@ -29,22 +30,19 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from marin.scaling.surface import fit_loss_surface
+from marin.scaling.surface import fit_loss_surface, surface
+
+try:
+    from benchmarks.scaling_public_fit import least_squares_peer
+except ImportError:  # run as a script: benchmarks/ is the script's own directory
+    from scaling_public_fit import least_squares_peer
 
 RUNS = Path(__file__).resolve().parent / "results" / "books_ladder_runs.json"
-STARTS = {
-    "chinchilla_ls": [[1.5, 5, 0.3, 5, 0.3], [1.0, 10, 0.5, 10, 0.5], [1.8, 3, 0.2, 8, 0.5]],
-    "kaplan": [
-        [np.log(1e5), 0.3, np.log(1e6), 0.3, 1.0],
-        [np.log(1e4), 0.5, np.log(1e5), 0.5, 1.5],
-        [np.log(1e6), 0.1, np.log(1e7), 0.1, 0.5],
-    ],
-}
-
-
-def chinchilla(p, n, d):
-    e, log_a, alpha, log_b, beta = p
-    return e + np.exp(log_a - alpha * np.log(n)) + np.exp(log_b - beta * np.log(d))
+KAPLAN_STARTS = [
+    [np.log(1e5), 0.3, np.log(1e6), 0.3, 1.0],
+    [np.log(1e4), 0.5, np.log(1e5), 0.5, 1.5],
+    [np.log(1e6), 0.1, np.log(1e7), 0.1, 0.5],
+]
 
 
 def kaplan(p, n, d):
@@ -53,6 +51,7 @@ def kaplan(p, n, d):
 
 
 def least_squares_fit(form, starts, n, d, y):
+    """The best of the least-squares fits (relative errors) from ``starts``."""
     best = None
     for p0 in starts:
         try:
@@ -61,6 +60,8 @@ def least_squares_fit(form, starts, n, d, y):
             continue
         if np.isfinite(fit.cost) and (best is None or fit.cost < best.cost):
             best = fit
+    if best is None:
+        raise RuntimeError(f"no start of {starts} gave a finite fit")
     return best.x
 
 
@@ -77,10 +78,13 @@ def refit(data: dict) -> list[dict]:
         tn, td = target["params"] - head * target["width"], float(target["tokens"])
         lab = fit_loss_surface(n, d, y, budgets=budgets, samples=50)
         fits = [("lab", float(lab.predict(tn, td).loss), None)]
-        for name, form in (("chinchilla_ls", chinchilla), ("kaplan", kaplan)):
-            theta = least_squares_fit(form, STARTS[name], n, d, y)
-            rms = float(np.sqrt(np.mean(((form(theta, n, d) - y) / y) ** 2)))
-            fits.append((name, float(form(theta, tn, td)), rms))
+        chinchilla = least_squares_peer(n, d, y)
+        theta = least_squares_fit(kaplan, KAPLAN_STARTS, n, d, y)
+        for name, fitted, predicted in (
+            ("chinchilla_ls", surface(chinchilla, n, d), surface(chinchilla, tn, td)),
+            ("kaplan", kaplan(theta, n, d), kaplan(theta, tn, td)),
+        ):
+            fits.append((name, float(predicted), float(np.sqrt(np.mean(((fitted - y) / y) ** 2)))))
         for name, predicted, rms in fits:
             rows.append(
                 {
