@@ -6,7 +6,7 @@ A zombie is an executor whose lease was taken over while its step's task still r
   before the lease can be taken over, a second executor takes over and commits, and the paused executor,
   resumed, finds its lease lost, writes no status and reuses the new holder's result;
 - the lease file is deleted under a running step (no grace period at all): the executor cancels the task
-  within a heartbeat and waits for the new holder;
+  within a heartbeat, and the step runs once more, by whichever executor takes the free lease first;
 - executor *and* task are paused (a frozen VM) across the whole take-over and commit: resumed, the task
   writes nothing more;
 - files that appear or change in a committed output afterwards (a write that was in flight across such a
@@ -196,9 +196,13 @@ def test_deleting_the_lease_cancels_the_running_task_within_a_heartbeat(tmp_path
     assert not thread.is_alive()
 
     identity = result.plan.steps[0].identity
-    assert result.ran == [identity]
     a_result = outcome["result"]
-    assert a_result.ran == [] and a_result.waited == [identity] and identity in a_result.lease_losses
+    assert identity in a_result.lease_losses
+    # The deleted lease leaves the step free: usually the second executor takes it, but the first one,
+    # once its task is cancelled, polls and may create the lease again before the second has planned
+    # (a loaded machine). Either is correct; exactly one of them runs the step again, the other reuses it.
+    runner, reuser = (result, a_result) if result.ran else (a_result, result)
+    assert runner.ran == [identity] and reuser.ran == [] and reuser.waited == [identity], (result, a_result)
     zombie_writes = [w["time"] for w in read_trace(str(calls), "writes") if w["pid"] == zombie]
     assert max(zombie_writes) - deleted_at < FAST.heartbeat_s + 1.0, "the zombie kept writing"
     wait_for(lambda: is_gone(zombie), "the zombie's worker to die", timeout=5)
