@@ -61,8 +61,8 @@ def test_dropless_dispatches_and_an_ample_capacity_give_the_same_loss_and_gradie
     params = init_params(MOE, jax.random.PRNGKey(0))
     batch = _batch(MOE)
 
-    def loss_and_grads(cfg):
-        return jax.value_and_grad(lambda p: training_loss(cfg, p, batch)[0])(params)
+    def loss_and_grads(cfg):  # jitted: op by op, each primitive of the backward pass compiles on its own
+        return jax.jit(jax.value_and_grad(lambda p: training_loss(cfg, p, batch)[0]))(params)
 
     reference = loss_and_grads(dataclasses.replace(MOE, capacity_factor=MOE.num_experts / MOE.experts_per_token))
     for dispatch in ("ragged", "blocked", "dense"):
