@@ -52,7 +52,8 @@ def test_a_moe_policy_adds_its_router_losses_to_the_dpo_loss():
     fp32 = PrecisionPolicy(compute_dtype="float32")
     loss = PreferenceLossConfig(beta=0.1)
     # Jitted throughout: op by op, every primitive of a MoE forward (and backward) compiles on its own.
-    total, pairs, sums = jax.jit(dpo_loss_fn(MOE, loss, fp32))(policy, batch, reference)
+    dpo = dpo_loss_fn(MOE, loss, fp32)
+    total, pairs, sums = jax.jit(dpo)(policy, batch, reference)
     no_router = dataclasses.replace(MOE, router_aux_loss_coef=0.0, router_z_loss_coef=0.0)
     plain, _, _ = jax.jit(dpo_loss_fn(no_router, loss, fp32))(policy, batch, reference)
     router = jax.jit(
@@ -62,7 +63,7 @@ def test_a_moe_policy_adds_its_router_losses_to_the_dpo_loss():
     assert float((total - plain) / pairs) == pytest.approx(float(router["router_loss"]), rel=1e-5)
     assert float(router["router_loss"]) > 0.05  # aux >= ~1 at coefficient 0.05
     assert float(sums["router_aux_loss"] / pairs) == pytest.approx(float(router["router_aux_loss"]), rel=1e-6)
-    grads = jax.jit(jax.grad(lambda p: dpo_loss_fn(MOE, loss, fp32)(p, batch, reference)[0]))(policy)
+    grads = jax.jit(jax.grad(lambda p: dpo(p, batch, reference)[0]))(policy)
     assert float(jnp.abs(grads["layers"]["router"]).sum()) > 0
 
 
