@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -23,6 +24,37 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
 
 import pytest  # noqa: E402
+
+IN_PROCESS_CACHE_DIRS = ("tests/trainer/", "tests/posttrain/rl/")
+"""Whose tests compile with the session's persistent compilation cache in the pytest process itself: their
+conftests set ``JAX_COMPILATION_CACHE_DIR`` for their subprocesses, but in a whole-suite run JAX is imported
+(and reads that variable) while collecting the earlier directories, so the cache must be switched on here.
+Many of their tests build fresh closures over the same tiny models, which JAX's in-memory cache misses and the
+persistent one hits: ``pytest tests/trainer`` took 808 s with it and 1,008 s without (Intel Xeon, 2 cores,
+2026-11-29). It is switched off again for every other test (the cache was seen to crash XLA:CPU's executable
+serialization in a whole-suite run that had it on from the start: docs/installation.md)."""
+
+
+def _in_process_compile_cache(on: bool) -> None:
+    import sys
+
+    if "jax" not in sys.modules and not on:
+        return
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    target = os.environ.get("JAX_COMPILATION_CACHE_DIR") if on else None
+    if jax.config.jax_compilation_cache_dir == target:
+        return
+    jax.config.update("jax_compilation_cache_dir", target)
+    if on:  # as the directories' conftests ask of their subprocesses: cache every program
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()
+
+
+def pytest_runtest_setup(item):
+    _in_process_compile_cache(item.nodeid.startswith(IN_PROCESS_CACHE_DIRS))
 
 
 @pytest.fixture(scope="session")
@@ -87,8 +119,6 @@ def quickstart_run(tmp_path_factory, ray_address):
     session, recorded as experiments/quickstart.py would record it.
 
     Shared by the quickstart, data browser and report tests so CI trains the model only once."""
-    from pathlib import Path
-
     from experiments import quickstart
     from marin.execution import Executor
 
@@ -113,9 +143,20 @@ def quickstart_run(tmp_path_factory, ray_address):
 QUICKSTART_TIMEOUT_S = 1800
 
 
+def _uses_quickstart(item) -> bool:
+    return "quickstart_run" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items):
-    """Whichever test first asks for ``quickstart_run`` pays for training the model (minutes on 2 busy
-    cores), so those tests get a longer per-test timeout than the suite's default."""
+    """The modules whose tests read the quickstart's outputs run last, in their order: the whole-suite run
+    that validated ``IN_PROCESS_CACHE_DIRS`` ran them after the trainer's tests, and the run that crashed with
+    the cache on ran them before (docs/installation.md). Whichever of them first asks for ``quickstart_run``
+    pays for training the model (minutes on 2 busy cores), so they get a longer per-test timeout than the
+    suite's default."""
+    readers = {item.nodeid.split("::")[0] for item in items if _uses_quickstart(item)}
+    items[:] = [i for i in items if i.nodeid.split("::")[0] not in readers] + [
+        i for i in items if i.nodeid.split("::")[0] in readers
+    ]
     for item in items:
-        if "quickstart_run" in getattr(item, "fixturenames", ()):
+        if _uses_quickstart(item):
             item.add_marker(pytest.mark.timeout(QUICKSTART_TIMEOUT_S))
