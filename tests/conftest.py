@@ -25,14 +25,23 @@ os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
 
 import pytest  # noqa: E402
 
-IN_PROCESS_CACHE_DIRS = ("tests/trainer/", "tests/posttrain/rl/")
-"""Whose tests compile with the session's persistent compilation cache in the pytest process itself: their
-conftests set ``JAX_COMPILATION_CACHE_DIR`` for their subprocesses, but in a whole-suite run JAX is imported
-(and reads that variable) while collecting the earlier directories, so the cache must be switched on here.
-Many of their tests build fresh closures over the same tiny models, which JAX's in-memory cache misses and the
+IN_PROCESS_CACHE_DIRS = (
+    "tests/trainer/",
+    "tests/posttrain/",
+    "tests/inference/",
+    "tests/evaluation/",
+    "tests/export/",
+    "tests/chat/",
+)
+"""Whose tests compile with the session's persistent compilation cache in the pytest process itself (the
+trainer's and RL's conftests set ``JAX_COMPILATION_CACHE_DIR`` for their subprocesses, but in a whole-suite run
+JAX is imported, and reads that variable, while the earlier directories are collected, so it is switched on
+here). Their tests build fresh closures over the same tiny models, which JAX's in-memory cache misses and the
 persistent one hits: ``pytest tests/trainer`` took 808 s with it and 1,008 s without (Intel Xeon, 2 cores,
-2026-11-29). It is switched off again for every other test (the cache was seen to crash XLA:CPU's executable
-serialization in a whole-suite run that had it on from the start: docs/installation.md)."""
+2026-11-29). It is off for every other test and for the quickstart's readers: a whole-suite run that had it on
+from the first test crashed in XLA:CPU's executable serialization, twice in ``tests/trainer/test_step.py``
+after the quickstart's readers; each of these directories ran with it on before that test without a crash
+(docs/installation.md)."""
 
 
 def _in_process_compile_cache(on: bool) -> None:
@@ -54,7 +63,7 @@ def _in_process_compile_cache(on: bool) -> None:
 
 
 def pytest_runtest_setup(item):
-    _in_process_compile_cache(item.nodeid.startswith(IN_PROCESS_CACHE_DIRS))
+    _in_process_compile_cache(item.nodeid.startswith(IN_PROCESS_CACHE_DIRS) and not _uses_quickstart(item))
 
 
 @pytest.fixture(scope="session")

@@ -54,7 +54,7 @@ def make_tiny_export(path: str, chat: bool = False, eos_scale: float = 1.0):
     multiplies the end-of-text token's output weights: at 3 the model's greedy token is end-of-text at about
     one position in eight (at 1, almost never), as a trained model's is after a document."""
     tok_path, tokenizer = write_tiny_tokenizer(path, chat)
-    # numpy draws (init_params compiles one program per leaf shape: seconds on a busy CPU); matrices at 3x
+    # numpy draws (nothing to compile, unlike init_params's draws); matrices at 3x
     # the usual scale for peakier logits (argmax well separated), norms at 1
     rng = np.random.default_rng(0)
     shapes = jax.eval_shape(lambda: init_params(CFG, jax.random.PRNGKey(0)))

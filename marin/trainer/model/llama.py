@@ -123,9 +123,9 @@ def param_axes(cfg: LlamaConfig) -> Params:
 def init_params(cfg: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -> Params:
     """Fresh parameters; leaf ``i`` (in tree order) draws from ``fold_in(key, i)``.
 
-    Called eagerly, each leaf is one small cached program (XLA:CPU compiles a threefry kernel per draw
-    in ~0.3 s, so one fused init program for all leaves costs seconds to compile every run, while
-    per-shape programs are compiled once per process); under ``jit`` it fuses as usual.
+    Called eagerly, each leaf's draw is a small cached program: one fused init program for all leaves costs
+    seconds to compile every run, while small programs are compiled once per process and shared by every
+    model whose leaves fall in the same size bucket (``_draw_normal``). Under ``jit`` it fuses as usual.
     """
     specs, treedef = jax.tree.flatten(param_specs(cfg), is_leaf=_is_spec)
     leaves = []
@@ -133,13 +133,51 @@ def init_params(cfg: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -> P
         if spec.init in ("ones", "zeros"):
             leaves.append((jnp.ones if spec.init == "ones" else jnp.zeros)(spec.shape, dtype))
         else:
-            leaves.append(_normal(jax.random.fold_in(key, i), spec.shape, cfg.initializer_range, jnp.dtype(dtype)))
+            leaves.append(_draw_normal(jax.random.fold_in(key, i), spec.shape, cfg.initializer_range, jnp.dtype(dtype)))
     return jax.tree.unflatten(treedef, leaves)
+
+
+_SMALLEST_DRAW = 1 << 12
+_LARGEST_BUCKETED_DRAW = 1 << 22
+"""Leaves of up to 4M elements draw a power-of-two number of values (at least 4,096) and keep the first ones;
+larger leaves draw exactly their own shape (their program's compile is nothing beside such a model's run, and
+padding them could double a large transient)."""
+
+
+def _draw_normal(key: jax.Array, shape: tuple[int, ...], std: float, dtype: Any) -> jax.Array:
+    """``normal(key, shape) * std`` as ``dtype``, bit for bit, from as few compiled programs as possible.
+
+    XLA:CPU spends ~0.2-0.3 s compiling a threefry draw, once per distinct shape: a 2-layer model's init
+    compiled ~10 of them (3 s, every training, eval or export process). With JAX's partitionable threefry
+    (its default) the value at each flat index depends only on the key and the index, so the first ``n``
+    values of a larger flat draw are exactly the ``n`` values of a draw of ``n``: leaves draw a power-of-two
+    bucket and keep their prefix, and every small model shares a handful of programs (also across processes,
+    through a persistent compilation cache). Traced (under ``jit``/``eval_shape``), with another PRNG or with
+    the old non-partitionable threefry, it draws the shape itself.
+    """
+    size = math.prod(shape)
+    if isinstance(key, jax.core.Tracer) or size > _LARGEST_BUCKETED_DRAW or not _prefix_stable(key):
+        return _normal(key, shape, std, dtype)
+    bucket = max(_SMALLEST_DRAW, 1 << (size - 1).bit_length())
+    return _leading(_normal(key, (bucket,), std, dtype), shape)
+
+
+def _prefix_stable(key: jax.Array) -> bool:
+    """Whether ``key``'s draws are prefixes of one another: partitionable threefry (typed or raw key)."""
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    impl = str(jax.random.key_impl(key)) if typed else jax.config.jax_default_prng_impl
+    return impl == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _normal(key: jax.Array, shape: tuple[int, ...], std: float, dtype: Any) -> jax.Array:
     return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _leading(flat: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """The first ``prod(shape)`` values of ``flat``, in ``shape``."""
+    return flat[: math.prod(shape)].reshape(shape)
 
 
 # ----------------------------------------------------------------------------------------------------------
