@@ -56,9 +56,15 @@ def books_tokenized(bundled: bool | None = None):
 
 
 def build(
-    budgets=BUDGETS, target_budget=TARGET_BUDGET, rules=RULES, widths=None, bootstrap_samples=1000, bundled=None
+    budgets=BUDGETS,
+    target_budget=TARGET_BUDGET,
+    rules=RULES,
+    widths=None,
+    bootstrap_samples=1000,
+    bundled=None,
+    heldout_books=HELDOUT_BOOKS,
 ) -> ScalingLadder:
-    """The ladder; tests build a tiny one (their own budgets, hence their own hashes)."""
+    """The ladder; tests build a tiny one (their own budgets, hence their own hashes; scored on one book)."""
     tokenizer, tokenized = books_tokenized(bundled)
     family = nano_family(vocab_size=VOCAB, seq_len=rules.seq_len, **({"widths": widths} if widths else {}))
     [target_model] = [m for m in family if m.hidden_dim == TARGET_WIDTH] or [family[-1]]
@@ -74,7 +80,7 @@ def build(
         train=TRAIN,
         heldout="gutenberg",
         bootstrap_samples=bootstrap_samples,
-        eval_max_documents=HELDOUT_BOOKS,
+        eval_max_documents=heldout_books,
     )
 
 

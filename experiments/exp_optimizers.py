@@ -102,7 +102,16 @@ OPTIMIZER_SETTINGS = {
 
 
 def run(
-    kind: str, model, ratio: float, learning_rate: float, seed: int, tokenized, tokenizer, *, train: SimpleTrainConfig
+    kind: str,
+    model,
+    ratio: float,
+    learning_rate: float,
+    seed: int,
+    tokenized,
+    tokenizer,
+    *,
+    train: SimpleTrainConfig,
+    heldout_books: int = HELDOUT_BOOKS,
 ):
     """One run of the study and its held-out eval; returns (train step, eval step, the analysis's reference)."""
     params = model.flops_per_token() / 6
@@ -126,7 +135,7 @@ def run(
         tokenizer=tokenizer,
         validation={"gutenberg": tokenized / "validation"},
         model=model,
-        max_documents=HELDOUT_BOOKS,
+        max_documents=heldout_books,
     )
     ref = StudyRunRef(
         kind=kind,
@@ -141,20 +150,23 @@ def run(
     return checkpoint, evaluation, ref
 
 
-def build(widths=WIDTHS, ratios=RATIOS, sweeps=SWEEPS, best_lr=None, train=TRAIN, bundled=None) -> dict:
-    """The study's steps: ``runs``, ``evals`` and ``analysis``; tests build a tiny one."""
+def build(
+    widths=WIDTHS, ratios=RATIOS, sweeps=SWEEPS, best_lr=None, train=TRAIN, bundled=None, heldout_books=HELDOUT_BOOKS
+) -> dict:
+    """The study's steps: ``runs``, ``evals`` and ``analysis``; tests build a tiny one (scored on one book)."""
     best_lr = BEST_LR if best_lr is None else best_lr
     tokenizer, tokenized = books_tokenized(bundled)
     family = {m.hidden_dim: m for m in nano_family(vocab_size=VOCAB, seq_len=SEQ_LEN, widths=widths)}
+    options = {"train": train, "heldout_books": heldout_books}
     made = []
     for kind, rates in sweeps.items():
         for width in widths:
             for ratio in ratios:
                 for lr in rates:
-                    made.append(run(kind, family[width], ratio, lr, 0, tokenized, tokenizer, train=train))
+                    made.append(run(kind, family[width], ratio, lr, 0, tokenized, tokenizer, **options))
                 if (kind, width, ratio) in best_lr:
                     lr = best_lr[(kind, width, ratio)]
-                    made.append(run(kind, family[width], ratio, lr, 1, tokenized, tokenizer, train=train))
+                    made.append(run(kind, family[width], ratio, lr, 1, tokenized, tokenizer, **options))
     analysis = ExecutorStep(
         name="analysis/optimizer-study",
         fn=optimizer_study_step,

@@ -44,6 +44,7 @@ def test_tiny_study_picks_learning_rates_and_measures_speedups(books_store, ray_
         sweeps={"adamw": (1e-2, 2e-2), "muon": (1e-2,)},
         best_lr={("muon", 16, 0.08): 1e-2},
         bundled=True,
+        heldout_books=1,
     )
     result = Executor(prefix=str(books_store)).run([study["analysis"]])
     path = next(p.output_path for p in result.plan.steps if p.name == study["analysis"].name)
