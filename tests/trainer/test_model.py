@@ -200,7 +200,11 @@ def _per_shape_init(cfg, key, dtype):
     "cfg, key, dtype",
     [
         (tiny_model(vocab_size=1000, hidden_dim=48, mlp_dim=136), jax.random.key(7), jnp.bfloat16),
-        (tiny_model(vocab_size=300, num_experts=3, experts_per_token=2, qk_norm="head"), jax.random.PRNGKey(0), None),
+        (
+            tiny_model(vocab_size=300, num_experts=3, experts_per_token=2, qk_norm="head"),
+            jax.random.PRNGKey(0),
+            jnp.float32,
+        ),
     ],
     ids=["dense-typed-key-bf16", "moe"],
 )
@@ -208,7 +212,6 @@ def test_eager_init_draws_the_same_bits_as_one_program_per_shape(cfg, key, dtype
     """Leaves draw a power-of-two bucket and keep its prefix (``_draw_normal``): bit for bit the per-shape
     draws (sizes that are not powers of two, so the prefix is a real cut), so checkpoints, losses and resumes
     are those of the per-shape init."""
-    dtype = dtype or jnp.float32
     expected = _per_shape_init(cfg, key, dtype)
     params = init_params(cfg, key, dtype)
     assert jax.tree.structure(params) == jax.tree.structure(expected)
