@@ -12,8 +12,11 @@ every slot that is generating. When both happen in one step they run as one prog
 chunk's tokens and the decoding rows share each weight read, chunks of ``mixed_chunk`` tokens); a step with
 only prompts to read feeds chunks of up to ``prefill_chunk`` tokens. A request joins at any step and leaves
 the step it finishes — at a stop token, a stop string, ``max_tokens`` or the context's end — freeing its slot
-for the next one. Shapes are fixed (``slots`` rows, prefill chunks of a few power-of-two sizes), so after
-warm-up nothing recompiles (``compilations()`` counts).
+for the next one. Prompts that arrive together (RL rollouts, evals: ``generate``) are read several per step:
+whole prompts not yet begun share one chunk of up to ``prefill_chunk`` tokens (``prefill_packed``; each attends
+to its own tokens only), so 128 rollouts of a 28-token prompt take 39 steps, not 143 (docs/serving.md). Shapes
+are fixed (``slots`` rows, prefill chunks of a few power-of-two sizes), so after warm-up nothing recompiles
+(``compilations()`` counts).
 
 Log-probabilities are the model's own (log-softmax of the logits, before temperature, top-k and top-p), as
 OpenAI-compatible servers report them. ``prompt_logprobs`` (echo) scores every prompt token given the ones
@@ -50,7 +53,9 @@ from marin.inference.slots import (
     decode_slots,
     init_slot_cache,
     mixed_step,
+    packed_rows,
     prefill_chunk,
+    prefill_packed,
     split_layers,
 )
 from marin.trainer.model.config import LlamaConfig
@@ -153,6 +158,7 @@ class Engine:
         self._stopping = False
         self.steps = 0
         self.mixed_steps = 0  # steps that fed a prompt chunk and decoded in one program
+        self.packed_steps = 0  # steps that read several whole prompts in one chunk
 
     # ---- submission (any thread) -------------------------------------------------------------------
 
@@ -229,7 +235,8 @@ class Engine:
     # ---- stepping (one thread) ---------------------------------------------------------------------
 
     def step(self) -> None:
-        """Admit, feed one prefill chunk, decode one token for every generating slot."""
+        """Admit, feed one prefill chunk (or several whole prompts packed in one), decode one token for every
+        generating slot."""
         self.steps += 1
         self._admit()
         active = [r for r in self.slots if r is not None]
@@ -241,6 +248,13 @@ class Engine:
             return
         prefilling = [r for r in active if r.prefilling]
         decoding = [r for r in active if not r.prefilling and r.tokens]
+        packable = self._packable(prefilling)
+        if len(packable) > 1:  # several whole prompts at once; the decoding rows step beside them
+            self._prefill_packed(packable)
+            decoding = [r for r in decoding if self.slots[r.slot] is r and not r.prefilling]
+            if decoding:
+                self._decode(decoding)
+            return
         oldest = min(prefilling, key=lambda r: r.submitted) if prefilling else None
         if oldest is not None and decoding and self._mixed_chunk:
             self._mixed(oldest, decoding)
@@ -267,6 +281,8 @@ class Engine:
         mixed_spans = (
             sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)}) if mixed else []
         )
+        if self.config.slots > 1:  # packed prompts attend within their chunk only
+            found.update({("packed", size, size): None for size in sizes})
         for width in sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)}):
             found.update({("decode", width, span): None for span in spans})
             found.update({("mixed", width, span): None for span in mixed_spans})
@@ -284,6 +300,15 @@ class Engine:
                 tokens = np.zeros(size, np.int32)
                 _, self.cache = prefill_chunk(
                     self.cfg, self.params, self.cache, 0, tokens, tokens, 0, 1, False, greedy, span
+                )
+                continue
+            if kind == "packed":
+                count = packed_rows(size, self.config.slots)
+                zeros, rows = np.zeros(size, np.int32), self._rows([None] * count)
+                segments, positions = np.full(size, count, np.int32), np.full(size, self.scratch + 1, np.int32)
+                last = np.zeros(count, np.int32)
+                _, self.cache = prefill_packed(
+                    self.cfg, self.params, self.cache, last, zeros, segments, positions, last, rows
                 )
                 continue
             zeros, rows = np.zeros(size, np.int32), self._rows([None] * size)
@@ -454,6 +479,42 @@ class Engine:
         (out,) = outputs
         self._guard(r, self._fed, out[:4], nxt, valid, out.next, 0)
         return True
+
+    def _packable(self, prefilling: list[Request]) -> list[Request]:
+        """The oldest prompts not yet begun that fit in one packed chunk together (prompt scoring keeps its
+        own chunks): read in one ``prefill_packed`` step when there are several."""
+        chunk, group, total = self.config.prefill_chunk, [], 0
+        for r in sorted(prefilling, key=lambda r: r.submitted):
+            if r.fed or self._scored(r):
+                continue
+            size = len(r.feed)
+            if total + size > chunk or len(group) + 1 > packed_rows(_bucket(total + size, chunk), self.config.slots):
+                break
+            group.append(r)
+            total += size
+        return group
+
+    def _prefill_packed(self, group: list[Request]) -> None:
+        self.packed_steps += 1
+        size = _bucket(sum(len(r.feed) for r in group), self.config.prefill_chunk)
+        count = packed_rows(size, self.config.slots)
+        tokens, slots, last = np.zeros(size, np.int32), np.zeros(count, np.int32), np.zeros(count, np.int32)
+        segments, positions = np.full(size, count, np.int32), np.full(size, self.scratch + 1, np.int32)
+        start = 0
+        for j, r in enumerate(group):
+            n = len(r.feed)
+            tokens[start : start + n] = r.feed
+            segments[start : start + n], positions[start : start + n] = j, np.arange(n)
+            slots[j], last[j] = r.slot, start + n - 1
+            start += n
+        rows = self._rows([*group, *[None] * (count - len(group))])
+        args = (self.cache, slots, tokens, segments, positions, last, rows)
+        outputs = self._run(group, prefill_packed, self.cfg, self.params, *args)
+        if outputs is None:
+            return
+        (out,) = outputs
+        for j, r in enumerate(group):
+            self._guard(r, self._fed, None, [], len(r.feed), out, j)
 
     def _decode_inputs(self, decoding: list[Request]):
         """Each decoding slot's last token and its position (other rows: the scratch position), for the

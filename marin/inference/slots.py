@@ -1,8 +1,10 @@
-"""The jitted programs of the serving engine: a KV cache of fixed slots, chunked prefill into one slot, one
-decoding step for every slot, and per-row sampling.
+"""The jitted programs of the serving engine: a KV cache of fixed slots, chunked prefill into one slot (or
+several whole prompts packed into one chunk), one decoding step for every slot, and per-row sampling.
 
     cache = init_slot_cache(cfg, slots=16, chunk=256)
     out, cache = prefill_chunk(cfg, params, cache, slot, tokens[chunk], targets[chunk], start, valid, row)
+    out, cache = prefill_packed(cfg, params, cache, slots[r], tokens[chunk], segments[chunk], positions[chunk],
+                                last[r], rows)
     out, cache = decode_slots(cfg, params, cache, tokens[slots], positions[slots], rows)
 
 The cache has ``seq_len + chunk`` positions per slot: a chunk written at any start below ``seq_len`` fits
@@ -343,6 +345,39 @@ def prefill_chunk(
     x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     scores, last = _chunk_outputs(cfg, params, x, targets, valid, scored)
     return PrefillOut(*scores, sample_rows(_logits(cfg, params, last), row)), new_cache
+
+
+def packed_rows(size: int, slots: int) -> int:
+    """How many prompts a packed prefill chunk of ``size`` tokens reads at most (rows of its sampled output):
+    one per 16 tokens, at least 2, at most the slots. One program per chunk size."""
+    return min(slots, max(2, size // 16))
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=2)
+def prefill_packed(cfg: LlamaConfig, params, cache, slots, tokens, segments, positions, last, rows: SamplingRows):
+    """Whole prompts of several slots in one chunk, each from position 0 (a batch of short prompts, as RL
+    rollouts and evals submit them, is read in a few steps instead of one step per prompt). Token i belongs
+    to prompt ``segments[i]`` (padding: ``len(slots)``, at a position past the cache, so nothing is written)
+    and sits at ``positions[i]`` of slot ``slots[segments[i]]``. A prompt's queries attend to its own earlier
+    tokens only, all in the chunk (nothing of the slot is cached yet), as ``prefill_chunk`` would over the
+    slot's cache; its keys and values are written there. Returns what each prompt samples after its last
+    token (``last[j]``, row j of ``rows``; unused rows are greedy fillers) and the updated cache."""
+    cos, sin = _rope_at(cfg, positions)
+    x = params["embed"][tokens]
+    owner = jnp.concatenate([slots, jnp.zeros((1,), slots.dtype)])[segments]  # padding: slot 0, dropped below
+    same = segments[:, None] == segments[None, :]
+
+    def attend(layer_cache, window, q, k, v):
+        layer_cache = _write(layer_cache, owner, positions, k, v)
+        dtype = layer_cache["v"][0].dtype  # attend over what the cache stores, as a chunk of the slot would
+        k, v = k.astype(dtype), v.astype(dtype)
+        visible = same & (positions[None, :] <= positions[:, None])
+        if window is not None:
+            visible = visible & (positions[None, :] > positions[:, None] - window)
+        return _attention(cfg, q, [k.transpose(1, 2, 0)], [v.transpose(1, 0, 2)], visible, ""), layer_cache
+
+    x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
+    return sample_rows(_logits(cfg, params, x[last]), rows), new_cache
 
 
 @functools.partial(jax.jit, static_argnums=(0, 6), donate_argnums=2)

@@ -79,6 +79,25 @@ def test_a_seeded_request_draws_the_same_tokens_whatever_shares_its_batch(tiny):
     assert all(r.result().tokens for r in crowd)
 
 
+def test_a_batch_of_short_prompts_is_read_several_per_step_with_the_same_tokens(tiny):
+    """Prompts submitted together (RL rollouts, evals) are read several whole prompts per packed chunk: every
+    one still gets the greedy tokens of recomputation, and a seeded sample is the one it draws alone."""
+    cfg, params, _ = tiny
+    prompts = _prompts(12, seed=7, longest=14)
+    lengths = [5, 9, 3, 12, 7, 1, 10, 4, 8, 6, 2, 11]
+    engine = Engine(cfg, params, EngineConfig(slots=8, prefill_chunk=32))
+    seeded = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9, seed=5)
+    alone = engine.generate([prompts[0]], seeded)[0].tokens
+    assert engine.packed_steps == 0  # one prompt: its own chunk
+    steps = engine.steps
+    greedy = [SamplingParams(max_tokens=n, temperature=0) for n in lengths]
+    results = engine.generate([*prompts, prompts[0]], [*greedy, seeded])
+    for result, prompt, n in zip(results, prompts, lengths):
+        assert result.tokens == greedy_by_recomputation(cfg, params, prompt, n)
+    assert results[-1].tokens == alone
+    assert engine.packed_steps >= 3 and engine.steps - steps < 13 + max(lengths)
+
+
 def test_sampling_respects_top_k(tiny):
     cfg, params, _ = tiny
     engine = Engine(cfg, params, EngineConfig(slots=2, prefill_chunk=16))
