@@ -159,6 +159,7 @@ class Engine:
         self.steps = 0
         self.mixed_steps = 0  # steps that fed a prompt chunk and decoded in one program
         self.packed_steps = 0  # steps that read several whole prompts in one chunk
+        self._batch = False  # inside generate(): full-size steps (see _packable and _decode_inputs)
 
     # ---- submission (any thread) -------------------------------------------------------------------
 
@@ -249,14 +250,14 @@ class Engine:
         prefilling = [r for r in active if r.prefilling]
         decoding = [r for r in active if not r.prefilling and r.tokens]
         packable = self._packable(prefilling)
-        if len(packable) > 1:  # several whole prompts at once; the decoding rows step beside them
+        if len(packable) > 1 or (packable and self._batch):  # whole prompts at once; decoding rows step beside
             self._prefill_packed(packable)
             decoding = [r for r in decoding if self.slots[r.slot] is r and not r.prefilling]
             if decoding:
                 self._decode(decoding)
             return
         oldest = min(prefilling, key=lambda r: r.submitted) if prefilling else None
-        if oldest is not None and decoding and self._mixed_chunk:
+        if oldest is not None and decoding and self._mixed_chunk and not self._batch:
             self._mixed(oldest, decoding)
             return
         if oldest is not None:
@@ -329,14 +330,19 @@ class Engine:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], detokenize=None
     ) -> list[Result]:
-        """Offline use (evals, CLIs): run these requests to the end, continuously batched; results in order."""
+        """Offline use (evals, CLIs, RL rollouts): run these requests to the end, continuously batched; results
+        in order. Steps run at full size (``_batch``): throughput, not each step's latency, is what counts."""
         each = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         requests = []
-        for prompt, p in zip(prompts, each):
-            while self._queue_full():
-                self.step()  # make room rather than refuse: the caller waits for all of them anyway
-            requests.append(self.submit(prompt, p, detokenize=detokenize))
-        self.run_until_idle()
+        self._batch = True
+        try:
+            for prompt, p in zip(prompts, each):
+                while self._queue_full():
+                    self.step()  # make room rather than refuse: the caller waits for all of them anyway
+                requests.append(self.submit(prompt, p, detokenize=detokenize))
+            self.run_until_idle()
+        finally:
+            self._batch = False
         return [r.result() for r in requests]
 
     def start(self) -> None:
@@ -482,13 +488,19 @@ class Engine:
 
     def _packable(self, prefilling: list[Request]) -> list[Request]:
         """The oldest prompts not yet begun that fit in one packed chunk together (prompt scoring keeps its
-        own chunks): read in one ``prefill_packed`` step when there are several."""
+        own chunks): read in one ``prefill_packed`` step when there are several, or any in ``generate``.
+
+        A batch (``generate``) runs a few programs at full size: packed chunks of ``prefill_chunk`` tokens,
+        decoding over every slot, no mixed steps. Each program a smaller step would use costs a compilation
+        (1.2-1.9 s for the quickstart's model on 2 CPU cores), more than the smaller steps save: the quickstart's
+        instruct eval (200 replies of up to 32 tokens) 13.4 -> 7.4 s, 7 engine programs -> 2 (docs/serving.md)."""
         chunk, group, total = self.config.prefill_chunk, [], 0
         for r in sorted(prefilling, key=lambda r: r.submitted):
             if r.fed or self._scored(r):
                 continue
             size = len(r.feed)
-            if total + size > chunk or len(group) + 1 > packed_rows(_bucket(total + size, chunk), self.config.slots):
+            rows = packed_rows(chunk if self._batch else _bucket(total + size, chunk), self.config.slots)
+            if total + size > chunk or len(group) + 1 > rows:
                 break
             group.append(r)
             total += size
@@ -496,7 +508,8 @@ class Engine:
 
     def _prefill_packed(self, group: list[Request]) -> None:
         self.packed_steps += 1
-        size = _bucket(sum(len(r.feed) for r in group), self.config.prefill_chunk)
+        chunk = self.config.prefill_chunk
+        size = chunk if self._batch else _bucket(sum(len(r.feed) for r in group), chunk)
         count = packed_rows(size, self.config.slots)
         tokens, slots, last = np.zeros(size, np.int32), np.zeros(count, np.int32), np.zeros(count, np.int32)
         segments, positions = np.full(size, count, np.int32), np.full(size, self.scratch + 1, np.int32)
@@ -519,7 +532,7 @@ class Engine:
     def _decode_inputs(self, decoding: list[Request]):
         """Each decoding slot's last token and its position (other rows: the scratch position), for the
         smallest width of rows covering them."""
-        width = decode_rows(max(r.slot for r in decoding) + 1, self.config.slots)
+        width = self.config.slots if self._batch else decode_rows(max(r.slot for r in decoding) + 1, self.config.slots)
         tokens = np.zeros(width, np.int32)
         positions = np.full(width, self.scratch, np.int32)
         for r in decoding:
@@ -602,4 +615,9 @@ class Engine:
 
 def compilations() -> int:
     """Programs compiled so far for the engine's prefill and decode steps (all engines in the process)."""
-    return prefill_chunk._cache_size() + decode_slots._cache_size() + mixed_step._cache_size()
+    return (
+        prefill_chunk._cache_size()
+        + prefill_packed._cache_size()
+        + decode_slots._cache_size()
+        + mixed_step._cache_size()
+    )

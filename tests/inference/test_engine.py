@@ -79,23 +79,47 @@ def test_a_seeded_request_draws_the_same_tokens_whatever_shares_its_batch(tiny):
     assert all(r.result().tokens for r in crowd)
 
 
-def test_a_batch_of_short_prompts_is_read_several_per_step_with_the_same_tokens(tiny):
-    """Prompts submitted together (RL rollouts, evals) are read several whole prompts per packed chunk: every
-    one still gets the greedy tokens of recomputation, and a seeded sample is the one it draws alone."""
+def test_prompts_arriving_together_are_read_several_per_step_with_the_same_tokens(tiny):
+    """Prompts that arrive together are read several whole prompts per packed chunk: every one still gets the
+    greedy tokens of recomputation, and a seeded sample is the one it draws alone, in its own chunk."""
     cfg, params, _ = tiny
     prompts = _prompts(12, seed=7, longest=14)
     lengths = [5, 9, 3, 12, 7, 1, 10, 4, 8, 6, 2, 11]
     engine = Engine(cfg, params, EngineConfig(slots=8, prefill_chunk=32))
     seeded = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9, seed=5)
-    alone = engine.generate([prompts[0]], seeded)[0].tokens
-    assert engine.packed_steps == 0  # one prompt: its own chunk
-    steps = engine.steps
+    alone = engine.submit(prompts[0], seeded)
+    engine.run_until_idle()
+    assert engine.packed_steps == 0  # a lone prompt: its own chunk
+    requests = [engine.submit(p, SamplingParams(max_tokens=n, temperature=0)) for p, n in zip(prompts, lengths)]
+    again = engine.submit(prompts[0], seeded)
+    engine.run_until_idle()
+    for request, prompt, n in zip(requests, prompts, lengths):
+        assert request.result().tokens == greedy_by_recomputation(cfg, params, prompt, n)
+    assert again.result().tokens == alone.result().tokens
+    assert engine.packed_steps >= 3
+
+
+def test_generate_runs_a_batch_in_few_full_size_programs(tiny):
+    """``generate`` (evals, RL rollouts) steps at full size: one packed chunk size, decoding over every slot,
+    no mixed steps, so a batch compiles two programs (at one attention span); the serving path compiles more
+    for the same requests (a program per chunk size and decoding width). Same greedy tokens either way."""
+    cfg, params, _ = tiny
+    prompts = _prompts(14, seed=11, longest=20)
+    lengths = [3, 17, 6, 1, 25, 9, 12, 4, 20, 8, 2, 14, 5, 11]
     greedy = [SamplingParams(max_tokens=n, temperature=0) for n in lengths]
-    results = engine.generate([*prompts, prompts[0]], [*greedy, seeded])
-    for result, prompt, n in zip(results, prompts, lengths):
+    config = EngineConfig(slots=5, prefill_chunk=64, mixed_chunk=32)  # shapes no other test compiles
+    batch = Engine(cfg, params, config)
+    before = compilations()
+    results = batch.generate(prompts, greedy)
+    assert compilations() - before == 2 and batch.mixed_steps == 0
+    served = Engine(cfg, params, config)
+    before = compilations()
+    requests = [served.submit(p, g) for p, g in zip(prompts, greedy)]
+    served.run_until_idle()
+    assert compilations() - before > 0 and served.mixed_steps > 0
+    assert [r.tokens for r in results] == [r.result().tokens for r in requests]
+    for result, prompt, n in list(zip(results, prompts, lengths))[:4]:
         assert result.tokens == greedy_by_recomputation(cfg, params, prompt, n)
-    assert results[-1].tokens == alone
-    assert engine.packed_steps >= 3 and engine.steps - steps < 13 + max(lengths)
 
 
 def test_sampling_respects_top_k(tiny):
