@@ -250,7 +250,7 @@ class Engine:
         prefilling = [r for r in active if r.prefilling]
         decoding = [r for r in active if not r.prefilling and r.tokens]
         packable = self._packable(prefilling)
-        if len(packable) > 1 or (packable and self._batch):  # whole prompts at once; decoding rows step beside
+        if packable:  # whole prompts at once; the decoding rows step beside them
             self._prefill_packed(packable)
             decoding = [r for r in decoding if self.slots[r.slot] is r and not r.prefilling]
             if decoding:
@@ -268,7 +268,8 @@ class Engine:
 
     def programs(self) -> list[tuple[str, int, int]]:
         """Every program a request can need, as (kind, size, attention span): a prefill chunk of each size at
-        each span it can reach, the decoding step and the mixed step at each width of rows and each span."""
+        each span it can reach, the packed chunk (its span: itself), the decoding step and the mixed step at
+        each width of rows and each span."""
         cache_len, chunk, mixed = self.scratch + 1, self.config.prefill_chunk, self._mixed_chunk
         # a prompt is fed in chunks of `chunk` tokens from position 0, its last chunk rounded up to a bucket
         sizes = sorted({_bucket(n, chunk) for n in range(1, chunk + 1)})
@@ -282,8 +283,7 @@ class Engine:
         mixed_spans = (
             sorted({attention_span(n, cache_len) for n in range(1, self.cfg.seq_len + mixed)}) if mixed else []
         )
-        if self.config.slots > 1:  # packed prompts attend within their chunk only
-            found.update({("packed", size, size): None for size in sizes})
+        found[("packed", chunk, chunk)] = None  # packed prompts attend within their chunk only
         for width in sorted({decode_rows(n, self.config.slots) for n in range(1, self.config.slots + 1)}):
             found.update({("decode", width, span): None for span in spans})
             found.update({("mixed", width, span): None for span in mixed_spans})
@@ -304,7 +304,7 @@ class Engine:
                 )
                 continue
             if kind == "packed":
-                count = packed_rows(size, self.config.slots)
+                count = packed_rows(self.config.slots)
                 zeros, rows = np.zeros(size, np.int32), self._rows([None] * count)
                 segments, positions = np.full(size, count, np.int32), np.full(size, self.scratch + 1, np.int32)
                 last = np.zeros(count, np.int32)
@@ -487,30 +487,29 @@ class Engine:
         return True
 
     def _packable(self, prefilling: list[Request]) -> list[Request]:
-        """The oldest prompts not yet begun that fit in one packed chunk together (prompt scoring keeps its
-        own chunks): read in one ``prefill_packed`` step when there are several, or any in ``generate``.
+        """The oldest prompts not yet begun that fit in one chunk together (prompt scoring keeps its own chunks),
+        to be read in one ``prefill_packed`` step of ``prefill_chunk`` tokens: in ``generate`` whenever there
+        are any, otherwise when several fill more than half of it (a lone prompt, or a few short ones, take
+        their own smaller chunks: a lower latency for the first token).
 
-        A batch (``generate``) runs a few programs at full size: packed chunks of ``prefill_chunk`` tokens,
-        decoding over every slot, no mixed steps. Each program a smaller step would use costs a compilation
-        (1.2-1.9 s for the quickstart's model on 2 CPU cores), more than the smaller steps save: the quickstart's
-        instruct eval (200 replies of up to 32 tokens) 13.4 -> 7.4 s, 7 engine programs -> 2 (docs/serving.md)."""
+        A batch (``generate``) runs a few programs at full size: packed chunks, decoding over every slot, no
+        mixed steps. Each program a smaller step would use costs a compilation (1.2-1.9 s for the quickstart's
+        model on 2 CPU cores), more than the smaller steps save: the quickstart's instruct eval (200 replies of
+        up to 32 tokens) 13.4 -> 7.4 s, 7 engine programs -> 2 (docs/serving.md)."""
         chunk, group, total = self.config.prefill_chunk, [], 0
         for r in sorted(prefilling, key=lambda r: r.submitted):
             if r.fed or self._scored(r):
                 continue
-            size = len(r.feed)
-            rows = packed_rows(chunk if self._batch else _bucket(total + size, chunk), self.config.slots)
-            if total + size > chunk or len(group) + 1 > rows:
+            if total + len(r.feed) > chunk or len(group) == packed_rows(self.config.slots):
                 break
             group.append(r)
-            total += size
-        return group
+            total += len(r.feed)
+        worth_it = self._batch or (len(group) > 1 and 2 * total > chunk)
+        return group if worth_it else []
 
     def _prefill_packed(self, group: list[Request]) -> None:
         self.packed_steps += 1
-        chunk = self.config.prefill_chunk
-        size = chunk if self._batch else _bucket(sum(len(r.feed) for r in group), chunk)
-        count = packed_rows(size, self.config.slots)
+        size, count = self.config.prefill_chunk, packed_rows(self.config.slots)
         tokens, slots, last = np.zeros(size, np.int32), np.zeros(count, np.int32), np.zeros(count, np.int32)
         segments, positions = np.full(size, count, np.int32), np.full(size, self.scratch + 1, np.int32)
         start = 0

@@ -347,10 +347,10 @@ def prefill_chunk(
     return PrefillOut(*scores, sample_rows(_logits(cfg, params, last), row)), new_cache
 
 
-def packed_rows(size: int, slots: int) -> int:
-    """How many prompts a packed prefill chunk of ``size`` tokens reads at most (rows of its sampled output):
-    one per 16 tokens, at least 2, at most the slots. One program per chunk size."""
-    return min(slots, max(2, size // 16))
+def packed_rows(slots: int) -> int:
+    """How many prompts a packed prefill chunk reads at most (rows of its sampled output): 16, or every slot
+    if there are fewer. One program per engine (its ``prefill_chunk``)."""
+    return min(slots, 16)
 
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=2)
