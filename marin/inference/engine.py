@@ -158,7 +158,7 @@ class Engine:
         self._stopping = False
         self.steps = 0
         self.mixed_steps = 0  # steps that fed a prompt chunk and decoded in one program
-        self.packed_steps = 0  # steps that read several whole prompts in one chunk
+        self.packed_steps = 0  # steps that read whole prompts packed in one chunk (prefill_packed)
         self._batch = False  # inside generate(): full-size steps (see _packable and _decode_inputs)
 
     # ---- submission (any thread) -------------------------------------------------------------------
