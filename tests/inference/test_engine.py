@@ -96,7 +96,7 @@ def test_prompts_arriving_together_are_read_several_per_step_with_the_same_token
     for request, prompt, n in zip(requests, prompts, lengths):
         assert request.result().tokens == greedy_by_recomputation(cfg, params, prompt, n)
     assert again.result().tokens == alone.result().tokens
-    assert engine.packed_steps >= 1  # the first four, together (several at once: the serving path packs no fewer)
+    assert engine.packed_steps >= 1  # the first four slots' prompts, read together
 
 
 def test_generate_runs_a_batch_in_two_full_size_programs(tiny):
