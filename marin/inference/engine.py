@@ -249,19 +249,16 @@ class Engine:
             return
         prefilling = [r for r in active if r.prefilling]
         decoding = [r for r in active if not r.prefilling and r.tokens]
-        packable = self._packable(prefilling)
-        if packable:  # whole prompts at once; the decoding rows step beside them
-            self._prefill_packed(packable)
-            decoding = [r for r in decoding if self.slots[r.slot] is r and not r.prefilling]
-            if decoding:
-                self._decode(decoding)
-            return
+        packable = self._packable(prefilling)  # whole prompts at once, else one chunk of the oldest
         oldest = min(prefilling, key=lambda r: r.submitted) if prefilling else None
-        if oldest is not None and decoding and self._mixed_chunk and not self._batch:
+        if not packable and oldest is not None and decoding and self._mixed_chunk and not self._batch:
             self._mixed(oldest, decoding)
             return
-        if oldest is not None:
-            self._prefill(oldest)
+        if packable or oldest is not None:
+            if packable:
+                self._prefill_packed(packable)
+            else:
+                self._prefill(oldest)
             decoding = [r for r in decoding if self.slots[r.slot] is r and not r.prefilling]  # (a failure restarts)
         if decoding:
             self._decode(decoding)
