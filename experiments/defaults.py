@@ -378,6 +378,7 @@ def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerC
         num_train_steps=train.num_train_steps,
         batch_size=train.batch_size,
         num_microbatches=train.num_microbatches,
+        loss_block=train.loss_block,
         mesh=train.mesh,
         sharding=train.sharding,
         z_loss=train.z_loss,

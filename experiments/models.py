@@ -92,6 +92,8 @@ class SimpleTrainConfig:
     z_loss: float = _default(TrainerConfig, "z_loss")
     seed: int = _default(TrainerConfig, "seed")
     num_microbatches: int = _default(TrainerConfig, "num_microbatches")
+    loss_block: int | None = _default(TrainerConfig, "loss_block")
+    """The loss this many positions at a time, never the whole logits (one device; trainer/model/chunked_loss.py)."""
     mesh: MeshConfig = _default(TrainerConfig, "mesh")
     """Devices per mesh axis (data, fsdp, tensor); by default every device on fsdp."""
     sharding: ShardingSpec = _default(TrainerConfig, "sharding")

@@ -78,6 +78,9 @@ class TrainerConfig:
     num_microbatches: int = runtime_field(1)
     """Gradient accumulation: the batch runs as this many sequential microbatches (losses and gradients
     are sums, so the update equals one batch's to float rounding)."""
+    loss_block: int | None = runtime_field(None)
+    """Compute the loss this many positions at a time (``StepConfig.loss_block``): the logits are never whole,
+    the result is the same to float rounding. None: from the whole logits."""
     log_every: int = runtime_field(10)
     eval_every: int | None = runtime_field(None)
     """Evaluate the validation sets every this many steps (and after the last); None: only at the end."""
@@ -93,6 +96,8 @@ class TrainerConfig:
 
     def __post_init__(self):
         resolve_rules(self.sharding, field="TrainerConfig.sharding")
+        if self.loss_block is not None and self.loss_block < 1:
+            raise ValueError(f"TrainerConfig.loss_block must be >= 1 or None, got {self.loss_block}")
         for name in ("num_train_steps", "batch_size", "log_every", "max_eval_sequences"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TrainerConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -363,7 +368,11 @@ def lm_objective(config: TrainLmConfig, context, shardings: TrainState | None) -
             return shard_batch(context, lambda rows: {k: v[rows] for k, v in batch.items()}, len(batch["input_ids"]))
 
     eval_step = make_eval_step(
-        model, trainer.precision, context=context, param_shardings=shardings.params if shardings else None
+        model,
+        trainer.precision,
+        context=context,
+        param_shardings=shardings.params if shardings else None,
+        loss_block=trainer.loss_block,
     )
     run_eval = (lambda params, _: evaluate(config, eval_step, params, validation, place)) if validation else None
     return Objective(
@@ -389,12 +398,18 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         z_loss=trainer.z_loss,
         ema_decay=config.optimizer.ema_decay,
         schedule_free=config.optimizer.schedule_free,
+        loss_block=trainer.loss_block,
     )
     context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
     if context is not None and config.optimizer.kind == "soap" and jax.default_backend() == "cpu":
         raise ValueError(
             f"OptimizerConfig.kind='soap' on a CPU mesh of {context.mesh.size} devices: XLA:CPU deadlocks in "
             "SOAP's eigh/qr in a multi-device program (marin/trainer/soap.py); use a one-device mesh on a CPU"
+        )
+    if context is not None and trainer.loss_block:
+        raise ValueError(
+            f"TrainerConfig.loss_block={trainer.loss_block} on a mesh of {context.mesh.size} devices: the blocked loss "
+            "is tested on one device only (model/chunked_loss.py); set loss_block=None on a mesh"
         )
     shardings = None
     if context is not None:

@@ -84,8 +84,14 @@ class StepConfig:
     ema_decay: float | None = None
     schedule_free: bool = False
     """The state's average is schedule-free's ``x`` (read from the optimizer state), not an EMA."""
+    loss_block: int | None = None
+    """Compute the next-token loss this many positions at a time from the hidden states, with its gradient in
+    the same pass (``model/chunked_loss.py``): the same loss to float rounding, never the whole logits.
+    None: from the whole logits [batch, seq, vocab]."""
 
     def __post_init__(self):
+        if self.loss_block is not None and self.loss_block < 1:
+            raise ValueError(f"StepConfig.loss_block must be >= 1 or None, got {self.loss_block}")
         if self.num_microbatches < 1:
             raise ValueError(f"StepConfig.num_microbatches must be >= 1, got {self.num_microbatches}")
         if self.z_loss < 0:
@@ -204,7 +210,7 @@ def make_train_step(
             loss_sum, weight, sums = loss_fn(params, micro, frozen)
             return loss_sum, (weight, sums)
         loss_sum, weight, sums = training_loss(
-            cfg, params, micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype
+            cfg, params, micro, z_loss=step_cfg.z_loss, matmul_dtype=policy.matmul_dtype, loss_block=step_cfg.loss_block
         )
         return loss_sum, (weight, sums)
 
@@ -246,12 +252,18 @@ def make_train_step(
 
 
 def make_eval_step(
-    cfg: LlamaConfig, policy: PrecisionPolicy, *, context: ShardingContext | None = None, param_shardings: Any = None
+    cfg: LlamaConfig,
+    policy: PrecisionPolicy,
+    *,
+    context: ShardingContext | None = None,
+    param_shardings: Any = None,
+    loss_block: int | None = None,
 ) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
     """Jitted ``(params, batch) -> (summed loss, number of targets)`` for held-out data."""
 
     def eval_step(params, batch):
-        return next_token_loss(cfg, policy.cast_for_compute(params), batch, matmul_dtype=policy.matmul_dtype)
+        params = policy.cast_for_compute(params)
+        return next_token_loss(cfg, params, batch, matmul_dtype=policy.matmul_dtype, loss_block=loss_block)
 
     if context is None:
         return jax.jit(eval_step)

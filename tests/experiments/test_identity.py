@@ -68,6 +68,7 @@ CHANGES = {
     (TrainerConfig, "seed"): 1,
     (TrainerConfig, "max_eval_sequences"): 64,
     (TrainerConfig, "num_microbatches"): 4,
+    (TrainerConfig, "loss_block"): 256,
     (TrainerConfig, "log_every"): 1,
     (TrainerConfig, "eval_every"): 5,
     (TrainerConfig, "eval_batch_size"): 4,
@@ -116,6 +117,7 @@ RUNTIME = {
     (LlamaConfig, "attention_backend"),
     (LlamaConfig, "moe_dispatch"),
     (TrainerConfig, "num_microbatches"),
+    (TrainerConfig, "loss_block"),
     (TrainerConfig, "log_every"),
     (TrainerConfig, "eval_every"),
     (TrainerConfig, "eval_batch_size"),
@@ -209,6 +211,7 @@ def test_default_train_runtime_knobs_keep_the_path():
 
     for runtime in (
         {"num_microbatches": 2},
+        {"loss_block": 1024},
         {"mesh": MeshConfig(data=2, fsdp=-1)},
         {"sharding": "dp"},
         {"log_every": 1},

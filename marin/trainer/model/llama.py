@@ -50,6 +50,7 @@ from marin.trainer.axes import (
     Axes,
     constrain,
 )
+from marin.trainer.model.chunked_loss import chunked_token_loss
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
 from marin.trainer.model.moe import RouterStats, empty_stats, moe_block, router_losses
@@ -407,15 +408,17 @@ def next_token_loss(
     *,
     z_loss: float = 0.0,
     matmul_dtype: str = "default",
+    loss_block: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Summed cross-entropy (+ z-loss) over unmasked targets, and the number of those targets.
 
     ``batch`` holds ``input_ids``, ``targets``, ``segment_ids`` [batch, seq] and ``loss_mask`` (float).
     Sums, not means, so that microbatches add up to exactly the big batch's loss; the caller divides.
     The z-loss term ``z_loss * logsumexp(logits)**2`` keeps the softmax normaliser near 1 (PaLM).
-    A mixture-of-experts' router losses are not included (``training_loss`` adds them).
+    A mixture-of-experts' router losses are not included (``training_loss`` adds them). ``loss_block``: compute
+    it ``loss_block`` positions at a time from the hidden states (``chunked_loss.py``), never the whole logits.
     """
-    return _token_loss(cfg, params, batch, z_loss, matmul_dtype)[:2]
+    return _token_loss(cfg, params, batch, z_loss, matmul_dtype, loss_block)[:2]
 
 
 def training_loss(
@@ -425,6 +428,7 @@ def training_loss(
     *,
     z_loss: float = 0.0,
     matmul_dtype: str = "default",
+    loss_block: int | None = None,
 ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
     """``next_token_loss`` plus a MoE's router losses (``moe.router_losses``: load balance and router z-loss,
     weighted by their config coefficients, added to the mean token loss), and summed metrics.
@@ -432,14 +436,23 @@ def training_loss(
     Everything is summed as the step expects (``step.LossFn``): the router terms and metrics are multiplied by
     the number of targets, so that the step's division by the total gives their token-weighted mean over
     microbatches. Dense models: ``(loss_sum, weight, {})``."""
-    loss_sum, weight, stats = _token_loss(cfg, params, batch, z_loss, matmul_dtype)
+    loss_sum, weight, stats = _token_loss(cfg, params, batch, z_loss, matmul_dtype, loss_block)
     if stats is None:
         return loss_sum, weight, {}
     router = router_losses(cfg, stats)
     return loss_sum + router["router_loss"] * weight, weight, {k: v * weight for k, v in router.items()}
 
 
-def _token_loss(cfg, params, batch, z_loss, matmul_dtype):
+def _token_loss(cfg, params, batch, z_loss, matmul_dtype, loss_block=None):
+    if loss_block:  # the logits a block at a time (chunked_loss.py): same loss, never [batch, seq, vocab] whole
+        x, stats = hidden_states_and_router_stats(
+            cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
+        )
+        w = output_projection(cfg, params)
+        loss_sum, weight = chunked_token_loss(
+            x, w, batch["targets"], batch["loss_mask"], z_loss=z_loss, block=loss_block
+        )
+        return loss_sum, weight, stats
     logits, stats = forward_and_router_stats(
         cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
     )  # [batch, seq, vocab] fp32
