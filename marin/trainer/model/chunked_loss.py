@@ -71,8 +71,6 @@ def _chunked(x, w, targets, mask, z_loss: float, rows: int):
 
 
 def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
-    batch, seq = targets.shape
-
     def body(carry, xs):
         total, dw = carry
         xb, tb, mb = xs
