@@ -406,11 +406,6 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
             f"OptimizerConfig.kind='soap' on a CPU mesh of {context.mesh.size} devices: XLA:CPU deadlocks in "
             "SOAP's eigh/qr in a multi-device program (marin/trainer/soap.py); use a one-device mesh on a CPU"
         )
-    if context is not None and trainer.loss_block:
-        raise ValueError(
-            f"TrainerConfig.loss_block={trainer.loss_block} on a mesh of {context.mesh.size} devices: the blocked loss "
-            "is tested on one device only (model/chunked_loss.py); set loss_block=None on a mesh"
-        )
     shardings = None
     if context is not None:
         shardings = state_shardings(

@@ -1,7 +1,7 @@
 """Train the tiny model under several meshes on 8 simulated CPU devices; print one JSON report.
 
     python sharding_script.py OUTPUT_DIR [--eval] [--optimizer=muon] [--moe] single fsdp tp restore:fsdp:tp \
-        init_from:fsdp:tp
+        init_from:fsdp:tp block:fsdp_tp
 
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` only takes effect before JAX initialises, and the
 pytest process initialised it long ago, hence a subprocess. Each run name is a key of ``RUNS`` (a mesh and a
@@ -9,7 +9,10 @@ sharding preset; ``single`` is a 1-device mesh, i.e. the unsharded program) and 
 ``train()``; ``restore:SRC:DST`` resumes the finished run ``SRC`` (which must come earlier in the list)
 under ``DST``'s mesh and rules, which restores its final checkpoint and trains nothing;
 ``init_from:SRC:DST`` builds ``DST``'s initial state with ``initialize_from`` pointing at ``SRC`` (its EMA
-becomes the parameters). ``--eval`` adds a validation set, evaluated after the last step.
+becomes the parameters); ``block:RUN`` trains ``RUN`` with the loss computed ``LOSS_BLOCK`` positions at a
+time (``TrainerConfig.loss_block``), compared with the ``single`` run as the others are; ``collectives:RUN``
+compiles the blocked loss's gradient under ``RUN``'s mesh and rules and reports the collectives inside its
+block loop and outside it (nothing trains). ``--eval`` adds a validation set, evaluated after the last step.
 
 For every run the report holds the per-step losses, the largest difference of parameters and optimizer
 state from the ``single`` run (if it ran), and the ``.sharding.spec`` of every array of the final state,
@@ -24,19 +27,23 @@ os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_p
 
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from marin.trainer import TrainLmConfig, train  # noqa: E402
+from marin.trainer.axes import use_sharding  # noqa: E402
 from marin.trainer.checkpoint import Checkpointer, leaf_names  # noqa: E402
 from marin.trainer.loop import load_or_init  # noqa: E402
 from marin.trainer.mesh import MeshConfig, sharding_context  # noqa: E402
 from marin.trainer.model import param_axes  # noqa: E402
+from marin.trainer.model.chunked_loss import chunked_token_loss  # noqa: E402
 from marin.trainer.step import state_shardings  # noqa: E402
 from tests.trainer.tiny_run import STEPS, tiny_config  # noqa: E402
 
@@ -54,10 +61,12 @@ RUNS = {
 
 OPTIMIZER = "adamw"  # --optimizer=KIND sets it for every run
 MOE = False  # --moe: the tiny mixture-of-experts model for every run
+LOSS_BLOCK = 32  # block:RUN: a microbatch of 8 rows x 32 positions in 8 blocks of 8 rows x 4 positions
 
 
-def config(output_path: Path, run: str, evaluate: bool = False) -> TrainLmConfig:
-    return tiny_config(output_path, *RUNS[run], evaluate=evaluate, optimizer=OPTIMIZER, moe=MOE)
+def config(output_path: Path, run: str, evaluate: bool = False, loss_block: int | None = None) -> TrainLmConfig:
+    cfg = tiny_config(output_path, *RUNS[run], evaluate=evaluate, optimizer=OPTIMIZER, moe=MOE)
+    return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, loss_block=loss_block))
 
 
 def spec_of(array: jax.Array) -> list:
@@ -101,6 +110,37 @@ def initialized_from(out: Path, source: str, target: str):
     )
 
 
+_COLLECTIVE = re.compile(
+    r"= (\w+)\[([\d,]*)\]\S* (all-reduce|reduce-scatter|all-gather|all-to-all|collective-permute)\("
+)
+
+
+def loss_block_collectives(run: str) -> dict:
+    """The collectives (op, dtype, shape) of the compiled gradient of ``chunked_token_loss`` under ``run``'s mesh
+    and rules (the tiny model's shapes, a microbatch of 8 rows), inside its block loop and outside it."""
+    cfg = config(Path("unused"), run)
+    model, rows = cfg.model, cfg.trainer.batch_size // cfg.trainer.num_microbatches
+    context = sharding_context(cfg.trainer.mesh, cfg.trainer.sharding)
+    x = jax.device_put(np.ones((rows, model.seq_len, model.hidden_dim), np.float32), context.sharding(("batch",)))
+    w = jax.device_put(np.ones((model.hidden_dim, model.vocab_size), np.float32), context.sharding(("embed", "vocab")))
+    targets = jax.device_put(np.zeros((rows, model.seq_len), np.int32), context.sharding(("batch",)))
+
+    def loss(x, w):
+        return chunked_token_loss(x, w, targets, jnp.ones(targets.shape), block=LOSS_BLOCK)[0]
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)), out_shardings=(x.sharding, w.sharding))
+    with use_sharding(context):
+        text = grad.lower(x, w).compile().as_text()
+    bodies = set(re.findall(r"body=%?([\w.-]+)", text))
+    found = {"loop": [], "outside": []}
+    for computation in re.split(r"\n(?=\S)", text):
+        name = computation.split(None, 2)[1 if computation.startswith("ENTRY") else 0].lstrip("%")
+        for dtype, shape, op in _COLLECTIVE.findall(computation):
+            found["loop" if name in bodies else "outside"].append([op, dtype, [int(d) for d in shape.split(",") if d]])
+    found["head_shard"] = list(w.addressable_shards[0].data.shape)
+    return found
+
+
 def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
     report, host_states = {"devices": jax.device_count(), "runs": {}}, {}
     for job in jobs:
@@ -113,6 +153,9 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
                 shutil.copytree(out / source, out / job.replace(":", "_"))
                 state = train(config(out / job.replace(":", "_"), target)).state
                 entry = {"bitwise_equal": bitwise_equal(state, host_states[source])}
+            elif kind == "collectives":
+                report["runs"][job] = loss_block_collectives(rest)
+                continue
             elif kind == "init_from":
                 source, target = rest.split(":")
                 state = initialized_from(out, source, target)
@@ -121,9 +164,10 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
                     "ema_is_params": bitwise_equal(state.ema, state.params),
                 }
             else:
-                result = train(config(out / job, job, evaluate))
+                run, loss_block = (rest, LOSS_BLOCK) if kind == "block" else (job, None)
+                result = train(config(out / job.replace(":", "_"), run, evaluate, loss_block))
                 state, host_states[job] = result.state, jax.device_get(result.state)
-                entry = {"losses": losses(out / job), "eval": result.eval_metrics}
+                entry = {"losses": losses(out / job.replace(":", "_")), "eval": result.eval_metrics}
                 if "single" in host_states:
                     entry["param_diff"] = max_diff(host_states[job].params, host_states["single"].params)
                     entry["opt_state_diff"] = max_diff(host_states[job].opt_state, host_states["single"].opt_state)

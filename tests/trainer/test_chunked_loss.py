@@ -118,22 +118,3 @@ def test_a_loss_block_keeps_the_logits_out_of_the_steps_memory():
     logits = 4 * 256 * 32_768 * 4
     assert whole > 2 * logits, whole
     assert blocked < logits, (blocked, whole)  # not even one copy (measured: 70 MiB against 286 MiB)
-
-
-def test_a_loss_block_on_a_mesh_is_refused_by_name(tmp_path, monkeypatch):
-    """Not yet tested on a sharded batch: a mesh of several devices is refused before anything runs."""
-    import types
-
-    from marin.trainer import DataConfig, SyntheticSourceConfig, TrainLmConfig, loop
-
-    mesh = types.SimpleNamespace(mesh=types.SimpleNamespace(size=8))
-    monkeypatch.setattr(loop, "sharding_context", lambda *args: mesh)
-    config = TrainLmConfig(
-        output_path=str(tmp_path),
-        model=tiny_model(),
-        data=DataConfig(train={"syn": SyntheticSourceConfig(vocab_size=256, num_tokens=10_000)}),
-        trainer=TrainerConfig(num_train_steps=1, batch_size=8, loss_block=64),
-    )
-    with pytest.raises(ValueError, match=r"TrainerConfig.loss_block=64 on a mesh of 8 devices"):
-        loop.train(config)
-    assert not any(tmp_path.iterdir())  # nothing written

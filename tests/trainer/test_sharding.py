@@ -9,6 +9,7 @@ the default run trains three meshes (single, fsdp, tp) and the slow one the othe
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -134,6 +135,8 @@ def slow_report(tmp_path_factory) -> dict:
         "fsdp_tp",
         "restore:fsdp_tp:dp",
         "init_from:single:fsdp_tp",
+        "block:fsdp_tp",
+        "collectives:fsdp_tp",
     )
 
 
@@ -209,6 +212,37 @@ def test_eval_restore_and_initialize_from_on_a_3d_mesh(slow_report):
     init = runs["init_from:single:fsdp_tp"]  # a 1-device checkpoint's EMA becomes the 3-D run's parameters
     assert init["params_are_source_ema"] and init["ema_is_params"] and init["step"] == 0
     assert init["specs"] == runs["fsdp_tp"]["specs"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_loss_in_blocks_on_a_3d_mesh_equals_the_whole_logits_on_one_device(slow_report):
+    """``loss_block`` on data x fsdp x tensor (batch rows over data and fsdp, the head's vocabulary over tensor):
+    the block loop's losses, gradients (through the state they update) and eval equal the one-device run
+    computed from the whole logits, and the state is placed as without blocks."""
+    runs = slow_report["runs"]
+    single, blocked = runs["single"], runs["block:fsdp_tp"]
+    np.testing.assert_allclose(blocked["losses"], single["losses"], rtol=0, atol=TOLERANCE)
+    assert blocked["param_diff"] <= TOLERANCE and blocked["opt_state_diff"] <= TOLERANCE, blocked
+    assert blocked["ema_diff"] <= TOLERANCE and blocked["step"] == 5
+    assert blocked["eval"]["eval/held/loss"] == pytest.approx(single["eval"]["eval/held/loss"], abs=TOLERANCE)
+    assert blocked["specs"] == runs["fsdp_tp"]["specs"] and blocked["mesh"] == runs["fsdp_tp"]["mesh"]
+    assert not blocked["warnings"], blocked["warnings"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_loss_in_blocks_reduces_the_heads_gradient_once_after_its_loop(slow_report):
+    """Summed over the batch rows inside the block loop, the head's gradient would be all-reduced over the
+    batch's devices once per block (blocks x a [embed, vocab] gradient of traffic); kept per shard of the rows,
+    it is reduced once after the loop. Inside the loop only the vocabulary-parallel softmax's reductions over
+    the tensor axis remain (per position, and the hidden states' gradient), each smaller than a head shard."""
+    found = slow_report["runs"]["collectives:fsdp_tp"]
+    head_shard = math.prod(found["head_shard"])  # [embed / fsdp, vocab / tensor] = [32, 128]
+    assert found["loop"], "the vocabulary is sharded: the loop's softmax must reduce over the tensor axis"
+    assert all(math.prod(shape) < head_shard for _, _, shape in found["loop"]), found["loop"]
+    reductions = [shape for op, _, shape in found["outside"] if op in ("all-reduce", "reduce-scatter")]
+    assert [s for s in reductions if math.prod(s) >= head_shard], found["outside"]
 
 
 # ----------------------------------------------------------------------------------------------------------

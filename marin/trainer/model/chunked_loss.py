@@ -17,16 +17,24 @@ pass up to the incoming scalar, and the backward only scales it. Nothing is reco
 
 It is memory, not speed: on a 2-core CPU (``benchmarks/chunked_loss_bench.py``, docs/trainer.md) a step with a
 131,072-token vocabulary needs 4.5 GB of temporaries with the whole logits and 0.8 GB in blocks of 256 positions,
-at 0.95x the speed; at the optimizer study's vocabulary of 2,048 the step's time is unchanged. A multi-device
-mesh is refused for now (``TrainerConfig.loss_block``): the block loop over a sharded batch is not tested yet.
+at 0.95x the speed; at the optimizer study's vocabulary of 2,048 the step's time is unchanged.
+
+On a mesh the batch rows stay where they are (the blocks split the sequence), and the head's gradient is kept
+per shard of the rows inside the loop and summed once after it: summed inside, the partitioner all-reduces the
+whole ``[embed, vocab]`` gradient over the batch's devices in every block. What remains in the loop is what a
+vocabulary-parallel softmax needs anyway: per-position reductions over the tensor axis (tested on 8 host
+devices against the one-device run, and on the compiled program's collectives: tests/trainer/test_sharding.py).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
+
+from marin.trainer.axes import BATCH, EMBED, VOCAB, active_sharding, constrain, partition_spec
 
 
 def _block_rows(batch: int, seq: int, block: int) -> int:
@@ -47,6 +55,22 @@ def _blocks(x, targets, mask, rows):
         return jnp.moveaxis(a.reshape(batch, seq // rows, rows, *a.shape[2:]), 1, 0)
 
     return split(x), split(targets), split(mask.astype(jnp.float32))
+
+
+def _batch_shards(batch: int) -> int:
+    """How many ways the active sharding splits the batch rows (1 without one, or if they do not divide)."""
+    context = active_sharding()
+    if context is None:
+        return 1
+    placed = partition_spec((BATCH,), context.rules)[0]
+    names = (placed,) if isinstance(placed, str) else tuple(placed or ())
+    shards = math.prod(context.mesh.shape[name] for name in names)
+    return shards if batch % shards == 0 else 1
+
+
+def _by_shard(a, shards, last):
+    """[batch, rows, last] -> [shards, batch / shards, rows, last], the shards placed as the batch is."""
+    return constrain(a.reshape(shards, a.shape[0] // shards, *a.shape[1:]), (BATCH, None, None, last))
 
 
 def _block_loss(x, w, targets, mask, z_loss):
@@ -71,6 +95,8 @@ def _chunked(x, w, targets, mask, z_loss: float, rows: int):
 
 
 def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
+    shards = _batch_shards(targets.shape[0])
+
     def body(carry, xs):
         total, dw = carry
         xb, tb, mb = xs
@@ -81,13 +107,21 @@ def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
         g = g - jax.nn.one_hot(tb, logits.shape[-1], dtype=g.dtype) * mb[..., None]
         g = g.astype(x.dtype)
         dx = jnp.einsum("brV,EV->brE", g, w, preferred_element_type=jnp.float32).astype(x.dtype)
-        dw = dw + jnp.einsum("brE,brV->EV", xb, g, preferred_element_type=jnp.float32)
-        return (total + loss, dw), dx
+        # The head's gradient per shard of the batch rows (each device's rows add to its own slice): summing
+        # over the rows here would make the partitioner all-reduce the whole [embed, vocab] gradient in every
+        # block; kept apart, the shards are summed once, after the loop.
+        per_shard = jnp.einsum(
+            "dbrE,dbrV->dEV",
+            _by_shard(xb, shards, EMBED),
+            _by_shard(g, shards, VOCAB),
+            preferred_element_type=jnp.float32,
+        )
+        return (total + loss, dw + constrain(per_shard, (BATCH, EMBED, VOCAB))), dx
 
-    init = (jnp.zeros((), jnp.float32), jnp.zeros(w.shape, jnp.float32))
-    (total, dw), dx = jax.lax.scan(body, init, _blocks(x, targets, mask, rows))
+    dw0 = constrain(jnp.zeros((shards, *w.shape), jnp.float32), (BATCH, EMBED, VOCAB))
+    (total, dw), dx = jax.lax.scan(body, (jnp.zeros((), jnp.float32), dw0), _blocks(x, targets, mask, rows))
     dx = jnp.moveaxis(dx, 0, 1).reshape(x.shape)  # [blocks, batch, rows, embed] -> [batch, seq, embed]
-    return total, (dx, dw.astype(w.dtype))
+    return total, (dx, jnp.sum(dw, axis=0).astype(w.dtype))
 
 
 def _chunked_bwd(z_loss, rows, residuals, g):
