@@ -88,5 +88,5 @@ LADDER = build()
 
 if __name__ == "__main__":
     executor_main(
-        steps=LADDER.steps, description="isoFLOP ladder on Gutenberg books (0.25-1 TFLOPs) predicting 4 TFLOPs"
+        steps=LADDER.steps, description="isoFLOP ladder on Gutenberg books (1-4 TFLOPs) predicting 16 TFLOPs"
     )
