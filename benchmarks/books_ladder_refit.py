@@ -18,6 +18,7 @@ output head (vocab x width: Kaplan et al. count non-embedding parameters, and at
 42-70% of N). Several starting points per fit; the best is kept.
 
     .venv/bin/python benchmarks/books_ladder_refit.py      # prints the table of docs/scaling.md
+    .venv/bin/python benchmarks/books_ladder_refit.py benchmarks/results/books_ladder_runs_2to8.json   # 2-8 TFLOPs
 
 Errors are (actual - predicted) / actual, as the experiment report writes them.
 """
@@ -25,6 +26,7 @@ Errors are (actual - predicted) / actual, as the experiment report writes them.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +101,7 @@ def refit(data: dict) -> list[dict]:
 
 
 def main() -> None:
-    data = json.loads(RUNS.read_text())
+    data = json.loads((Path(sys.argv[1]) if len(sys.argv) > 1 else RUNS).read_text())
     print(f"target {data['target']['name']}: actual {data['target']['loss']:.4f} bits per byte\n")
     print("| fit | N | predicted | error | fit's rms relative residual |")
     print("|---|---|---|---|---|")

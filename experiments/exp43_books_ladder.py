@@ -87,6 +87,4 @@ def build(
 LADDER = build()
 
 if __name__ == "__main__":
-    executor_main(
-        steps=LADDER.steps, description="isoFLOP ladder on Gutenberg books (1-4 TFLOPs) predicting 16 TFLOPs"
-    )
+    executor_main(steps=LADDER.steps, description="isoFLOP ladder on Gutenberg books (1-4 TFLOPs) predicting 16 TFLOPs")
