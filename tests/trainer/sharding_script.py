@@ -148,10 +148,11 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             kind, _, rest = job.partition(":")
+            directory = out / job.replace(":", "_")
             if kind == "restore":
                 source, target = rest.split(":")
-                shutil.copytree(out / source, out / job.replace(":", "_"))
-                state = train(config(out / job.replace(":", "_"), target)).state
+                shutil.copytree(out / source, directory)
+                state = train(config(directory, target)).state
                 entry = {"bitwise_equal": bitwise_equal(state, host_states[source])}
             elif kind == "collectives":
                 report["runs"][job] = loss_block_collectives(rest)
@@ -165,9 +166,9 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
                 }
             else:
                 run, loss_block = (rest, LOSS_BLOCK) if kind == "block" else (job, None)
-                result = train(config(out / job.replace(":", "_"), run, evaluate, loss_block))
+                result = train(config(directory, run, evaluate, loss_block))
                 state, host_states[job] = result.state, jax.device_get(result.state)
-                entry = {"losses": losses(out / job.replace(":", "_")), "eval": result.eval_metrics}
+                entry = {"losses": losses(directory), "eval": result.eval_metrics}
                 if "single" in host_states:
                     entry["param_diff"] = max_diff(host_states[job].params, host_states["single"].params)
                     entry["opt_state_diff"] = max_diff(host_states[job].opt_state, host_states["single"].opt_state)

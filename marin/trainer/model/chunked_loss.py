@@ -29,12 +29,12 @@ devices against the one-device run, and on the compiled program's collectives: t
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 
-from marin.trainer.axes import BATCH, EMBED, VOCAB, active_sharding, constrain, partition_spec
+from marin.trainer.axes import BATCH, EMBED, VOCAB, active_sharding, constrain
+from marin.trainer.mesh import batch_shards
 
 
 def _block_rows(batch: int, seq: int, block: int) -> int:
@@ -55,17 +55,6 @@ def _blocks(x, targets, mask, rows):
         return jnp.moveaxis(a.reshape(batch, seq // rows, rows, *a.shape[2:]), 1, 0)
 
     return split(x), split(targets), split(mask.astype(jnp.float32))
-
-
-def _batch_shards(batch: int) -> int:
-    """How many ways the active sharding splits the batch rows (1 without one, or if they do not divide)."""
-    context = active_sharding()
-    if context is None:
-        return 1
-    placed = partition_spec((BATCH,), context.rules)[0]
-    names = (placed,) if isinstance(placed, str) else tuple(placed or ())
-    shards = math.prod(context.mesh.shape[name] for name in names)
-    return shards if batch % shards == 0 else 1
 
 
 def _by_shard(a, shards, last):
@@ -95,7 +84,8 @@ def _chunked(x, w, targets, mask, z_loss: float, rows: int):
 
 
 def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
-    shards = _batch_shards(targets.shape[0])
+    shards = batch_shards(active_sharding())  # 1 off a mesh
+    shards = shards if targets.shape[0] % shards == 0 else 1
 
     def body(carry, xs):
         total, dw = carry
