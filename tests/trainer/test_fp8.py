@@ -93,6 +93,28 @@ def test_batched_form_is_each_blocks_product_within_the_same_error():
         fp8_batched_matmul(x, w[:3])
 
 
+def test_ragged_form_is_each_groups_product_within_the_same_error():
+    """``fp8_ragged_dot`` (a MoE's sorted rows in groups, the ``ragged`` dispatch): each group's rows times its
+    expert's weights, the errors of the 2-D product; rows past the groups come out zero with zero gradient, and
+    an empty group's weights get a zero gradient, as ``jax.lax.ragged_dot``'s own."""
+    from marin.trainer.model.fp8 import fp8_ragged_dot
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((200, 256)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((6, 256, 64)) * 0.02, jnp.float32)
+    g = jnp.asarray(rng.standard_normal((200, 64)), jnp.float32)
+    sizes = jnp.asarray([30, 50, 0, 40, 25, 35], jnp.int32)  # 180 rows in groups, 20 past them
+    y, vjp = jax.vjp(lambda x, w: fp8_ragged_dot(x, w, sizes), x, w)
+    dx, dw = vjp(g)
+    ref_y, ref_vjp = jax.vjp(lambda x, w: jax.lax.ragged_dot(x, w, sizes), x, w)
+    ref_dx, ref_dw = ref_vjp(g)
+    assert _rel(y, ref_y) < FORWARD_RTOL
+    assert _rel(dx, ref_dx) < GRADIENT_RTOL and _rel(dw, ref_dw) < GRADIENT_RTOL
+    assert not np.any(np.asarray(y[180:])) and not np.any(np.asarray(dx[180:])) and not np.any(np.asarray(dw[2]))
+    with pytest.raises(ValueError, match=r"must be \[rows, in\], \[groups, in, out\] and \[groups\]"):
+        fp8_ragged_dot(x, w, sizes[:3])
+
+
 def test_backward_multiplies_an_e5m2_gradient_with_the_e4m3_operands():
     """dx and dw equal a numpy reference built from explicitly quantized tensors (ml_dtypes' casts)."""
     x, w, g = _operands()

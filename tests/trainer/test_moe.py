@@ -296,8 +296,43 @@ def test_fp8_reaches_the_routed_experts_blocks(capacity_factor):
     assert rel(y8, y32) < 0.1 and rel(gx8, gx32) < 0.15
     assert all(rel(gl8[k], gl32[k]) < 0.15 for k in ("w_gate", "w_up", "w_down", "router"))
 
-    with pytest.raises(ValueError, match="moe_dispatch 'ragged' has no FP8 form"):
-        next_token_loss(dataclasses.replace(MOE, moe_dispatch="ragged"), params, batch, matmul_dtype="float8")
+    with pytest.raises(ValueError, match="moe_dispatch 'dense' has no FP8 form"):
+        next_token_loss(dataclasses.replace(MOE, moe_dispatch="dense"), params, batch, matmul_dtype="float8")
+
+
+def test_fp8_ragged_dispatch_multiplies_its_groups_in_fp8_as_blocked_does():
+    """``moe_dispatch="ragged"`` in FP8 (``fp8_ragged_dot``): e4m3 operands forward and an e5m2 gradient
+    backward in every grouped product. Its scales are per tensor, as the blocked dispatch's are (every
+    expert's weights share one; the rows' padding is zero), so when every expert has rows the two quantize the
+    same values and differ only in fp32 summation order: one MoE layer's output and gradients equal the
+    blocked FP8 layer's within 1e-5, and sit within FP8's rounding of the fp32 ragged layer."""
+    from marin.trainer.model.moe import moe_block
+
+    cfg = dataclasses.replace(MOE, moe_dispatch="ragged")
+    layer = _layer0(init_params(cfg, jax.random.PRNGKey(0)))
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, cfg.seq_len, cfg.hidden_dim))
+    cotangent = jax.random.normal(jax.random.PRNGKey(2), x.shape)
+
+    def layer_vjp(dispatch, matmul_dtype):
+        c = dataclasses.replace(cfg, moe_dispatch=dispatch)
+        y, vjp = jax.vjp(lambda lp, x: moe_block(c, lp, x, matmul_dtype)[0], layer, x)
+        return y, *vjp(cotangent)
+
+    fn = lambda lp, x: jnp.vdot(moe_block(cfg, lp, x, "float8")[0], cotangent)  # noqa: E731
+    program = jax.jit(jax.grad(fn, argnums=(0, 1))).lower(layer, x).as_text()
+    assert "f8E4M3FN" in program and "f8E5M2" in program
+    assert int(jnp.min(moe_block(cfg, layer, x)[1].expert_counts)) > 0  # every expert has rows: equal scales
+
+    rel = lambda a, b: float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))  # noqa: E731
+    ragged8, blocked8, ragged32 = (
+        layer_vjp("ragged", "float8"),
+        layer_vjp("blocked", "float8"),
+        layer_vjp("ragged", "default"),
+    )
+    assert rel(ragged8[0], blocked8[0]) < 1e-5 and rel(ragged8[2], blocked8[2]) < 1e-5
+    assert all(rel(ragged8[1][k], blocked8[1][k]) < 1e-5 for k in ("w_gate", "w_up", "w_down", "router"))
+    assert 1e-3 < rel(ragged8[0], ragged32[0]) < 0.1 and rel(ragged8[2], ragged32[2]) < 0.15
+    assert all(rel(ragged8[1][k], ragged32[1][k]) < 0.15 for k in ("w_gate", "w_up", "w_down", "router"))
 
 
 _CAPACITY_EP_SCRIPT = """

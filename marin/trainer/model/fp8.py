@@ -5,6 +5,7 @@ matmuls of a mixture of experts' blocks (``moe.py``):
 
     y = fp8_matmul(x, w, out_dtype)          # x [tokens, in], w [in, out] -> y [tokens, out] in out_dtype
     y = fp8_batched_matmul(x, w, out_dtype)  # x [blocks, rows, in], w [blocks, in, out] -> [blocks, rows, out]
+    y = fp8_ragged_dot(x, w, sizes, out_dtype)  # x [rows, in] in groups of sizes[g] rows, w [groups, in, out]
 
 Forward, each operand is quantized to ``float8_e4m3fn`` (max 448) with a scale from its current absolute
 maximum, and the product accumulates in fp32::
@@ -71,6 +72,51 @@ def fp8_batched_matmul(x: jax.Array, w: jax.Array, out_dtype=None) -> jax.Array:
     if x.ndim != 3 or w.ndim != 3 or x.shape[0] != w.shape[0]:
         raise ValueError(f"fp8_batched_matmul: x {x.shape} and w {w.shape} must be [b, rows, in] and [b, in, out]")
     return _fp8_matmul(x, w, jnp.dtype(out_dtype or x.dtype), x.dtype, w.dtype)
+
+
+def fp8_ragged_dot(x: jax.Array, w: jax.Array, group_sizes: jax.Array, out_dtype=None) -> jax.Array:
+    """``jax.lax.ragged_dot(x, w, group_sizes)`` in FP8 as ``fp8_matmul``: the rows of x [rows, in] in consecutive
+    groups of ``group_sizes[g]``, group g times w[g] [in, out] (rows past the groups come out zero), one scale
+    for all rows and one for every group's weights, e4m3 forward, an e5m2 gradient backward, fp32
+    accumulation: a MoE's sorted assignments each times its expert (the ``ragged`` dispatch). The weights'
+    gradient is the ragged product over the rows, ``ragged_dot_general`` with the groups on its contracting
+    dimension, as JAX's own transpose of ``ragged_dot`` computes it."""
+    if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1] or group_sizes.shape != (w.shape[0],):
+        raise ValueError(
+            f"fp8_ragged_dot: x {x.shape}, w {w.shape} and group_sizes {group_sizes.shape} must be [rows, in], "
+            "[groups, in, out] and [groups]"
+        )
+    sizes = group_sizes.astype(jnp.int32)
+    return _fp8_ragged_dot(x, w, sizes, jnp.dtype(out_dtype or x.dtype), x.dtype, w.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _fp8_ragged_dot(x, w, group_sizes, out_dtype, x_dtype, w_dtype):
+    return _ragged_forward(x, w, group_sizes, out_dtype, x_dtype, w_dtype)[0]
+
+
+def _ragged_forward(x, w, group_sizes, out_dtype, x_dtype, w_dtype):
+    qx, x_inv = quantize(x, E4M3)
+    qw, w_inv = quantize(w, E4M3)
+    acc = jax.lax.ragged_dot(qx, qw, group_sizes, preferred_element_type=jnp.float32)
+    return (acc * x_inv * w_inv).astype(out_dtype), (qx, qw, x_inv, w_inv, group_sizes)
+
+
+def _ragged_backward(out_dtype, x_dtype, w_dtype, residuals, g):
+    qx, qw, x_inv, w_inv, group_sizes = residuals
+    qg, g_inv = quantize(g, E5M2)
+    # dx [rows, in]: each group's gradient rows times its expert's weights transposed
+    dx = jax.lax.ragged_dot(qg, jnp.swapaxes(qw, 1, 2), group_sizes, preferred_element_type=jnp.float32)
+    # dw [groups, in, out]: x^T g over each group's rows (the ragged dimension contracted)
+    numbers = jax.lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(((0,), (0,)), ((), ())), lhs_ragged_dimensions=[0], rhs_group_dimensions=[]
+    )
+    dw = jax.lax.ragged_dot_general(qx, qg, group_sizes, numbers, preferred_element_type=jnp.float32)
+    dx, dw = dx * g_inv * w_inv, dw * x_inv * g_inv
+    return dx.astype(x_dtype), dw.astype(w_dtype), None
+
+
+_fp8_ragged_dot.defvjp(_ragged_forward, _ragged_backward)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))

@@ -20,9 +20,10 @@ routed experts are computed is a dispatch, chosen by config:
   token keeps only its residual for that expert, and counted (``dropped``).
 
 **FP8** (``matmul_dtype="float8"``, ``PrecisionPolicy``): the blocked and capacity dispatches multiply their
-blocks in FP8 (``fp8.fp8_batched_matmul``: one scale for all blocks' rows, one for the gathered weights), as the
-shared experts and every projection do; the default dispatch becomes ``blocked`` on every platform, and an
-explicit ``ragged`` or ``dense`` with FP8 is refused (``ragged_dot`` and the one-hot einsum have no FP8 form here).
+blocks in FP8 (``fp8.fp8_batched_matmul``: one scale for all blocks' rows, one for the gathered weights), and the
+ragged dispatch its groups (``fp8.fp8_ragged_dot``: one scale for all rows, one for every expert's weights), as
+the shared experts and every projection do; an explicit ``dense`` with FP8 is refused (the one-hot einsum has no
+FP8 form here).
 
 **Expert parallelism.** On a mesh the layer runs per device under ``shard_map``: each device routes its own
 tokens (no sort or capacity spans devices). When the mesh has an ``expert`` axis of size > 1
@@ -55,7 +56,7 @@ from jax.sharding import PartitionSpec
 from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, partition_spec
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
-from marin.trainer.model.fp8 import fp8_batched_matmul
+from marin.trainer.model.fp8 import fp8_batched_matmul, fp8_ragged_dot
 
 EXPERT_AXIS = "expert"
 """The mesh axis expert parallelism exchanges tokens over (``marin.trainer.mesh.EXPERT``)."""
@@ -152,18 +153,18 @@ def dispatch_name(cfg: LlamaConfig, matmul_dtype: str = "default") -> str:
 
     By default "blocked", the fastest dropless one measured on CPU (benchmarks/moe_bench.py: 2.7x "dense", 3.5x
     "ragged", which XLA:CPU lowers to a masked dense product); "ragged" on TPU, where XLA lowers
-    ``ragged_dot`` to its grouped matmul (not measured here), except in FP8, which only "blocked" multiplies.
-    GPUs were not measured: XLA:GPU may lower ``ragged_dot`` densely as XLA:CPU does, so they keep "blocked"."""
+    ``ragged_dot`` to its grouped matmul (not measured here). GPUs were not measured: XLA:GPU may lower
+    ``ragged_dot`` densely as XLA:CPU does, so they keep "blocked"."""
     if cfg.capacity_factor is not None:
         return "capacity"
     if cfg.moe_dispatch != "default":
-        if matmul_dtype == "float8" and cfg.moe_dispatch in ("ragged", "dense"):
+        if matmul_dtype == "float8" and cfg.moe_dispatch == "dense":
             raise ValueError(
-                f"LlamaConfig.moe_dispatch {cfg.moe_dispatch!r} has no FP8 form (matmul_dtype 'float8'); "
-                "use 'blocked' or 'default'"
+                "LlamaConfig.moe_dispatch 'dense' has no FP8 form (matmul_dtype 'float8'); "
+                "use 'blocked', 'ragged' or 'default'"
             )
         return cfg.moe_dispatch
-    return "ragged" if jax.default_backend() == "tpu" and matmul_dtype != "float8" else "blocked"
+    return "ragged" if jax.default_backend() == "tpu" else "blocked"
 
 
 def _routed_experts(
@@ -193,6 +194,13 @@ def _block_matmul(x: jax.Array, w: jax.Array, matmul_dtype: str) -> jax.Array:
     return jnp.einsum("nrd,ndm->nrm", x, w)
 
 
+def _ragged_matmul(x: jax.Array, w: jax.Array, sizes: jax.Array, matmul_dtype: str) -> jax.Array:
+    """Consecutive groups of ``sizes[g]`` rows of x [rows, in] each times w[g] [in, out], in FP8 when asked."""
+    if matmul_dtype == "float8":
+        return fp8_ragged_dot(x, w, sizes)
+    return jax.lax.ragged_dot(x, w, sizes)
+
+
 def _grouped_swiglu(
     rows: jax.Array, groups: jax.Array, w_gate, w_up, w_down, method: str, matmul_dtype: str = "default"
 ) -> jax.Array:
@@ -205,9 +213,9 @@ def _grouped_swiglu(
     sizes = jnp.bincount(groups, length=num_experts)  # padding ids are not counted
     if method == "ragged":
         sorted_rows, sizes = rows[order], sizes.astype(jnp.int32)
-        hidden = jax.lax.ragged_dot(sorted_rows, w_gate, sizes)
-        hidden = jax.nn.silu(hidden) * jax.lax.ragged_dot(sorted_rows, w_up, sizes)
-        return jax.lax.ragged_dot(hidden, w_down, sizes)[jnp.argsort(order)]  # rows past the groups: zero
+        hidden = jax.nn.silu(_ragged_matmul(sorted_rows, w_gate, sizes, matmul_dtype))
+        hidden = hidden * _ragged_matmul(sorted_rows, w_up, sizes, matmul_dtype)
+        return _ragged_matmul(hidden, w_down, sizes, matmul_dtype)[jnp.argsort(order)]  # past the groups: zero
     n, d = rows.shape
     size = block_rows(n, num_experts)
     blocks = -(-n // size) + num_experts  # every group padded by less than a block: a static bound
