@@ -48,7 +48,6 @@ from marin.inference.sampling_params import InvalidRequest, SamplingParams
 from marin.inference.slots import (
     SamplingRows,
     attention_span,
-    cache_positions,
     decode_rows,
     decode_slots,
     init_slot_cache,
@@ -106,6 +105,10 @@ class EngineConfig:
     dtype: str | None = None
     """Precision of the weights and the KV cache: "bfloat16", "float32", or None (the parameters' own).
     Attention's softmax, the logits and every log-probability are fp32 whatever this is."""
+    rolling_windows: bool = True
+    """A sliding-window layer's cache keeps only its window (plus a chunk) of positions per slot, in a ring:
+    its memory and its attention's reads stop growing with the context (vLLM and transformers' sliding-window
+    caches do the same). False keeps the whole context in every layer, the windowed ones masked."""
 
     def __post_init__(self):
         if self.slots < 1 or self.max_waiting < 0:
@@ -149,7 +152,7 @@ class Engine:
         self.params = split_layers(self._cast(params))  # one weight dict per layer: read in place by the steps
         self.end_tokens = tuple(end_tokens)
         self.cache = self._new_cache()
-        self.scratch = cache_positions(self.cache) - 1
+        self.scratch = cfg.seq_len + config.prefill_chunk - 1  # the last position of a full-attention layer
         self.slots: list[Request | None] = [None] * config.slots
         self.waiting: collections.deque[Request] = collections.deque()
         self._lock = threading.RLock()
@@ -386,7 +389,8 @@ class Engine:
         return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
 
     def _new_cache(self):
-        return init_slot_cache(self.cfg, self.config.slots, self.config.prefill_chunk, self.params["embed"].dtype)
+        dtype, config = self.params["embed"].dtype, self.config
+        return init_slot_cache(self.cfg, config.slots, config.prefill_chunk, dtype, config.rolling_windows)
 
     def _admit(self) -> None:
         with self._lock:

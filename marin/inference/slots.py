@@ -7,10 +7,13 @@ several whole prompts packed into one chunk), one decoding step for every slot, 
                                 last[r], rows)
     out, cache = decode_slots(cfg, params, cache, tokens[slots], positions[slots], rows)
 
-The cache has ``seq_len + chunk`` positions per slot: a chunk written at any start below ``seq_len`` fits
-(``dynamic_update_slice`` would otherwise shift it), and the last position is scratch space where slots that
-are not decoding write the step's throw-away key/value, so a slot still in prefill is never touched by the
-decoding step that runs beside it.
+A full-attention layer's cache has ``seq_len + chunk`` positions per slot: a chunk written at any start below
+``seq_len`` fits (``dynamic_update_slice`` would otherwise shift it), and the last position is scratch space
+where slots that are not decoding write the step's throw-away key/value, so a slot still in prefill is never
+touched by the decoding step that runs beside it. A sliding-window layer keeps a ring of ``window - 1 + chunk``
+positions (``ring_length``): position p lives at p mod that, and writes at or past ``seq_len`` (the scratch,
+padding) are dropped. A step writes at most ``chunk`` positions into a slot, and its queries need at most
+``window - 1`` before their first, so nothing a query attends to is overwritten while it is still visible.
 
 Every row samples with its own parameters (``SamplingRows``) and its own key, ``fold_in(key(seed), n)`` for
 its n-th generated token: what a seeded request draws depends on its seed and its own history only, not on
@@ -80,9 +83,38 @@ def segment_bounds(positions: int) -> list[int]:
     return [*bounds, positions]
 
 
-def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32) -> list[dict[str, list]]:
-    """Per layer {k, v}: lists of segments (``segment_bounds`` of seq_len + chunk positions), keys
-    [slots, kv_heads, head_dim, length] (transposed), values [slots, kv_heads, length, head_dim].
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["k", "v"], meta_fields=["ring"])
+@dataclasses.dataclass(frozen=True)
+class LayerCache:
+    """One layer's keys and values for every slot, as segments (``segment_bounds`` of its positions): keys
+    [slots, kv_heads, head_dim, length] (transposed), values [slots, kv_heads, length, head_dim]."""
+
+    k: list
+    v: list
+    ring: int | None
+    """Positions of a ring (a sliding-window layer: position p at index p mod ring), or None: position p at
+    index p. Static: each program is compiled for its layers' layout."""
+
+    @property
+    def positions(self) -> int:
+        return sum(values.shape[2] for values in self.v)
+
+
+def ring_length(window: int | None, seq_len: int, chunk: int) -> int | None:
+    """Positions a layer with this sliding ``window`` keeps per slot, writing at most ``chunk`` positions a step:
+    the ``window - 1`` keys before a step's first query and the step's own. None where the layer needs the
+    whole context (no window, or one that covers it)."""
+    if window is None or window >= seq_len:
+        return None
+    return window - 1 + chunk
+
+
+def init_slot_cache(
+    cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32, rolling: bool = True
+) -> list[LayerCache]:
+    """Per layer, a ``LayerCache`` of ``seq_len + chunk`` positions per slot, or of ``ring_length`` positions
+    for a sliding-window layer (unless ``rolling`` is False: then every layer keeps the whole context and the
+    windowed ones mask it, full attention's memory).
 
     Separate arrays (not one stacked array scanned over) so that a donated step updates them in place: a
     scan's outputs are new buffers, which made every step copy the whole cache. Head-major: a head's
@@ -91,20 +123,19 @@ def init_slot_cache(cfg: LlamaConfig, slots: int, chunk: int, dtype=jnp.float32)
     dot at a third of the speed. Segments: a step attends over whole segments, arrays read where they lie;
     a span sliced out of one array was copied first (at ~7 GB/s: a quarter of a 16-row decoding step)."""
     kv, hd = cfg.num_kv_heads, cfg.resolved_head_dim
-    bounds = segment_bounds(cfg.seq_len + chunk)
-    lengths = [b - a for a, b in zip(bounds, bounds[1:])]
-    return [
-        {
-            "k": [jnp.zeros((slots, kv, hd, n), dtype) for n in lengths],
-            "v": [jnp.zeros((slots, kv, n, hd), dtype) for n in lengths],
-        }
-        for _ in range(cfg.num_layers)
-    ]
+    caches = []
+    for window in cfg.layer_windows:
+        ring = ring_length(window, cfg.seq_len, chunk) if rolling else None
+        bounds = segment_bounds(cfg.seq_len + chunk if ring is None else ring)
+        lengths = [b - a for a, b in zip(bounds, bounds[1:])]
+        k = [jnp.zeros((slots, kv, hd, n), dtype) for n in lengths]
+        caches.append(LayerCache(k, [jnp.zeros((slots, kv, n, hd), dtype) for n in lengths], ring))
+    return caches
 
 
-def cache_positions(cache) -> int:
-    """Positions per slot of a cache made by ``init_slot_cache``."""
-    return sum(segment.shape[2] for segment in cache[0]["v"])
+def cache_positions(cache: list[LayerCache]) -> list[int]:
+    """Positions per slot of each layer of a cache made by ``init_slot_cache``."""
+    return [layer.positions for layer in cache]
 
 
 def split_layers(params):
@@ -230,11 +261,31 @@ def _layers(cfg: LlamaConfig, params, cache, x, cos, sin, attend):
 
 def visible_keys(positions, span: int, window: int | None):
     """[n, span] bool: which cached positions the query at ``positions[i]`` attends to: those <= it, and
-    within ``window`` keys of it in a sliding-window layer (the whole cache is kept either way: windowed layers
-    read the same span, masked)."""
+    within ``window`` keys of it in a sliding-window layer whose cache keeps the whole context."""
     keys = jnp.arange(span)[None, :]
     visible = keys <= positions[:, None]
     return visible if window is None else visible & (keys > positions[:, None] - window)
+
+
+def _view(layer_cache: LayerCache, window: int | None, positions, span: int):
+    """The entries a layer attends over (its first ``span``; all of a ring once positions wrap past it) and
+    which of them the query at ``positions[i]`` sees ([n, span] bool). Ring entry j holds the latest position
+    p <= the query with p = j mod ring, ``distance`` = query - p behind it: seen if p exists (distance <=
+    query) and is inside the window."""
+    ring = layer_cache.ring
+    if ring is None:
+        return span, visible_keys(positions, span, window)
+    span = min(span, ring)
+    distance = (positions[:, None] - jnp.arange(span)[None, :]) % ring
+    return span, (distance <= positions[:, None]) & (distance < window)
+
+
+def _store(cfg: LlamaConfig, layer_cache: LayerCache, rows, positions, k, v) -> LayerCache:
+    """``_write`` at the positions' entries: in a ring p mod its length, and nothing at or past ``seq_len``
+    (the scratch position and padding, which in a ring would land on entries other slots' queries read)."""
+    if layer_cache.ring is not None:
+        positions = jnp.where(positions < cfg.seq_len, positions % layer_cache.ring, layer_cache.positions)
+    return _write(layer_cache, rows, positions, k, v)
 
 
 def decode_rows(needed: int, slots: int) -> int:
@@ -260,24 +311,24 @@ def _logits(cfg: LlamaConfig, params, x):
     return jnp.einsum("nd,dv->nv", x, output_projection(cfg, params), preferred_element_type=jnp.float32)
 
 
-def _write(layer_cache, rows, positions, k, v):
-    """Store k[i], v[i] ([n, kv, hd]) at position ``positions[i]`` of slot ``rows[i]`` (or of the one slot
-    ``rows``), each in the segment that holds that position."""
+def _write(layer_cache: LayerCache, rows, positions, k, v) -> LayerCache:
+    """Store k[i], v[i] ([n, kv, hd]) at entry ``positions[i]`` of slot ``rows[i]`` (or of the one slot
+    ``rows``), each in the segment that holds that entry; entries past the end are dropped."""
     out, start = {"k": [], "v": []}, 0
-    for keys, values in zip(layer_cache["k"], layer_cache["v"]):
+    for keys, values in zip(layer_cache.k, layer_cache.v):
         length = values.shape[2]
         inside = (positions >= start) & (positions < start + length)
         at = jnp.where(inside, positions - start, length)  # past the end: dropped
         out["k"].append(keys.at[rows, :, :, at].set(k.astype(keys.dtype), mode="drop"))
         out["v"].append(values.at[rows, :, at].set(v.astype(values.dtype), mode="drop"))
         start += length
-    return out
+    return dataclasses.replace(layer_cache, **out)
 
 
 def _segments(layer_cache, span: int):
     """How many of the cache's segments make up the first ``span`` positions."""
     covered, count = 0, 0
-    for values in layer_cache["v"]:
+    for values in layer_cache.v:
         if covered >= span:
             break
         covered, count = covered + values.shape[2], count + 1
@@ -289,15 +340,15 @@ def _segments(layer_cache, span: int):
 def _slot_span(layer_cache, slot, span: int):
     """Slot ``slot``'s keys and values over the first ``span`` positions, segment by segment."""
     count = _segments(layer_cache, span)
-    keys = [jax.lax.dynamic_index_in_dim(k, slot, keepdims=False) for k in layer_cache["k"][:count]]
-    values = [jax.lax.dynamic_index_in_dim(v, slot, keepdims=False) for v in layer_cache["v"][:count]]
+    keys = [jax.lax.dynamic_index_in_dim(k, slot, keepdims=False) for k in layer_cache.k[:count]]
+    values = [jax.lax.dynamic_index_in_dim(v, slot, keepdims=False) for v in layer_cache.v[:count]]
     return keys, values
 
 
 def _rows_span(layer_cache, rows: int, span: int):
     """The first ``rows`` slots' keys and values over the first ``span`` positions, segment by segment."""
     count = _segments(layer_cache, span)
-    return [k[:rows] for k in layer_cache["k"][:count]], [v[:rows] for v in layer_cache["v"][:count]]
+    return [k[:rows] for k in layer_cache.k[:count]], [v[:rows] for v in layer_cache.v[:count]]
 
 
 def _chunk_logprobs(cfg: LlamaConfig, params, x, targets):
@@ -338,9 +389,10 @@ def prefill_chunk(
     x = params["embed"][tokens]  # [chunk, embed]
 
     def attend(layer_cache, window, q, k, v):
-        layer_cache = _write(layer_cache, slot, positions, k, v)
-        keys, values = _slot_span(layer_cache, slot, span)
-        return _attention(cfg, q, keys, values, visible_keys(positions, span, window), ""), layer_cache
+        layer_cache = _store(cfg, layer_cache, slot, positions, k, v)
+        layer_span, visible = _view(layer_cache, window, positions, span)
+        keys, values = _slot_span(layer_cache, slot, layer_span)
+        return _attention(cfg, q, keys, values, visible, ""), layer_cache
 
     x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     scores, last = _chunk_outputs(cfg, params, x, targets, valid, scored)
@@ -368,8 +420,8 @@ def prefill_packed(cfg: LlamaConfig, params, cache, slots, tokens, segments, pos
     same = segments[:, None] == segments[None, :]
 
     def attend(layer_cache, window, q, k, v):
-        layer_cache = _write(layer_cache, owner, positions, k, v)
-        dtype = layer_cache["v"][0].dtype  # attend over what the cache stores, as a chunk of the slot would
+        layer_cache = _store(cfg, layer_cache, owner, positions, k, v)
+        dtype = layer_cache.v[0].dtype  # attend over what the cache stores, as a chunk of the slot would
         k, v = k.astype(dtype), v.astype(dtype)
         visible = same & (positions[None, :] <= positions[:, None])
         if window is not None:
@@ -390,9 +442,10 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
     x = params["embed"][tokens]
 
     def attend(layer_cache, window, q, k, v):
-        layer_cache = _write(layer_cache, jnp.arange(slots), positions, k, v)
-        keys, values = _rows_span(layer_cache, slots, span)
-        return _attention(cfg, q, keys, values, visible_keys(positions, span, window), "n"), layer_cache
+        layer_cache = _store(cfg, layer_cache, jnp.arange(slots), positions, k, v)
+        layer_span, visible = _view(layer_cache, window, positions, span)
+        keys, values = _rows_span(layer_cache, slots, layer_span)
+        return _attention(cfg, q, keys, values, visible, "n"), layer_cache
 
     x, new_cache = _layers(cfg, params, cache, x, cos, sin, attend)
     return sample_rows(_logits(cfg, params, x), rows), new_cache
@@ -427,12 +480,12 @@ def mixed_step(
     x = params["embed"][jnp.concatenate([tokens, decode_tokens])]
 
     def attend(layer_cache, window, q, k, v):
-        visible = visible_keys(positions, span, window)  # [chunk + slots, span]
-        layer_cache = _write(layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
-        layer_cache = _write(layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
-        keys, values = _slot_span(layer_cache, slot, span)
+        layer_cache = _store(cfg, layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
+        layer_cache = _store(cfg, layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
+        layer_span, visible = _view(layer_cache, window, positions, span)  # [chunk + slots, layer_span]
+        keys, values = _slot_span(layer_cache, slot, layer_span)
         prefill = _attention(cfg, q[:chunk], keys, values, visible[:chunk], "")
-        keys, values = _rows_span(layer_cache, slots, span)
+        keys, values = _rows_span(layer_cache, slots, layer_span)
         decode = _attention(cfg, q[chunk:], keys, values, visible[chunk:], "n")
         return jnp.concatenate([prefill, decode]), layer_cache
 

@@ -1,0 +1,119 @@
+"""The engine's rolling cache for sliding-window layers: a windowed layer keeps ``window - 1 + chunk`` positions
+per slot in a ring, and everything it serves equals recomputing the whole sequence with the window (greedy
+tokens) and the engine that keeps the whole context (log-probabilities, prompt scores), across prompts longer
+than a chunk, generations that wrap the ring many times, slots reused by shorter requests, mixed and packed
+steps, and models whose every layer is windowed."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from marin.inference import SamplingParams
+from marin.inference.engine import Engine, EngineConfig
+from marin.inference.slots import cache_positions, ring_length
+from marin.trainer.model.config import model_preset
+from marin.trainer.model.llama import forward, init_params
+
+WINDOW, CHUNK = 6, 16
+BASE = dataclasses.replace(
+    model_preset("nano"),
+    vocab_size=128,
+    hidden_dim=64,
+    mlp_dim=128,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    seq_len=96,
+    sliding_window=WINDOW,
+)
+MODELS = {
+    "gemma-like": dataclasses.replace(BASE, sliding_window_layers=(0, 2)),  # windowed layers around a full one
+    "mistral-like": BASE,  # every layer windowed: no full-attention layer at all
+}
+_forward = jax.jit(forward, static_argnums=0)
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def model(request):
+    cfg = MODELS[request.param]
+    return cfg, init_params(cfg, jax.random.PRNGKey(3))
+
+
+def _greedy_by_recomputation(cfg, params, prompt, n):
+    tokens = list(prompt)
+    for _ in range(n):
+        padded = np.zeros((1, cfg.seq_len), np.int32)
+        padded[0, : len(tokens)] = tokens
+        tokens.append(int(np.argmax(_forward(cfg, params, padded)[0, len(tokens) - 1])))
+    return tokens[len(prompt) :]
+
+
+def _requests(seed=0):
+    """Prompts from 3 tokens (packed together) to 40 (three chunks), outputs up to 50 tokens (past the ring of
+    21 positions several times); the shorter ones land in slots a longer one used before."""
+    rng = np.random.default_rng(seed)
+    lengths = [40, 3, 25, 9, 33, 4, 17]
+    outputs = [50, 30, 12, 41, 8, 45, 20]
+    return [(rng.integers(1, 128, size=n).tolist(), m) for n, m in zip(lengths, outputs)]
+
+
+def test_windowed_layers_keep_a_ring_of_window_plus_chunk_positions(model):
+    cfg, params = model
+    rolling = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=CHUNK))
+    whole = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=CHUNK, rolling_windows=False))
+    ring = ring_length(WINDOW, cfg.seq_len, CHUNK)
+    assert ring == WINDOW - 1 + CHUNK == 21
+    expected = [ring if w is not None else cfg.seq_len + CHUNK for w in cfg.layer_windows]
+    assert cache_positions(rolling.cache) == expected
+    assert cache_positions(whole.cache) == [cfg.seq_len + CHUNK] * cfg.num_layers
+    nbytes = lambda cache: sum(x.nbytes for x in jax.tree.leaves(cache))  # noqa: E731
+    windowed = sum(w is not None for w in cfg.layer_windows)
+    full_layer = nbytes(whole.cache) // cfg.num_layers
+    assert nbytes(whole.cache) - nbytes(rolling.cache) == windowed * full_layer * (1 - ring / (cfg.seq_len + CHUNK))
+    # a window as long as the context needs the whole of it: no ring
+    assert ring_length(cfg.seq_len, cfg.seq_len, CHUNK) is None and ring_length(None, cfg.seq_len, CHUNK) is None
+
+
+def _serve(cfg, params, rolling: bool):
+    """One engine (3 slots, chunks of 16, mixed steps) through three loads: seven greedy requests joining
+    while others decode; an echoed prompt three chunks long; ``generate``'s packed prompts and full-width
+    decoding with seeded sampling. Returns each load's results."""
+    engine = Engine(cfg, params, EngineConfig(slots=3, prefill_chunk=CHUNK, mixed_chunk=16, rolling_windows=rolling))
+    submitted = []
+    for i, (prompt, n) in enumerate(_requests()):
+        submitted.append(engine.submit(prompt, SamplingParams(max_tokens=n, temperature=0, logprobs=1)))
+        if i == 2:  # the first three are mid-flight when the rest arrive
+            for _ in range(6):
+                engine.step()
+    engine.run_until_idle()
+    assert engine.mixed_steps > 0
+    echo = engine.submit(_requests(seed=1)[0][0], SamplingParams(max_tokens=1, prompt_logprobs=1))
+    engine.run_until_idle()
+    sampled = SamplingParams(max_tokens=30, temperature=0.8, top_p=0.9, seed=5, logprobs=1)
+    batch = engine.generate([p for p, _ in _requests(seed=2)], sampled)
+    assert engine.packed_steps > 0
+    return [r.result() for r in submitted], echo.result(), batch
+
+
+def test_the_ring_serves_what_recomputation_and_the_whole_cache_serve(model):
+    """Every greedy token equals recomputing the windowed model over the whole sequence; every log-probability
+    (generated and echoed) and every seeded sample equals the whole-context engine's; echoed prompt scores
+    equal the model's own log-softmax."""
+    cfg, params = model
+    ring, whole = _serve(cfg, params, rolling=True), _serve(cfg, params, rolling=False)
+    logprobs = lambda result: [t.logprob for t in result.logprobs]  # noqa: E731
+    for (prompt, n), a, b in zip(_requests(), ring[0], whole[0]):
+        assert a.tokens == _greedy_by_recomputation(cfg, params, prompt, n)
+        assert a.tokens == b.tokens
+        np.testing.assert_allclose(logprobs(a), logprobs(b), atol=2e-5, rtol=0)
+    prompt = _requests(seed=1)[0][0]
+    scores = [[t.logprob for t in echo.prompt_logprobs[1:]] for echo in (ring[1], whole[1])]  # [0]: unscored
+    logits = np.asarray(_forward(cfg, params, np.asarray([prompt + [0] * (cfg.seq_len - len(prompt))])))[0]
+    logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+    np.testing.assert_allclose(scores[0], [logp[i, t] for i, t in enumerate(prompt[1:])], atol=2e-5, rtol=0)
+    np.testing.assert_allclose(scores[0], scores[1], atol=2e-5, rtol=0)
+    for a, b in zip(ring[2], whole[2]):
+        assert a.tokens == b.tokens and len(a.tokens) == 30
+        np.testing.assert_allclose(logprobs(a), logprobs(b), atol=2e-5, rtol=0)
