@@ -69,11 +69,11 @@ def engine_worker(path: str, rolling: bool, new_tokens: int) -> dict:
     import jax
 
     from marin.inference import SamplingParams
-    from marin.inference.checkpoint import load_model
+    from marin.inference.checkpoint import load_model, place_params
     from marin.inference.engine import Engine, EngineConfig
 
     cfg, params, _ = load_model(path)
-    engine = Engine(cfg, params, EngineConfig(slots=REQUESTS, rolling_windows=rolling))
+    engine = Engine(cfg, place_params(cfg, params), EngineConfig(slots=REQUESTS, rolling_windows=rolling))
     greedy = SamplingParams(max_tokens=new_tokens, temperature=0)
     engine.generate(_prompts(), greedy)  # compiles every span the workload reaches
     t0 = time.perf_counter()
