@@ -22,8 +22,9 @@ routed experts are computed is a dispatch, chosen by config:
 **FP8** (``matmul_dtype="float8"``, ``PrecisionPolicy``): the blocked and capacity dispatches multiply their
 blocks in FP8 (``fp8.fp8_batched_matmul``: one scale for all blocks' rows, one for the gathered weights), and the
 ragged dispatch its groups (``fp8.fp8_ragged_dot``: one scale for all rows, one for every expert's weights), as
-the shared experts and every projection do; an explicit ``dense`` with FP8 is refused (the one-hot einsum has no
-FP8 form here).
+the shared experts and every projection do. The default dispatch under FP8 is ``blocked`` on every platform
+(an FP8 ``ragged_dot`` has run on XLA:CPU's emulation only); ``ragged`` is there by choice, and ``dense``
+with FP8 is refused (the one-hot einsum has no FP8 form here).
 
 **Expert parallelism.** On a mesh the layer runs per device under ``shard_map``: each device routes its own
 tokens (no sort or capacity spans devices). When the mesh has an ``expert`` axis of size > 1
@@ -153,8 +154,10 @@ def dispatch_name(cfg: LlamaConfig, matmul_dtype: str = "default") -> str:
 
     By default "blocked", the fastest dropless one measured on CPU (benchmarks/moe_bench.py: 2.7x "dense", 3.5x
     "ragged", which XLA:CPU lowers to a masked dense product); "ragged" on TPU, where XLA lowers
-    ``ragged_dot`` to its grouped matmul (not measured here). GPUs were not measured: XLA:GPU may lower
-    ``ragged_dot`` densely as XLA:CPU does, so they keep "blocked"."""
+    ``ragged_dot`` to its grouped matmul (not measured here), except in FP8: an FP8 ``ragged_dot`` is checked
+    only on XLA:CPU's emulation, so FP8 keeps the "blocked" products XLA compiles everywhere unless "ragged" is
+    asked for. GPUs were not measured: XLA:GPU may lower ``ragged_dot`` densely as XLA:CPU does, so they keep
+    "blocked"."""
     if cfg.capacity_factor is not None:
         return "capacity"
     if cfg.moe_dispatch != "default":
@@ -164,7 +167,7 @@ def dispatch_name(cfg: LlamaConfig, matmul_dtype: str = "default") -> str:
                 "use 'blocked', 'ragged' or 'default'"
             )
         return cfg.moe_dispatch
-    return "ragged" if jax.default_backend() == "tpu" else "blocked"
+    return "ragged" if jax.default_backend() == "tpu" and matmul_dtype != "float8" else "blocked"
 
 
 def _routed_experts(
