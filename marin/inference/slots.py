@@ -267,17 +267,22 @@ def visible_keys(positions, span: int, window: int | None):
     return visible if window is None else visible & (keys > positions[:, None] - window)
 
 
-def _view(layer_cache: LayerCache, window: int | None, positions, span: int):
+def _view(cfg: LlamaConfig, layer_cache: LayerCache, window: int | None, positions, span: int):
     """The entries a layer attends over (its first ``span``; all of a ring once positions wrap past it) and
     which of them the query at ``positions[i]`` sees ([n, span] bool). Ring entry j holds the latest position
     p <= the query with p = j mod ring, ``distance`` = query - p behind it: seen if p exists (distance <=
-    query) and is inside the window."""
+    query) and is inside the window. A row at or past ``seq_len`` (a slot that is not decoding, at the scratch
+    position) sees every entry: its output is thrown away, and a row that saw nothing would be NaN."""
     ring = layer_cache.ring
     if ring is None:
-        return span, visible_keys(positions, span, window)
-    span = min(span, ring)
-    distance = (positions[:, None] - jnp.arange(span)[None, :]) % ring
-    return span, (distance <= positions[:, None]) & (distance < window)
+        visible = visible_keys(positions, span, window)
+    else:
+        span = min(span, ring)
+        distance = (positions[:, None] - jnp.arange(span)[None, :]) % ring
+        visible = (distance <= positions[:, None]) & (distance < window)
+    if window is None:
+        return span, visible  # the scratch position is the cache's last: every entry is <= it
+    return span, visible | (positions >= cfg.seq_len)[:, None]
 
 
 def _store(cfg: LlamaConfig, layer_cache: LayerCache, rows, positions, k, v) -> LayerCache:
@@ -390,7 +395,7 @@ def prefill_chunk(
 
     def attend(layer_cache, window, q, k, v):
         layer_cache = _store(cfg, layer_cache, slot, positions, k, v)
-        layer_span, visible = _view(layer_cache, window, positions, span)
+        layer_span, visible = _view(cfg, layer_cache, window, positions, span)
         keys, values = _slot_span(layer_cache, slot, layer_span)
         return _attention(cfg, q, keys, values, visible, ""), layer_cache
 
@@ -443,7 +448,7 @@ def decode_slots(cfg: LlamaConfig, params, cache, tokens, positions, rows: Sampl
 
     def attend(layer_cache, window, q, k, v):
         layer_cache = _store(cfg, layer_cache, jnp.arange(slots), positions, k, v)
-        layer_span, visible = _view(layer_cache, window, positions, span)
+        layer_span, visible = _view(cfg, layer_cache, window, positions, span)
         keys, values = _rows_span(layer_cache, slots, layer_span)
         return _attention(cfg, q, keys, values, visible, "n"), layer_cache
 
@@ -482,7 +487,7 @@ def mixed_step(
     def attend(layer_cache, window, q, k, v):
         layer_cache = _store(cfg, layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
         layer_cache = _store(cfg, layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
-        layer_span, visible = _view(layer_cache, window, positions, span)  # [chunk + slots, layer_span]
+        layer_span, visible = _view(cfg, layer_cache, window, positions, span)  # [chunk + slots, layer_span]
         keys, values = _slot_span(layer_cache, slot, layer_span)
         prefill = _attention(cfg, q[:chunk], keys, values, visible[:chunk], "")
         keys, values = _rows_span(layer_cache, slots, layer_span)

@@ -117,3 +117,21 @@ def test_the_ring_serves_what_recomputation_and_the_whole_cache_serve(model):
     for a, b in zip(ring[2], whole[2]):
         assert a.tokens == b.tokens and len(a.tokens) == 30
         np.testing.assert_allclose(logprobs(a), logprobs(b), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("rolling", [True, False])
+def test_rows_at_the_scratch_position_stay_finite(rolling):
+    """A decoding step computes every row of its width; rows of slots that are not decoding sit at the scratch
+    position, past every window. They see every entry (their output is thrown away): in a windowed layer that
+    keeps the whole context they saw none and came out NaN, harmless while rows stay apart, not once anything
+    reduces over the rows (an FP8 scale)."""
+    from marin.inference.slots import SamplingRows, decode_slots, init_slot_cache, split_layers
+
+    cfg = dataclasses.replace(BASE, seq_len=300)  # a cache longer than the first span of 128
+    params = split_layers(init_params(cfg, jax.random.PRNGKey(0)))
+    cache = init_slot_cache(cfg, slots=4, chunk=CHUNK, rolling=rolling)
+    scratch = cfg.seq_len + CHUNK - 1
+    positions = np.asarray([5, scratch, scratch, scratch], np.int32)
+    rows = SamplingRows.of([(0.0, 0, 1.0, 0, 0)] * 4)
+    out, _ = decode_slots(cfg, params, cache, np.zeros(4, np.int32), positions, rows, 128)
+    assert np.all(np.isfinite(np.asarray(out.logprob))) and np.all(np.isfinite(np.asarray(out.top_logprob)))
