@@ -15,6 +15,7 @@ from marin.inference.engine import Engine, EngineConfig
 from marin.inference.slots import cache_positions, ring_length
 from marin.trainer.model.config import model_preset
 from marin.trainer.model.llama import forward, init_params
+from tests.inference.test_engine import greedy_by_recomputation
 
 WINDOW, CHUNK = 6, 16
 BASE = dataclasses.replace(
@@ -39,15 +40,6 @@ _forward = jax.jit(forward, static_argnums=0)
 def model(request):
     cfg = MODELS[request.param]
     return cfg, init_params(cfg, jax.random.PRNGKey(3))
-
-
-def _greedy_by_recomputation(cfg, params, prompt, n):
-    tokens = list(prompt)
-    for _ in range(n):
-        padded = np.zeros((1, cfg.seq_len), np.int32)
-        padded[0, : len(tokens)] = tokens
-        tokens.append(int(np.argmax(_forward(cfg, params, padded)[0, len(tokens) - 1])))
-    return tokens[len(prompt) :]
 
 
 def _requests(seed=0):
@@ -105,7 +97,7 @@ def test_the_ring_serves_what_recomputation_and_the_whole_cache_serve(model):
     ring, whole = _serve(cfg, params, rolling=True), _serve(cfg, params, rolling=False)
     logprobs = lambda result: [t.logprob for t in result.logprobs]  # noqa: E731
     for (prompt, n), a, b in zip(_requests(), ring[0], whole[0]):
-        assert a.tokens == _greedy_by_recomputation(cfg, params, prompt, n)
+        assert a.tokens == greedy_by_recomputation(cfg, params, prompt, n)
         assert a.tokens == b.tokens
         np.testing.assert_allclose(logprobs(a), logprobs(b), atol=2e-5, rtol=0)
     prompt = _requests(seed=1)[0][0]
