@@ -285,6 +285,16 @@ def _view(cfg: LlamaConfig, layer_cache: LayerCache, window: int | None, positio
     return span, visible | (positions >= cfg.seq_len)[:, None]
 
 
+def _check_chunk(layer_cache: LayerCache, window: int | None, chunk: int) -> None:
+    """A ring holds ``window - 1`` positions before a step's first and the step's own: a chunk longer than it
+    was made for (``init_slot_cache``'s ``chunk``) would overwrite keys its own queries still see."""
+    if layer_cache.ring is not None and chunk > layer_cache.ring - window + 1:
+        raise ValueError(
+            f"a chunk of {chunk} tokens does not fit a ring of {layer_cache.ring} positions for window {window} "
+            f"(made for chunks of at most {layer_cache.ring - window + 1}: init_slot_cache's chunk)"
+        )
+
+
 def _store(cfg: LlamaConfig, layer_cache: LayerCache, rows, positions, k, v) -> LayerCache:
     """``_write`` at the positions' entries: in a ring p mod its length, and nothing at or past ``seq_len``
     (the scratch position and padding, which in a ring would land on entries other slots' queries read)."""
@@ -394,6 +404,7 @@ def prefill_chunk(
     x = params["embed"][tokens]  # [chunk, embed]
 
     def attend(layer_cache, window, q, k, v):
+        _check_chunk(layer_cache, window, chunk)
         layer_cache = _store(cfg, layer_cache, slot, positions, k, v)
         layer_span, visible = _view(cfg, layer_cache, window, positions, span)
         keys, values = _slot_span(layer_cache, slot, layer_span)
@@ -425,6 +436,7 @@ def prefill_packed(cfg: LlamaConfig, params, cache, slots, tokens, segments, pos
     same = segments[:, None] == segments[None, :]
 
     def attend(layer_cache, window, q, k, v):
+        _check_chunk(layer_cache, window, tokens.shape[0])
         layer_cache = _store(cfg, layer_cache, owner, positions, k, v)
         dtype = layer_cache.v[0].dtype  # attend over what the cache stores, as a chunk of the slot would
         k, v = k.astype(dtype), v.astype(dtype)
@@ -485,6 +497,7 @@ def mixed_step(
     x = params["embed"][jnp.concatenate([tokens, decode_tokens])]
 
     def attend(layer_cache, window, q, k, v):
+        _check_chunk(layer_cache, window, chunk)
         layer_cache = _store(cfg, layer_cache, slot, positions[:chunk], k[:chunk], v[:chunk])
         layer_cache = _store(cfg, layer_cache, jnp.arange(slots), decode_positions, k[chunk:], v[chunk:])
         layer_span, visible = _view(cfg, layer_cache, window, positions, span)  # [chunk + slots, layer_span]

@@ -127,3 +127,31 @@ def test_rows_at_the_scratch_position_stay_finite(rolling):
     rows = SamplingRows.of([(0.0, 0, 1.0, 0, 0)] * 4)
     out, _ = decode_slots(cfg, params, cache, np.zeros(4, np.int32), positions, rows, 128)
     assert np.all(np.isfinite(np.asarray(out.logprob))) and np.all(np.isfinite(np.asarray(out.top_logprob)))
+
+
+def test_a_ring_of_several_segments_read_before_and_after_it_wraps():
+    """A window of 150 with chunks of 16: a ring of 165 positions in two segments ([0, 128), [128, 165)). A
+    request of 270 positions reads the ring's first segment alone (span 128 < ring), then all of it, then
+    wraps past it: the same tokens and log-probabilities as the whole-context engine."""
+    cfg = dataclasses.replace(BASE, num_layers=2, seq_len=320, sliding_window=150)
+    params = init_params(cfg, jax.random.PRNGKey(5))
+    prompt = np.random.default_rng(4).integers(1, 128, size=20).tolist()
+    out = {}
+    for rolling in (True, False):
+        engine = Engine(cfg, params, EngineConfig(slots=1, prefill_chunk=CHUNK, rolling_windows=rolling))
+        assert cache_positions(engine.cache) == [165 if rolling else 336] * 2
+        out[rolling] = engine.generate([prompt], SamplingParams(max_tokens=250, temperature=0, logprobs=1))[0]
+    assert out[True].tokens == out[False].tokens
+    np.testing.assert_allclose(
+        [t.logprob for t in out[True].logprobs], [t.logprob for t in out[False].logprobs], atol=2e-5, rtol=0
+    )
+
+
+def test_a_chunk_longer_than_the_ring_was_made_for_is_refused():
+    from marin.inference.slots import SamplingRows, init_slot_cache, prefill_chunk, split_layers
+
+    params = split_layers(init_params(BASE, jax.random.PRNGKey(0)))
+    cache = init_slot_cache(BASE, slots=2, chunk=CHUNK)
+    tokens, row = np.zeros(2 * CHUNK, np.int32), SamplingRows.of([(0.0, 0, 1.0, 0, 0)])
+    with pytest.raises(ValueError, match="a chunk of 32 tokens does not fit a ring of 21 positions for window 6"):
+        prefill_chunk(BASE, params, cache, 0, tokens, tokens, 0, 1, False, row, 128)
