@@ -48,6 +48,7 @@ from marin.inference.sampling_params import InvalidRequest, SamplingParams
 from marin.inference.slots import (
     SamplingRows,
     attention_span,
+    cache_positions,
     decode_rows,
     decode_slots,
     init_slot_cache,
@@ -153,6 +154,9 @@ class Engine:
         self.end_tokens = tuple(end_tokens)
         self.cache = self._new_cache()
         self.scratch = cfg.seq_len + config.prefill_chunk - 1  # the last position of a full-attention layer
+        # the most entries any layer reads: spans past it are the same program (a model whose every layer keeps
+        # a ring compiles none of the longer spans)
+        self.longest = max(cache_positions(self.cache))
         self.slots: list[Request | None] = [None] * config.slots
         self.waiting: collections.deque[Request] = collections.deque()
         self._lock = threading.RLock()
@@ -270,7 +274,7 @@ class Engine:
         """Every program a request can need, as (kind, size, attention span): a prefill chunk of each size at
         each span it can reach, the packed chunk (its span: itself), the decoding step and the mixed step at
         each width of rows and each span."""
-        cache_len, chunk, mixed = self.scratch + 1, self.config.prefill_chunk, self._mixed_chunk
+        cache_len, chunk, mixed = self.longest, self.config.prefill_chunk, self._mixed_chunk
         # a prompt is fed in chunks of `chunk` tokens from position 0, its last chunk rounded up to a bucket
         sizes = sorted({_bucket(n, chunk) for n in range(1, chunk + 1)})
         found = {
@@ -478,7 +482,7 @@ class Engine:
     def _prefill(self, r: Request) -> bool:
         size = _bucket(len(r.feed) - r.fed, self.config.prefill_chunk)
         tokens, targets, valid, nxt = self._chunk(r, size)
-        span = attention_span(r.fed + size, self.scratch + 1)
+        span = attention_span(r.fed + size, self.longest)
         args = (self.cache, r.slot, tokens, targets, r.fed, valid, self._scored(r), self._rows([r]), span)
         outputs = self._run([r], prefill_chunk, self.cfg, self.params, *args)
         if outputs is None:
@@ -543,7 +547,7 @@ class Engine:
 
     def _decode(self, decoding: list[Request]) -> bool:
         tokens, positions, rows, needed = self._decode_inputs(decoding)
-        span = attention_span(needed, self.scratch + 1)
+        span = attention_span(needed, self.longest)
         outputs = self._run(decoding, decode_slots, self.cfg, self.params, self.cache, tokens, positions, rows, span)
         if outputs is None:
             return False
@@ -557,7 +561,7 @@ class Engine:
         self.mixed_steps += 1
         tokens, targets, valid, nxt = self._chunk(r, self._mixed_chunk)
         decode_tokens, positions, rows, needed = self._decode_inputs(decoding)
-        span = attention_span(max(needed, r.fed + self._mixed_chunk), self.scratch + 1)
+        span = attention_span(max(needed, r.fed + self._mixed_chunk), self.longest)
         chunk_args = (r.slot, tokens, targets, r.fed, valid, self._scored(r), self._rows([r]))
         outputs = self._run(
             [r, *decoding],

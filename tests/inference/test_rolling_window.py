@@ -140,6 +140,10 @@ def test_a_ring_of_several_segments_read_before_and_after_it_wraps():
     for rolling in (True, False):
         engine = Engine(cfg, params, EngineConfig(slots=1, prefill_chunk=CHUNK, rolling_windows=rolling))
         assert cache_positions(engine.cache) == [165 if rolling else 336] * 2
+        # every layer a ring: no program for spans past it (128 and 165, against 128, 256 and 336)
+        assert sorted({span for kind, _, span in engine.programs() if kind == "decode"}) == (
+            [128, 165] if rolling else [128, 256, 336]
+        )
         out[rolling] = engine.generate([prompt], SamplingParams(max_tokens=250, temperature=0, logprobs=1))[0]
     assert out[True].tokens == out[False].tokens
     np.testing.assert_allclose(
