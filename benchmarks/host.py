@@ -1,12 +1,17 @@
 """What a benchmark's numbers depend on: the host's CPU model (two kinds of host rank libraries differently),
-and the code measured (``export_revision``: the lab's package as of an older commit, for before/after)."""
+and the code measured (``export_revision``: the lab's package as of an older commit, for before/after); and
+the fresh-process runs and the report a side-by-side benchmark shares (``run_worker``, ``write_report``)."""
 
+import json
+import os
 import platform
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = ROOT / "benchmarks"
 
 
 def cpu_model() -> str:
@@ -27,3 +32,23 @@ def export_revision(rev: str) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "marin"], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
     return out
+
+
+def run_worker(cmd: list[str], label: str, timeout: float) -> dict | None:
+    """Run a benchmark's worker (``cmd``) in a fresh process on the CPU, the repository and ``benchmarks/`` on its
+    path; its result is the JSON of its last stdout line. A worker that fails prints the tail of its stderr
+    and gives None, so the other peers still run."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        print(f"[bench] {label} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_report(report: dict, path: Path) -> None:
+    """The report as JSON at ``path``, with the load average after the runs (beside the one before)."""
+    report["load_avg_after"] = os.getloadavg()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {path}")

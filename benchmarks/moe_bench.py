@@ -28,10 +28,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from host import run_worker, write_report  # noqa: E402  benchmarks/ is the script's own directory
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -151,12 +152,7 @@ PEERS = {
 
 def run_peer(peer: str, steps: int) -> dict | None:
     cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--steps", str(steps)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    if proc.returncode != 0:
-        print(f"[bench] {peer} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(cmd, peer, timeout=3600)
 
 
 def main() -> None:
@@ -196,10 +192,7 @@ def main() -> None:
     for name, row in rows.items():
         ratio = f"  {row['tokens_per_s'] / best_torch:.2f}x the best torch" if best_torch else ""
         print(f"  {name:14s} {row['tokens_per_s']:9.0f} [{row['min']:.0f}-{row['max']:.0f}]{ratio}")
-    report["load_avg_after"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from trainer_bench import CONFIGS, PROJECT_PY, ROOT, TORCH_VENV, ensure_venv, model_dims  # noqa: E402
+from host import run_worker, write_report  # noqa: E402
+from trainer_bench import CONFIGS, PROJECT_PY, TORCH_VENV, ensure_venv, model_dims  # noqa: E402
 
 RESULTS = HERE / "results" / "muon_bench.json"
 LR, WD, MOMENTUM, NS_STEPS = 0.02, 0.1, 0.95, 5
@@ -127,12 +128,7 @@ PEERS = {
 
 def run_peer(python: Path, peer: str, config: str, steps: int) -> dict | None:
     cmd = [str(python), str(Path(__file__).resolve()), "--worker", peer, "--config", config, "--steps", str(steps)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if proc.returncode != 0:
-        print(f"[bench] {peer} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(cmd, peer, timeout=1800)
 
 
 def main() -> None:
@@ -174,10 +170,7 @@ def main() -> None:
             speed = f"  ours is {row['seconds_per_update'] / ours['seconds_per_update']:.2f}x as fast" if ours else ""
             spread = f"[{row['min'] * 1e3:.1f}-{row['max'] * 1e3:.1f}]"
             print(f"  {name:14s} {row['seconds_per_update'] * 1e3:8.1f} ms {spread}{speed}")
-    report["load_avg_after"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

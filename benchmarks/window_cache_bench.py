@@ -28,11 +28,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from host import run_worker, write_report  # noqa: E402  benchmarks/ is the script's own directory
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -116,12 +117,7 @@ def transformers_worker(path: str, new_tokens: int) -> dict:
 def run_peer(peer: str, path: str, new_tokens: int) -> dict | None:
     cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--path", path]
     cmd += ["--new_tokens", str(new_tokens)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    if proc.returncode != 0:
-        print(f"[bench] {peer} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_worker(cmd, peer, timeout=3600)
 
 
 PEERS = ("ring", "whole", "transformers")
@@ -137,6 +133,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--export", help=argparse.SUPPRESS)
     parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=PEERS)
     parser.add_argument("--rounds", type=int, default=2, help="fresh processes per peer")
     parser.add_argument("--new_tokens", type=int, default=1536, help="tokens each request generates")
@@ -144,6 +141,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.path, args.new_tokens)))
+        return
+    if args.export:
+        export(args.export)
+        print(json.dumps({"exported": args.export}))
         return
     report = {
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -154,12 +155,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {p: [] for p in args.peers}
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "export")
-        subprocess.run(
-            [str(PROJECT_PY), "-c", f"import benchmarks.window_cache_bench as b; b.export({path!r})"],
-            check=True,
-            cwd=ROOT,
-            env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        )
+        if run_worker([str(PROJECT_PY), str(Path(__file__).resolve()), "--export", path], "export", 600) is None:
+            raise SystemExit("window_cache_bench: exporting the model failed (its error is above)")
         for r in range(args.rounds):
             order = args.peers[r % len(args.peers) :] + args.peers[: r % len(args.peers)]
             for peer in order:
@@ -200,10 +197,7 @@ def main() -> None:
     for key in ("ring_equals_whole", "first_64_tokens_equal_transformers"):
         if key in report:
             print(f"  {key}: {report[key]}")
-    report["load_avg_after"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {args.out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":
