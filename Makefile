@@ -34,8 +34,11 @@ chromium:
 # CI must not pass by skipping: with MARIN_REQUIRE_ALL=1 a missing test dependency (the gs:// and s3://
 # servers, CPU torch + transformers from export-test, lm-eval and playwright from dev, Debian chromium) is an
 # error naming it (tests/requirements.py). Every one of them is installed by the two prerequisites.
+# A run killed by a signal ends by naming the test and the crashing thread's stack (tests/crash_log.py).
+CRASH_LOG := .pytest_cache/crash.txt
 test: $(VENV)/.installed-dev chromium lint
-	MARIN_REQUIRE_ALL=1 $(PY) -m pytest -q --durations=25
+	MARIN_REQUIRE_ALL=1 MARIN_CRASH_LOG=$(CRASH_LOG) $(PY) -m pytest -q --durations=25 || \
+		{ status=$$?; $(PY) -m tests.crash_log $(CRASH_LOG); exit $$status; }
 
 # One formatter and linter for the whole tree (settings in pyproject.toml); `ruff format .` fixes the layout.
 lint: $(VENV)/.installed-dev

@@ -167,3 +167,21 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if _uses_quickstart(item):
             item.add_marker(pytest.mark.timeout(QUICKSTART_TIMEOUT_S))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin, which sends dumps to stderr
+def pytest_configure(config):
+    """With ``MARIN_CRASH_LOG`` set (``make test``), a fatal signal's dump goes to that file, with the
+    running test's id beside it (tests/crash_log.py says why). Taken out of the environment: a test's
+    subprocess (a pytest run among them) must not write over this run's file."""
+    path = os.environ.pop("MARIN_CRASH_LOG", None)
+    if path:
+        from tests import crash_log
+
+        crash_log.enable(path)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    from tests import crash_log
+
+    crash_log.started(nodeid)

@@ -112,7 +112,12 @@ REWRITES: list[tuple[str, str]] = [
     ("gs://my-bucket/lab", "{gcs}/lab"),
     ("--port 5000", "--port {port}"),  # a free port: test runs share the machine
     ("--port 8000", "--port {port}"),
-    ("make browse", "make browse BROWSE_FLAGS='--port {port}'"),
+    # make's install stamps count as current (-o): the venv is this test run's own, with every extra the targets
+    # install already in (the dev extra holds them). Without it, CI's fresh venv (no .installed-browser stamp)
+    # ran `pip install -e ".[browser]"` from here, mid-run, pointing the venv's editable install at this scratch
+    # copy.
+    ("make quickstart", "make -o .venv/.installed-base quickstart"),
+    ("make browse", "make -o .venv/.installed-browser browse BROWSE_FLAGS='--port {port}'"),
     # Installing would rewrite this test run's own environment; a dry run resolves the extra against the index,
     # with the venv's setuptools as the build backend (an isolated build env, set up anew for each of the five
     # commands, was half of each one's time: ~12 s of the suite).

@@ -1,0 +1,93 @@
+"""A pytest run that dies of a segmentation fault leaves the test and the crashing thread's stack where
+``make test`` prints them (tests/crash_log.py), with idle threads beside it as CI's run had."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.crash_log import summary
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CRASHING = """
+import ctypes, socket, threading, time
+
+
+def idle_handler():  # like the loopback servers' handler threads: blocked in a read
+    a, b = socket.socketpair()
+    a.recv(1)
+
+
+def test_first_passes():
+    for _ in range(3):
+        threading.Thread(target=idle_handler, daemon=True).start()
+    time.sleep(0.2)
+
+
+def crash_here():
+    ctypes.string_at(0)
+
+
+def test_second_crashes():
+    crash_here()
+
+
+def test_third_never_runs():
+    pass
+"""
+
+CONFTEST = "from tests.conftest import pytest_configure, pytest_runtest_logstart  # noqa: F401\n"
+
+
+def test_a_segfaulting_run_names_the_test_and_the_crashing_frames(tmp_path):
+    (tmp_path / "test_crashing.py").write_text(CRASHING)
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    log = tmp_path / "out" / "crash.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MARIN_CRASH_LOG": str(log)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_crashing.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode < 0 or run.returncode >= 128, run.stdout + run.stderr  # killed by the signal
+    report = subprocess.run(
+        [sys.executable, "-m", "tests.crash_log", str(log)], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    lines = report.strip().splitlines()
+    assert lines[1] == "Fatal Python error: Segmentation fault"
+    assert lines[2] == "while running: test_crashing.py::test_second_crashes"
+    assert lines[3].startswith("Current thread 0x")
+    frames = [line for line in lines if line.startswith("  File ")]
+    assert "in crash_here" in frames[1] and "in test_second_crashes" in frames[2], frames  # [0]: ctypes
+    assert not any("/_pytest/" in frame for frame in frames)
+    assert not any("idle_handler" in line for line in lines)
+    assert lines[-1].endswith("other threads in the dump") and int(lines[-1].split()[0]) >= 3
+
+
+def test_a_run_that_fails_without_a_crash_prints_nothing(tmp_path):
+    assert summary("", "tests/x.py::test_y") == []
+    (tmp_path / "crash.txt").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.crash_log", str(tmp_path / "crash.txt")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout == ""
+
+
+def test_a_long_stack_keeps_its_innermost_frames():
+    frames = [f'  File "f.py", line {i} in f{i}' for i in range(100)]
+    dump = "\n".join(["Fatal Python error: Aborted", "", "Current thread 0x1 (most recent call first):", *frames])
+    out = summary(dump, None)
+    assert out[:3] == [
+        "Fatal Python error: Aborted",
+        "while running: (unknown)",
+        "Current thread 0x1 (most recent call first):",
+    ]
+    assert out[3:23] == frames[:20] and "80 outer frames" in out[-2] and out[-1] == "0 other threads in the dump"
