@@ -109,13 +109,14 @@ def test_local_completions_against_the_server_gives_lm_evals_hf_numbers(setup):
             _assert_same(reference, _run(manager, "local-completions", args, batch_size))
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "mistral_windowed"])
+@pytest.mark.parametrize("family", ["qwen3", "qwen2", "olmo2", "mixtral", "qwen3_moe", "olmoe", "mistral_windowed"])
 def test_each_family_in_process_gives_lm_evals_hf_numbers(family, tmp_path):
-    """The families beyond Llama through lm-eval: transformers' own random-weight Qwen3-MoE (experts, QK-norm per
-    head, head_dim independent of width) and Mistral with a window of 8 keys (so every 126-token rolling window
-    is windowed), exported with the tiny tokenizer: ``--model marin`` gives, document by document, what lm-eval's
-    ``hf`` model gives on the same export. (OLMo 2's and the other families' logits and generations equal
-    transformers' in tests/export/test_hf_families.py.)"""
+    """Every family beyond Llama through lm-eval, from transformers' own random-weight model
+    (tests/export/hf_families.py: Qwen3's QK-norm per head, tied embeddings and head_dim independent of width;
+    Qwen2's attention biases; OLMo 2's norms after the sublayers and over all heads' queries and keys; Mixtral's,
+    Qwen3-MoE's and OLMoE's experts and routers) and Mistral with a window of 8 keys (so every 126-token rolling
+    window is windowed), exported with the tiny tokenizer: ``--model marin`` gives, document by document, what
+    lm-eval's ``hf`` model gives on the same export."""
     from lm_eval.tasks import TaskManager
 
     from marin.inference import export_hf, import_hf

@@ -170,7 +170,7 @@ def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConf
         num_layers=doc["num_hidden_layers"],
         num_heads=doc["num_attention_heads"],
         num_kv_heads=doc.get("num_key_value_heads") or doc["num_attention_heads"],
-        head_dim=doc.get("head_dim"),
+        head_dim=_head_dim(doc),
         seq_len=doc.get("max_position_embeddings", 2048),
         rope_theta=theta,
         rope_scaling=scaling,
@@ -180,6 +180,15 @@ def config_from_hf(doc: dict[str, Any], where: str = "config.json") -> LlamaConf
         norm_placement=family.norm_placement,
         attention_bias=family.attention_bias,
     )
+
+
+def _head_dim(doc: dict[str, Any]) -> int | None:
+    """``head_dim`` when it is independent of width / heads (Qwen3), else None: the exporter writes it always,
+    so an exported model read back is the config it was exported from (the same identity, hence the same
+    step hashes and checkpoint checks)."""
+    head_dim = doc.get("head_dim")
+    width, heads = doc["hidden_size"], doc["num_attention_heads"]
+    return None if head_dim is not None and head_dim * heads == width else head_dim
 
 
 def num_experts_of(doc: dict[str, Any]) -> int:
