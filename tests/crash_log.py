@@ -13,6 +13,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import threading
 
 FRAMES = 20
 """Frames of the crashing thread printed, innermost first, leaving out pytest's and pluggy's own."""
@@ -36,20 +37,24 @@ def enable(path: str) -> None:
 
 
 def started(nodeid: str) -> None:
-    """Records the test now starting (a no-op unless ``enable`` ran in this process)."""
+    """Records the test now starting and the names of the Python threads alive (faulthandler's dump gives only
+    their ids); a no-op unless ``enable`` ran in this process."""
     if _path:
+        names = "".join(f"0x{t.ident:016x} {t.name}\n" for t in threading.enumerate() if t.ident is not None)
         with open(running_path(_path[0]), "w") as f:
-            f.write(nodeid + "\n")
+            f.write(nodeid + "\n" + names)
 
 
 def summary(dump: str, running: str | None) -> list[str]:
-    """The fatal error's line, the test that was running, the crashing thread's stack and how many other
-    threads the dump lists; nothing when the dump is empty (pytest failed without a crash)."""
+    """The fatal error's line, the test that was running, the crashing thread's name and stack, and how many
+    other threads the dump lists; nothing when the dump is empty (pytest failed without a crash)."""
     lines = dump.splitlines()
     if not any(line.startswith("Fatal Python error") for line in lines):
         return []
+    nodeid, *named = (running or "(unknown)").strip().splitlines()
+    names = dict(line.split(" ", 1) for line in named if " " in line)
     out = [line for line in lines if line.startswith("Fatal Python error")][:1]
-    out.append(f"while running: {running.strip() if running else '(unknown)'}")
+    out.append(f"while running: {nodeid}")
     threads = [i for i, line in enumerate(lines) if line.startswith(("Thread 0x", "Current thread 0x"))]
     current = [i for i in threads if lines[i].startswith("Current thread")]
     if current:
@@ -58,11 +63,12 @@ def summary(dump: str, running: str | None) -> list[str]:
         block = lines[start:end]
         block = [line for line in block if line.strip() and not line.startswith("Extension modules")]
         frames = [line for line in block[1:] if not any(part in line for part in RUNNER_PARTS)]
-        out += [block[0], *frames[:FRAMES]]
+        ident = block[0].split()[2]
+        out += [f"{block[0]} [{names.get(ident, 'a thread started after the test began')}]", *frames[:FRAMES]]
         if len(frames) > FRAMES:
             out.append(f"  ... {len(frames) - FRAMES} outer frames")
-    else:
-        out.append("(the dump names no current thread)")
+    else:  # faulthandler marks no thread current when the signal hit a thread Python never ran in
+        out.append("(no Python thread was current: the signal hit a native thread, XLA's, Ray's or gRPC's)")
     out.append(f"{len(threads) - len(current)} other threads in the dump")
     return out
 

@@ -60,7 +60,7 @@ def test_a_segfaulting_run_names_the_test_and_the_crashing_frames(tmp_path):
     lines = report.strip().splitlines()
     assert lines[1] == "Fatal Python error: Segmentation fault"
     assert lines[2] == "while running: test_crashing.py::test_second_crashes"
-    assert lines[3].startswith("Current thread 0x")
+    assert lines[3].startswith("Current thread 0x") and lines[3].endswith("[MainThread]")
     frames = [line for line in lines if line.startswith("  File ")]
     assert "in crash_here" in frames[1] and "in test_second_crashes" in frames[2], frames  # [0]: ctypes
     assert not any("/_pytest/" in frame for frame in frames)
@@ -88,6 +88,16 @@ def test_a_long_stack_keeps_its_innermost_frames():
     assert out[:3] == [
         "Fatal Python error: Aborted",
         "while running: (unknown)",
-        "Current thread 0x1 (most recent call first):",
+        "Current thread 0x1 (most recent call first): [a thread started after the test began]",
     ]
     assert out[3:23] == frames[:20] and "80 outer frames" in out[-2] and out[-1] == "0 other threads in the dump"
+
+
+def test_a_signal_in_a_native_thread_says_so_and_names_the_threads_alive():
+    dump = "\n".join(
+        ["Fatal Python error: Segmentation fault", "", "Thread 0x00000000000000aa (most recent call first):"]
+        + ['  File "socket.py", line 706 in readinto']
+    )
+    out = summary(dump, "tests/x.py::test_y\n0x00000000000000aa moto-handler\n")
+    assert out[1] == "while running: tests/x.py::test_y"
+    assert "native thread" in out[2] and out[-1] == "1 other threads in the dump"
