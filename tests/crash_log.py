@@ -40,6 +40,9 @@ def started(nodeid: str) -> None:
     """Records the test now starting and the names of the Python threads alive (faulthandler's dump gives only
     their ids); a no-op unless ``enable`` ran in this process."""
     if _path:
+        # again at every test: a library that calls faulthandler.enable() (Ray's worker setup does, when it finds
+        # it off) would send the dump to the test's captured stderr, which dies with the process
+        faulthandler.enable(file=_open[0], all_threads=True)
         names = "".join(f"0x{t.ident:016x} {t.name}\n" for t in threading.enumerate() if t.ident is not None)
         with open(running_path(_path[0]), "w") as f:
             f.write(nodeid + "\n" + names)
