@@ -37,7 +37,8 @@ suite here. A run under gdb caught the fault: ``PyLoadedExecutable``'s serializa
 executable) threw a C++ exception, and libgcc's unwinder crashed in ``_Unwind_Find_FDE`` looking up frames.
 The unwinder's table of registered frames was already broken, most likely by executables the cache had loaded
 back (deserialized XLA:CPU executables, whose JIT'd code registers its frames), so any later C++ exception or
-freed executable could fault (docs/installation.md)."""
+freed executable could fault. Disproved since: with it off, a whole-suite run still segfaulted in XLA:CPU's
+compile (docs/installation.md); the cause is open."""
 
 
 def _in_process_compile_cache(on: bool) -> None:
