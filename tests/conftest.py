@@ -25,20 +25,24 @@ os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
 
 import pytest  # noqa: E402
 
-IN_PROCESS_CACHE_DIRS: tuple[str, ...] = ()
-"""Whose tests would compile with the session's persistent compilation cache in the pytest process itself:
-none. The trainer's and RL's conftests set ``JAX_COMPILATION_CACHE_DIR`` for their subprocesses and the
-session's Ray workers, and JAX reads it when it is imported, so it is switched off here before every test.
+IN_PROCESS_CACHE_DIRS = (
+    "tests/trainer/",
+    "tests/posttrain/",
+    "tests/inference/",
+    "tests/evaluation/",
+    "tests/export/",
+    "tests/chat/",
+)
+"""Whose tests compile with the session's persistent compilation cache in the pytest process itself (the
+trainer's and RL's conftests set ``JAX_COMPILATION_CACHE_DIR`` for their subprocesses, but in a whole-suite run
+JAX is imported, and reads that variable, while the earlier directories are collected, so it is switched on
+here). Their tests build fresh closures over the same tiny models, which JAX's in-memory cache misses and the
+persistent one hits: ``pytest tests/trainer`` took 808 s with it and 1,008 s without (Intel Xeon, 2 cores,
+2026-11-29). It is off for every other test and for the quickstart's readers.
 
-It was on for trainer, posttrain, inference, evaluation, export and chat (``pytest tests/trainer`` took 808 s
-with it and 1,008 s without), and the pytest process crashed with it on: twice in ``tests/trainer/test_step.py``,
-once in CI's run of stop 59 (during ``tests/report``, a segmentation fault), and in the same place of the same
-suite here. A run under gdb caught the fault: ``PyLoadedExecutable``'s serialization (the cache writing an
-executable) threw a C++ exception, and libgcc's unwinder crashed in ``_Unwind_Find_FDE`` looking up frames.
-The unwinder's table of registered frames was already broken, most likely by executables the cache had loaded
-back (deserialized XLA:CPU executables, whose JIT'd code registers its frames), so any later C++ exception or
-freed executable could fault. Disproved since: with it off, a whole-suite run still segfaulted in XLA:CPU's
-compile (docs/installation.md); the cause is open."""
+It was switched off for a day, blamed for the suite's segmentation faults (a gdb trace caught one in the
+cache's serializer); the cause was the process running out of memory mappings, with or without the cache
+(``tests/memory_maps.py``, docs/installation.md)."""
 
 
 def _in_process_compile_cache(on: bool) -> None:
@@ -176,6 +180,26 @@ def pytest_configure(config):
         from tests import crash_log
 
         crash_log.enable(path)
+
+
+RELEASES: list[tuple[str, int, int]] = []
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Between test modules, frees JAX's compiled programs if the process nears the kernel's limit on memory
+    mappings (tests/memory_maps.py: past it XLA:CPU's JIT corrupts the unwinder and the process segfaults)."""
+    if nextitem is not None and nextitem.path == item.path:
+        return
+    from tests import memory_maps
+
+    released = memory_maps.release_compiled_programs_if_near_limit()
+    if released:
+        RELEASES.append((item.path.name, *released))
+
+
+def pytest_terminal_summary(terminalreporter):
+    for module, before, after in RELEASES:
+        terminalreporter.write_line(f"compiled programs released after {module}: {before} -> {after} memory maps")
 
 
 def pytest_runtest_logstart(nodeid, location):
