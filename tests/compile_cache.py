@@ -3,7 +3,7 @@
 Called before JAX is imported by those conftests, so that their subprocesses and the session's Ray workers
 (which inherit the environment) compile each program once per session. The directory is fresh for every
 session (nothing is reused across sessions) and removed when the session ends. The pytest process itself
-does not use it (``tests/conftest.py``'s ``IN_PROCESS_CACHE_DIRS`` says why)."""
+uses it for the directories named by ``tests/conftest.py``'s ``IN_PROCESS_CACHE_DIRS``."""
 
 import atexit
 import os

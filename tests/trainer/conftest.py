@@ -7,7 +7,7 @@ and FP8 tests ran compiled on an H100 (``benchmarks/gpu_proof.sh``, docs/trainer
 XLA:CPU spends most of a tiny model's test time compiling, and many tests (and the subprocesses of the
 resume test) compile identical programs, so the session shares a persistent compilation cache in a
 fresh temporary directory (cold at the start of every session: nothing is reused across sessions). The root
-conftest keeps it off in the pytest process itself (``IN_PROCESS_CACHE_DIRS`` says why).
+conftest switches it on in the pytest process itself for these tests (``IN_PROCESS_CACHE_DIRS``).
 """
 
 import dataclasses
