@@ -190,11 +190,13 @@ def pytest_runtest_teardown(item, nextitem):
     mappings (tests/memory_maps.py: past it XLA:CPU's JIT corrupts the unwinder and the process segfaults)."""
     if nextitem is not None and nextitem.path == item.path:
         return
-    from tests import memory_maps
+    from tests import crash_log, memory_maps
 
-    released = memory_maps.release_compiled_programs_if_near_limit()
-    if released:
-        RELEASES.append((item.path.name, *released))
+    before, after = memory_maps.release_compiled_programs_if_near_limit()
+    if after is not None:
+        RELEASES.append((item.path.name, before, after))
+    held = before if after is None else after
+    crash_log.note(f"memory maps after {item.path.name}: {held} of {memory_maps.max_map_count()}")
 
 
 def pytest_terminal_summary(terminalreporter):

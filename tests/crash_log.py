@@ -20,6 +20,7 @@ FRAMES = 20
 RUNNER_PARTS = ("/_pytest/", "/pluggy/")
 _open: list = []  # the dump file stays open (faulthandler writes to its descriptor) for the whole run
 _path: list[str] = []  # the dump's path, once enabled
+_notes: list[str] = []  # lines about the process's state, written beside each test's id
 
 
 def running_path(path: str) -> str:
@@ -36,6 +37,12 @@ def enable(path: str) -> None:
     started("(collection)")
 
 
+def note(line: str) -> None:
+    """A line about the process's state (its memory mappings, from tests/conftest.py) that the running file
+    carries from the next test on, replacing the previous note; printed in the summary under the test's id."""
+    _notes[:] = [line]
+
+
 def started(nodeid: str) -> None:
     """Records the test now starting and the names of the Python threads alive (faulthandler's dump gives only
     their ids); a no-op unless ``enable`` ran in this process."""
@@ -45,7 +52,7 @@ def started(nodeid: str) -> None:
         faulthandler.enable(file=_open[0], all_threads=True)
         names = "".join(f"0x{t.ident:016x} {t.name}\n" for t in threading.enumerate() if t.ident is not None)
         with open(running_path(_path[0]), "w") as f:
-            f.write(nodeid + "\n" + names)
+            f.write(nodeid + "\n" + "".join(line + "\n" for line in _notes) + names)
 
 
 def summary(dump: str, running: str | None) -> list[str]:
@@ -54,10 +61,11 @@ def summary(dump: str, running: str | None) -> list[str]:
     lines = dump.splitlines()
     if not any(line.startswith("Fatal Python error") for line in lines):
         return []
-    nodeid, *named = (running or "(unknown)").strip().splitlines()
-    names = dict(line.split(" ", 1) for line in named if " " in line)
+    nodeid, *rest = (running or "(unknown)").strip().splitlines()
+    names = dict(line.split(" ", 1) for line in rest if line.startswith("0x") and " " in line)
     out = [line for line in lines if line.startswith("Fatal Python error")][:1]
     out.append(f"while running: {nodeid}")
+    out += [line for line in rest if not line.startswith("0x")]
     threads = [i for i, line in enumerate(lines) if line.startswith(("Thread 0x", "Current thread 0x"))]
     current = [i for i in threads if lines[i].startswith("Current thread")]
     if current:

@@ -41,16 +41,16 @@ def max_map_count() -> int:
         return DEFAULT_MAX_MAP_COUNT
 
 
-def release_compiled_programs_if_near_limit(headroom: float = HEADROOM) -> tuple[int, int] | None:
+def release_compiled_programs_if_near_limit(headroom: float = HEADROOM) -> tuple[int, int | None]:
     """Clear JAX's caches and collect garbage when this process's mappings exceed ``headroom`` of the limit.
 
-    Returns the mapping counts before and after a release, or None when none was needed (or JAX is not loaded:
-    nothing of it to free)."""
+    Returns the mapping count before and after a release, after being None when none was needed (or JAX is
+    not loaded: nothing of it to free)."""
     import sys
 
     before = map_count()
     if "jax" not in sys.modules or before <= headroom * max_map_count():
-        return None
+        return before, None
     import jax
 
     jax.clear_caches()

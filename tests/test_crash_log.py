@@ -98,6 +98,6 @@ def test_a_signal_in_a_native_thread_says_so_and_names_the_threads_alive():
         ["Fatal Python error: Segmentation fault", "", "Thread 0x00000000000000aa (most recent call first):"]
         + ['  File "socket.py", line 706 in readinto']
     )
-    out = summary(dump, "tests/x.py::test_y\n0x00000000000000aa moto-handler\n")
-    assert out[1] == "while running: tests/x.py::test_y"
-    assert "native thread" in out[2] and out[-1] == "1 other threads in the dump"
+    out = summary(dump, "tests/x.py::test_y\nmemory maps after x.py: 65012 of 65530\n0x00000000000000aa moto-handler\n")
+    assert out[1:3] == ["while running: tests/x.py::test_y", "memory maps after x.py: 65012 of 65530"]
+    assert "native thread" in out[3] and out[-1] == "1 other threads in the dump"

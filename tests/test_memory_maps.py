@@ -30,14 +30,13 @@ def test_limit_and_count_are_read_from_procfs():
 
 def test_below_the_headroom_nothing_is_released():
     programs, _ = _compile_programs(3)
-    assert memory_maps.release_compiled_programs_if_near_limit(headroom=1e9) is None
+    before, after = memory_maps.release_compiled_programs_if_near_limit(headroom=1e9)
+    assert before > 10 and after is None
     assert all(program._cache_size() == 1 for program in programs)
 
 
 def test_past_the_headroom_the_compiled_programs_and_their_mappings_are_freed():
     programs, _arrays = _compile_programs(40)
-    released = memory_maps.release_compiled_programs_if_near_limit(headroom=0.0)
-    assert released is not None
-    before, after = released
-    assert after <= before - 40, released  # about three mappings per program (code, read-only data, data)
+    before, after = memory_maps.release_compiled_programs_if_near_limit(headroom=0.0)
+    assert after is not None and after <= before - 40, (before, after)  # ~3 per program: code, rodata, data
     assert all(program._cache_size() == 0 for program in programs)

@@ -35,6 +35,22 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_RUN: dict[str, str] = {
     **{command: f"needs a cloud account: {why}" for command, why in NEEDS_CLOUD.items()},
     "make test": "it is this test run",
+    **{
+        command: (
+            "lowers or restores vm.max_map_count, a setting of the whole machine, to reproduce the suite's old "
+            "segfault (a run of this test once crashed its own suite that way); tests/test_memory_maps.py tests "
+            "the release that prevents it"
+        )
+        for command in (
+            "echo 5000 > /proc/sys/vm/max_map_count",
+            "echo 65530 > /proc/sys/vm/max_map_count",
+            *(
+                f"MARIN_MAPS_HEADROOM={headroom} .venv/bin/python -m pytest tests/trainer/test_model.py "
+                "tests/trainer/test_chunked_loss.py tests/trainer/test_fp8.py tests/trainer/test_loop.py"
+                for headroom in ("1e9", "0.5")
+            ),
+        )
+    },
     "python experiments/exp11_mixture_shift.py": (
         "trains a second 200-step nano run and evaluates it (2.5 minutes, the suite's largest single cost) through "
         "the code path of make quickstart, which runs here; its --dry_run runs here (the plan: the quickstart's "
