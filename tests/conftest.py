@@ -192,11 +192,11 @@ def pytest_runtest_teardown(item, nextitem):
         return
     from tests import crash_log, memory_maps
 
-    before, after = memory_maps.release_compiled_programs_if_near_limit()
-    if after is not None:
-        RELEASES.append((item.path.name, before, after))
-    held = before if after is None else after
-    crash_log.note(f"memory maps after {item.path.name}: {held} of {memory_maps.max_map_count()}")
+    maps = memory_maps.release_compiled_programs_if_near_limit()
+    if maps.after is not None:
+        RELEASES.append((item.path.name, maps.before, maps.after))
+    held = maps.before if maps.after is None else maps.after
+    crash_log.note(f"memory maps after {item.path.name}: {held} of {maps.limit}")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -16,6 +16,7 @@ programs compiled by one module stay compiled for the next, as before.
 import gc
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 HEADROOM = float(os.environ.get("MARIN_MAPS_HEADROOM", "0.5"))
 """The share of ``vm.max_map_count`` past which the caches are cleared (the crash came above 0.99). The
@@ -41,18 +42,24 @@ def max_map_count() -> int:
         return DEFAULT_MAX_MAP_COUNT
 
 
-def release_compiled_programs_if_near_limit(headroom: float = HEADROOM) -> tuple[int, int | None]:
-    """Clear JAX's caches and collect garbage when this process's mappings exceed ``headroom`` of the limit.
+class MapState(NamedTuple):
+    before: int
+    """Mappings held when the check began."""
+    after: int | None
+    """Mappings held after a release; None when none was needed (or JAX is not loaded: nothing to free)."""
+    limit: int
+    """``vm.max_map_count`` as read for the check."""
 
-    Returns the mapping count before and after a release, after being None when none was needed (or JAX is
-    not loaded: nothing of it to free)."""
+
+def release_compiled_programs_if_near_limit(headroom: float = HEADROOM) -> MapState:
+    """Clear JAX's caches and collect garbage when this process's mappings exceed ``headroom`` of the limit."""
     import sys
 
-    before = map_count()
-    if "jax" not in sys.modules or before <= headroom * max_map_count():
-        return before, None
+    before, limit = map_count(), max_map_count()
+    if "jax" not in sys.modules or before <= headroom * limit:
+        return MapState(before, None, limit)
     import jax
 
     jax.clear_caches()
     gc.collect()
-    return before, map_count()
+    return MapState(before, map_count(), limit)

@@ -30,13 +30,13 @@ def test_limit_and_count_are_read_from_procfs():
 
 def test_below_the_headroom_nothing_is_released():
     programs, _ = _compile_programs(3)
-    before, after = memory_maps.release_compiled_programs_if_near_limit(headroom=1e9)
-    assert before > 10 and after is None
+    maps = memory_maps.release_compiled_programs_if_near_limit(headroom=1e9)
+    assert maps.before > 10 and maps.after is None and maps.limit == memory_maps.max_map_count()
     assert all(program._cache_size() == 1 for program in programs)
 
 
 def test_past_the_headroom_the_compiled_programs_and_their_mappings_are_freed():
     programs, _arrays = _compile_programs(40)
-    before, after = memory_maps.release_compiled_programs_if_near_limit(headroom=0.0)
-    assert after is not None and after <= before - 40, (before, after)  # ~3 per program: code, rodata, data
+    maps = memory_maps.release_compiled_programs_if_near_limit(headroom=0.0)
+    assert maps.after is not None and maps.after <= maps.before - 40, maps  # ~3 per program: code, rodata, data
     assert all(program._cache_size() == 0 for program in programs)
