@@ -11,6 +11,7 @@ matrix. The embedding and head (AdamW under both) are left out, so the ratio is 
 * ``jax``: ``OptimizerConfig(kind="muon").build`` over the stacked ``[layers, ...]`` matrices with their
   logical axes, ``tx.update`` + ``apply_updates`` jitted with the parameters and state donated, as the
   trainer's step runs it; Newton–Schulz in fp32, batched over the layers;
+* ``jax_bf16``: the same with ``muon_ns_dtype="bfloat16"`` (bf16 operands, fp32 accumulation and iterate);
 * ``torch_eager``: ``torch.optim.Muon`` (torch 2.13, its own defaults: Newton–Schulz in bf16, one matrix at
   a time) on the same matrices, one 2-D tensor per layer and projection;
 * ``torch_compile``: the same with ``optimizer.step`` under ``torch.compile``;
@@ -43,7 +44,7 @@ LR, WD, MOMENTUM, NS_STEPS = 0.02, 0.1, 0.95, 5
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
-def jax_worker(config: str, steps: int) -> dict:
+def jax_worker(config: str, steps: int, ns_dtype: str = "float32") -> dict:
     import jax
     import numpy as np
 
@@ -62,6 +63,7 @@ def jax_worker(config: str, steps: int) -> dict:
         weight_decay=WD,
         muon_momentum=MOMENTUM,
         muon_ns_steps=NS_STEPS,
+        muon_ns_dtype=ns_dtype,
         max_grad_norm=None,
         schedule="constant",
         warmup=0,
@@ -120,6 +122,7 @@ def torch_worker(config: str, steps: int, compile: bool, fp32: bool) -> dict:
 
 PEERS = {
     "jax": ("project", lambda config, steps: jax_worker(config, steps)),
+    "jax_bf16": ("project", lambda config, steps: jax_worker(config, steps, ns_dtype="bfloat16")),
     "torch_eager": ("torch", lambda config, steps: torch_worker(config, steps, compile=False, fp32=False)),
     "torch_compile": ("torch", lambda config, steps: torch_worker(config, steps, compile=True, fp32=False)),
     "torch_fp32": ("torch", lambda config, steps: torch_worker(config, steps, compile=True, fp32=True)),

@@ -359,6 +359,7 @@ def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerC
         kind=train.optimizer,
         muon_lr_scaling=train.muon_lr_scaling,
         muon_adam_learning_rate=train.muon_adam_learning_rate,
+        muon_ns_dtype=train.muon_ns_dtype,
         learning_rate=train.learning_rate,
         weight_decay=train.weight_decay,
         decay_embeddings=train.decay_embeddings,

@@ -59,8 +59,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from marin.identity import added_field
 from marin.trainer.axes import EMBED, VOCAB
-from marin.trainer.muon import LR_SCALINGS, MatrixDims, is_axes, matrix_dims, scale_by_muon
+from marin.trainer.muon import LR_SCALINGS, NS_DTYPES, MatrixDims, is_axes, matrix_dims, scale_by_muon
 from marin.trainer.soap import scale_by_soap
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,9 @@ class OptimizerConfig:
     muon_momentum: float = 0.95
     muon_nesterov: bool = True
     muon_ns_steps: int = 5
+    muon_ns_dtype: str = added_field("float32")
+    """The operands of Newton–Schulz's matmuls: float32, or bfloat16 as torch's and Keller Jordan's Muon (fp32
+    accumulation either way; docs/optimizers.md measures both)."""
     muon_lr_scaling: str = "jordan"
     """jordan: sqrt(max(1, fan_out / fan_in)) (Keller Jordan; torch's "original"); moonlight:
     0.2 * sqrt(max(fan_in, fan_out)) (Liu et al. 2025; torch's "match_rms_adamw": AdamW's lr carries over)."""
@@ -119,6 +123,10 @@ class OptimizerConfig:
         if self.muon_lr_scaling not in LR_SCALINGS:
             raise ValueError(
                 f"OptimizerConfig.muon_lr_scaling must be one of {LR_SCALINGS}, got {self.muon_lr_scaling!r}"
+            )
+        if self.muon_ns_dtype not in NS_DTYPES:
+            raise ValueError(
+                f"OptimizerConfig.muon_ns_dtype must be one of {tuple(NS_DTYPES)}, got {self.muon_ns_dtype!r}"
             )
         if not 0 <= self.muon_momentum < 1 or self.muon_ns_steps < 1:
             raise ValueError(
@@ -228,6 +236,7 @@ class OptimizerConfig:
             nesterov=self.muon_nesterov,
             ns_steps=self.muon_ns_steps,
             lr_scaling=self.muon_lr_scaling,
+            ns_dtype=self.muon_ns_dtype,
         )
         ratio = (self.muon_adam_learning_rate or self.learning_rate) / self.learning_rate
         adam_ratio = jax.tree.map(lambda label: 1.0 if label == "matrix" else ratio, labels)
