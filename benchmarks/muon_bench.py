@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/muon_bench.py                       # medium's hidden matrices, 3 rounds
     .venv/bin/python benchmarks/muon_bench.py --configs small medium --rounds 5
+    .venv/bin/python benchmarks/muon_bench.py --peers jax jax_bf16 --out /tmp/muon.json   # the lab's two precisions
 
 What is timed is the optimizer alone, on the hidden matrices Muon owns (``trainer_bench``'s ``small`` or
 ``medium`` model: per layer wq, wk, wv, wo, w_gate, w_up, w_down): one update is momentum, Nesterov, five
@@ -15,7 +16,9 @@ matrix. The embedding and head (AdamW under both) are left out, so the ratio is 
 * ``torch_eager``: ``torch.optim.Muon`` (torch 2.13, its own defaults: Newton–Schulz in bf16, one matrix at
   a time) on the same matrices, one 2-D tensor per layer and projection;
 * ``torch_compile``: the same with ``optimizer.step`` under ``torch.compile``;
-* ``torch_fp32``: torch's Muon with its Newton–Schulz in fp32 (the lab's precision), compiled.
+* ``torch_fp32``: torch's Muon with its Newton–Schulz in fp32 (the lab's default precision), eager: the
+  cast is replaced by monkeypatching ``Tensor.bfloat16``, which ``torch.compile`` does not see (compiled, the
+  patched step ran as fast as bf16's, 0.93 s against eager fp32's 3.53 s at ``medium``, 2026-11-30).
 
 Every peer runs in a fresh process per round, the order rotating; each process runs ``--steps`` untimed
 updates (the first compiles) and ``--steps`` timed ones, synchronized once at the end. The table gives the
@@ -125,7 +128,7 @@ PEERS = {
     "jax_bf16": ("project", lambda config, steps: jax_worker(config, steps, ns_dtype="bfloat16")),
     "torch_eager": ("torch", lambda config, steps: torch_worker(config, steps, compile=False, fp32=False)),
     "torch_compile": ("torch", lambda config, steps: torch_worker(config, steps, compile=True, fp32=False)),
-    "torch_fp32": ("torch", lambda config, steps: torch_worker(config, steps, compile=True, fp32=True)),
+    "torch_fp32": ("torch", lambda config, steps: torch_worker(config, steps, compile=False, fp32=True)),
 }
 
 
@@ -168,9 +171,10 @@ def main() -> None:
         }
         report["configs"][config] = rows
         print(f"\n{config}: seconds per Muon update, median [min-max] over fresh processes")
-        ours = rows.get("jax")
+        labs = {lab: rows[lab]["seconds_per_update"] for lab in ("jax", "jax_bf16") if lab in rows}
+        print("  (the last columns: how many times as fast as this peer each of the lab's runs is)")
         for name, row in rows.items():
-            speed = f"  ours is {row['seconds_per_update'] / ours['seconds_per_update']:.2f}x as fast" if ours else ""
+            speed = "".join(f"  {lab} {row['seconds_per_update'] / s:.2f}x" for lab, s in labs.items())
             spread = f"[{row['min'] * 1e3:.1f}-{row['max'] * 1e3:.1f}]"
             print(f"  {name:14s} {row['seconds_per_update'] * 1e3:8.1f} ms {spread}{speed}")
     write_report(report, args.out)

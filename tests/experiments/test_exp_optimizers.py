@@ -58,3 +58,24 @@ def test_tiny_study_picks_learning_rates_and_measures_speedups(books_store, ray_
     assert all(0 < s["loss"] < 8 for s in record["settings"])  # bits per byte of a model that learned something
     assert "| speedup over AdamW |" in (Path(path) / "study.md").read_text()
     assert (Path(path) / "speedup.png").exists() and record["plots"] == ["speedup.png"]
+
+
+def test_the_precision_comparison_reuses_the_study_s_fp32_runs_and_adds_bf16_ones():
+    """exp44_muon_ns_dtype: its fp32 runs are the study's own (muon_ns_dtype at its default is not hashed),
+    its bf16 runs are new steps that differ only in that field."""
+    from experiments import exp44_muon_ns_dtype as ab
+
+    evals = ab.build()
+    plan = Executor(prefix="/lab").plan(evals)
+    runs = [s for s in plan.steps if s.name.startswith("checkpoints/")]
+    assert len({s.output_path for s in runs}) == len(evals) == 4
+    study = {
+        Executor(prefix="/lab").plan([s]).steps[-1].output_path
+        for s in exp_optimizers.STUDY["runs"]
+        if s.name.startswith(f"checkpoints/opt-muon-h{ab.WIDTH}-{ab.RATIO}x-lr{ab.LEARNING_RATE:g}")
+    }
+    by_dtype = {}
+    for step in runs:
+        by_dtype.setdefault(step.step.config.optimizer.value.muon_ns_dtype, set()).add(step.output_path)
+    assert by_dtype["float32"] == study  # seed 0 and the seed-1 rerun of the best setting: the study's runs
+    assert len(by_dtype["bfloat16"]) == 2 and not by_dtype["bfloat16"] & study
