@@ -39,4 +39,10 @@ def test_tiny_books_ladder_fits_and_predicts_on_held_out_books(books_store, ray_
         results = json.loads((Path(run["eval_path"]) / "results.json").read_text())["validation"]["gutenberg"]
         assert run["loss"] == results["bits_per_byte"] and 1.0 < run["loss"] < 8.0
         assert results["documents"] == 1 and results["bytes"] == first_book
-    assert 1.0 < fit["prediction"]["loss"] < 8.0
+    prediction = fit["prediction"]
+    assert 1.0 < prediction["loss"] < 8.0 and prediction["budget"] == 2.4e10
+    low, high = prediction["bootstrap_interval"]
+    assert low < prediction["loss"] < high
+    assert fit["laws"]["loss"]["gamma"] > 0  # the fitted law falls with compute...
+    top = min(run["loss"] for run in fit["runs"] if run["budget"] == 6e9)
+    assert prediction["loss"] < top  # ...so 4x the top budget is predicted below its best run (here 3.12 < 3.38)
