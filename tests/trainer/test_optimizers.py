@@ -124,6 +124,23 @@ def test_on_eight_devices_equals_one_and_restores_across_meshes(kind, tmp_path):
     assert "Involuntary full rematerialization" not in proc.stderr
 
 
+def test_muon_with_bf16_newton_schulz_on_eight_devices_equals_one_to_bf16_rounding():
+    """Three Muon updates with ``muon_ns_dtype="bfloat16"`` on parameters sharded over 8 host devices (FSDP,
+    TP) against one device. The sharded matmuls sum in another order, and a last-bit change in an fp32 sum can
+    flip the next bf16 cast, so they agree to bf16 rounding (measured 0.6-1.0% of the largest displacement;
+    fp32 gives 2e-6, and the fp32 default's trainer runs are compared above). A per-shard orthogonalization
+    would be off by order 100%."""
+    script = Path(__file__).with_name("muon_sharding_script.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    proc = subprocess.run([sys.executable, str(script), "bfloat16"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 8
+    for name in ("bfloat16/fsdp", "bfloat16/tp"):
+        run = report[name]
+        assert run["sharded_leaves"] >= 5 and run["max_diff"] <= 5e-2 * run["displacement"], (name, run)
+
+
 def test_soap_on_a_multi_device_cpu_mesh_is_refused_naming_why(tmp_path):
     code = (
         "import sys; from pathlib import Path; from marin.trainer import train; from marin.trainer.mesh import "
