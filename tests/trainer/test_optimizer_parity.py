@@ -61,6 +61,13 @@ def _close(ours, ref, what: str, rtol: float = RTOL) -> None:
     assert err <= rtol * scale, f"{what}: max |ours - reference| = {err:.3g}, reference scale {scale:.3g}"
 
 
+def _matrix_dims_per_leaf(axes) -> list:
+    """``matrix_dims`` of every parameter, in leaf order: a ``MatrixDims`` for Muon's and SOAP's matrices, None
+    for AdamW's parameters."""
+    dims = jax.tree.map(matrix_dims, axes, is_leaf=is_axes)
+    return jax.tree.leaves(dims, is_leaf=lambda d: d is None or isinstance(d, MatrixDims))
+
+
 def _leaves_with_names(tree):
     return [("/".join(str(getattr(k, "key", k)) for k in path), leaf) for path, leaf in jax.tree.leaves_with_path(tree)]
 
@@ -103,9 +110,7 @@ def test_muon_equals_torch_muon_and_adamw_on_the_rest(lr_scaling, monkeypatch):
     ours = _run_ours(config, params, grads)
 
     axes = param_axes(CFG)
-    dims = jax.tree.leaves(
-        jax.tree.map(matrix_dims, axes, is_leaf=is_axes), is_leaf=lambda d: d is None or isinstance(d, MatrixDims)
-    )
+    dims = _matrix_dims_per_leaf(axes)
     decays = jax.tree.leaves(config.decay_mask(axes))
     named = _leaves_with_names(params)
     assert sum(d is not None for d in dims) == 7  # wq wk wv wo w_gate w_up w_down; not embed, lm_head, norms
@@ -158,10 +163,7 @@ def test_muon_in_bf16_follows_torch_muon_as_shipped():
     base = dict(kind="muon", learning_rate=0.02, weight_decay=0.1, schedule="constant", warmup=0, max_grad_norm=None)
     params, grads = _tree()
     ours = {dt: _run_ours(OptimizerConfig(**base, muon_ns_dtype=dt), params, grads)[-1][0] for dt in NS_DTYPES}
-    dims = jax.tree.leaves(
-        jax.tree.map(matrix_dims, param_axes(CFG), is_leaf=is_axes),
-        is_leaf=lambda d: d is None or isinstance(d, MatrixDims),
-    )
+    dims = _matrix_dims_per_leaf(param_axes(CFG))
     layout, matrices = [], []
     for (name, leaf), d in zip(_leaves_with_names(params), dims):
         views = [np.asarray(leaf)] if d is None else _matrix_views(np.asarray(leaf), d)
@@ -365,9 +367,7 @@ def test_soap_equals_the_authors_reference_and_adamw_on_the_rest(weight_decay):
     params, grads = _tree(square)
     ours = _run_ours(config, params, grads, square)
     axes = param_axes(square)
-    dims = jax.tree.leaves(
-        jax.tree.map(matrix_dims, axes, is_leaf=is_axes), is_leaf=lambda d: d is None or isinstance(d, MatrixDims)
-    )
+    dims = _matrix_dims_per_leaf(axes)
     decays = jax.tree.leaves(config.decay_mask(axes))
     layout, matrices, adam_decay, adam_plain = [], [], [], []
     for (name, leaf), d, decay in zip(_leaves_with_names(params), dims, decays):
