@@ -85,6 +85,10 @@ CONFIGS = {
     "quickstart": dict(
         vocab_size=2048, hidden_dim=256, mlp_dim=688, num_layers=2, num_heads=4, num_kv_heads=4, seq_len=256, batch=16
     ),
+    # nanoGPT's CPU baby GPT as experiments/shakespeare_char.py trains it (character vocabulary, batch 12).
+    "baby": dict(
+        vocab_size=66, hidden_dim=128, mlp_dim=344, num_layers=4, num_heads=4, num_kv_heads=4, seq_len=64, batch=12
+    ),
     # GPU configs (issue 29): llama_150m's and llama_1b's blocks (untied) at seq 2048, with the 8k vocab of
     # the bundled tokenizer that benchmarks/train_run.py trains the same model with.
     "gpu_150m": dict(
@@ -122,7 +126,16 @@ CONFIGS = {
     ),
 }
 # Timed steps per process (as many untimed ones before them): a few seconds to tens of seconds per turn.
-STEPS = {"nano": 30, "small": 8, "medium": 4, "quickstart": 30, "gpu_150m": 20, "gpu_1b": 20, "gpu_8b_blocks": 10}
+STEPS = {
+    "baby": 100,
+    "nano": 30,
+    "small": 8,
+    "medium": 4,
+    "quickstart": 30,
+    "gpu_150m": 20,
+    "gpu_1b": 20,
+    "gpu_8b_blocks": 10,
+}
 PEAK_N = 2048  # the peak is the best rate of an n x n x n matmul, per framework and dtype
 LR, WD, CLIP, BETAS, EPS = 1e-3, 0.1, 1.0, (0.9, 0.95), 1e-8
 ADAMW = dict(learning_rate=LR, weight_decay=WD, max_grad_norm=CLIP, beta1=BETAS[0], beta2=BETAS[1], epsilon=EPS)
@@ -379,13 +392,15 @@ def levanter_worker(c: dict, variant: dict):
 
 
 def jax_peak_worker(c: dict, variant: dict):
-    """A 'peak' pseudo-peer: XLA's ``n x n x n`` matmul in the variant's dtype (for MFU and the host record)."""
+    """A 'peak' pseudo-peer: XLA's ``n x n x n`` matmul of operands in the variant's dtype (for MFU and the host
+    record)."""
     import jax
     import jax.numpy as jnp
 
     dtype = jnp.dtype(variant.get("compute_dtype", "float32"))
     a = b = jnp.full((PEAK_N, PEAK_N), 0.01, dtype)
-    mm = jax.jit(lambda a, b: a @ b)
+    # bf16 operands with an fp32 result, as dense() multiplies them (XLA:CPU's fast bf16 kernels)
+    mm = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
     return lambda: mm(a, b), lambda out: float(out[0, 0])
 
 

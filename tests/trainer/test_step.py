@@ -105,6 +105,35 @@ def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny, backend, fp32_per_laye
     assert not_bf16 == [("f32", "bf16")] * (fp32_per_layer * cfg.num_layers), not_bf16
 
 
+def _compiled_dot_operand_types(cfg, compute_dtype):
+    """(lhs, rhs) element types of every dot in the step as XLA:CPU compiled it, after its own passes."""
+    policy = PrecisionPolicy(compute_dtype=compute_dtype)
+    opt, tx, state = _state(cfg, policy=policy)
+    step = make_train_step(cfg, tx, opt.lr_schedule(100), StepConfig(precision=policy))
+    text = step.lower(state, _batch(cfg)).compile().as_text()
+    found = []
+    for computation in re.split(r"\n(?=\S)", text):
+        types = dict(re.findall(r"(%[\w.\-]+) = (\w+)\[", computation))
+        for operands in re.findall(r"= \w+\[[\d,]*\]\S* dot\((%[\w.\-]+), (%[\w.\-]+)\)", computation):
+            found.append(tuple(types[name] for name in operands))
+    return found, step, state
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own passes")
+def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny):
+    """XLA:CPU upcasts a bf16 dot to fp32 (its operand upcaster) when an operand has a transposed layout:
+    before ``layouts.row_major`` that was 56 of the tiny step's 57 dots (the weight gradients, the GQA
+    attention's products), ~3x slower than the bf16 kernels on an AMX host (docs/real_text.md). The
+    lowered program cannot show it; the compiled one does. The step must also run: a bf16 x bf16 -> fp32
+    dot that reaches XLA's generic dot instead of YNNPACK fails at run time ("Unsupported element type for
+    DotThunk"), as the attention backward's once did when XLA folded a transpose into it."""
+    found, step, state = _compiled_dot_operand_types(tiny, "bfloat16")
+    assert len(found) > 20 * tiny.num_layers  # the whole step
+    assert [types for types in found if types != ("bf16", "bf16")] == []
+    _, metrics = step(state, _batch(tiny))
+    assert np.isfinite(float(metrics["loss"]))
+
+
 def test_step_donates_state_counts_steps_and_updates_ema(tiny):
     opt, tx, state = _state(tiny, ema=True)
     step = make_train_step(tiny, tx, opt.lr_schedule(100), StepConfig(ema_decay=0.5))

@@ -24,6 +24,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from marin.trainer.layouts import row_major
+
 BLOCKWISE_QUERY_BLOCK = 128
 """Query positions per block from seq 512 up; shorter sequences use blocks of 64 (docs/trainer.md has the
 measurements)."""
@@ -36,8 +38,8 @@ def blockwise_attention(q, k, v, segment_ids, window=None):
     kv_heads = k.shape[2]
     group = heads // kv_heads
     rows = q.reshape(batch, seq, kv_heads, group, head_dim).transpose(0, 2, 1, 3, 4)  # [b, kv, seq, group, hd]
-    rows = rows.reshape(batch, kv_heads, seq * group, head_dim)  # [batch, kv_heads, seq * group, head_dim]
-    k_t, v_t = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [batch, kv_heads, seq, head_dim]
+    rows = row_major(rows.reshape(batch, kv_heads, seq * group, head_dim))  # [batch, kv_heads, seq * group, hd]
+    k_t, v_t = row_major(k.transpose(0, 2, 1, 3)), row_major(v.transpose(0, 2, 1, 3))  # [b, kv_heads, seq, hd]
     block = BLOCKWISE_QUERY_BLOCK if seq > 256 else BLOCKWISE_QUERY_BLOCK // 2
     out = _attend(rows, k_t, v_t, segment_ids, group, block, window)  # [batch, kv_heads, seq * group, hd]
     out = out.reshape(batch, kv_heads, seq, group, head_dim).transpose(0, 2, 1, 3, 4)  # [b, seq, kv, group, hd]
@@ -104,8 +106,8 @@ def _attend_bwd(group, block, window, residuals, d_out):
     rows, k, v, out, probs = residuals
     seq, scale = k.shape[2], rows.shape[-1] ** -0.5
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)  # [b, kv, rows, 1]
-    # [b, kv, head_dim, rows], materialised (the barrier keeps XLA from folding the transposes into the dots)
-    rows_t, d_out_t = jax.lax.optimization_barrier((jnp.swapaxes(rows, 2, 3), jnp.swapaxes(d_out, 2, 3)))
+    # [b, kv, head_dim, rows], materialised row-major (XLA would otherwise fold the transposes into the dots)
+    rows_t, d_out_t = row_major(jnp.swapaxes(rows, 2, 3)), row_major(jnp.swapaxes(d_out, 2, 3))
     d_rows, d_k_t, d_v_t = [], [], []
     for (lo, start, stop), p in zip(_blocks(seq, block, window), probs):
         r = slice(start * group, stop * group)
@@ -113,8 +115,9 @@ def _attend_bwd(group, block, window, residuals, d_out):
         d_s = (p * (d_p - delta[:, :, r]) * scale).astype(rows.dtype)
         d_rows.append(_dot(d_s, k[:, :, lo:stop]).astype(rows.dtype))  # [b, kv, rows, head_dim]
         pad = ((0, 0), (0, 0), (0, 0), (lo, seq - stop))  # keys outside lo:stop saw none of this block's queries
-        d_k_t.append(jnp.pad(_dot(rows_t[..., r], d_s), pad))  # [b, kv, head_dim, seq]
-        d_v_t.append(jnp.pad(_dot(d_out_t[..., r], p.astype(d_out.dtype)), pad))
+        # [b, kv, head_dim, seq]; row_major keeps XLA from turning the final transpose into dS^T Q (slow)
+        d_k_t.append(jnp.pad(row_major(_dot(rows_t[..., r], d_s)), pad))
+        d_v_t.append(jnp.pad(row_major(_dot(d_out_t[..., r], p.astype(d_out.dtype))), pad))
     d_k = jnp.swapaxes(sum(d_k_t), 2, 3).astype(k.dtype)  # [b, kv, seq, head_dim]
     d_v = jnp.swapaxes(sum(d_v_t), 2, 3).astype(v.dtype)
     return jnp.concatenate(d_rows, axis=2), d_k, d_v, None  # segment ids: integers, no gradient

@@ -18,8 +18,15 @@ Why a helper, with its own backward on every platform:
   The weight gradient ``dW = x^T @ g`` is transposed on the left, so XLA runs it through a slow generic
   contraction (Eigen's operand packing shows up in profiles; docs/trainer.md) and may even materialise
   the far larger ``g^T`` (64 MB for nano's logits). On CPU the backward materialises ``x^T`` explicitly
-  (an ``optimization_barrier`` stops XLA from folding it back into the dot), which is small; elsewhere
-  the transposes stay free for the GEMM library to absorb. The math is the same either way.
+  in row-major order (``layouts.row_major``: a layout constraint stops XLA from folding it back into the
+  dot, and from upcasting a bf16 dot to fp32 over its layout), which is small; elsewhere the transposes
+  stay free for the GEMM library to absorb. The math is the same either way.
+* On CPU, a product of bf16 operands asks for an fp32 result and casts it down. XLA:CPU sends
+  bf16 x bf16 -> fp32 to YNNPACK (AMX/AVX512-BF16 where the host has them) but runs bf16 -> bf16
+  through a slower path: at the baby Shakespeare model's shapes ([768, 128] x [128, 344] and the like)
+  2.3-3.7x faster than fp32 and ~3.5x faster than bf16 -> bf16 on the Intel host (AMX;
+  docs/real_text.md). Accelerators accumulate in fp32 inside the GEMM anyway, so there the product keeps
+  the operands' dtype and no convert is added.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from marin.trainer.layouts import row_major
 from marin.trainer.model.fp8 import fp8_matmul
 
 MATMUL_DTYPES = ("default", "float8")
@@ -55,26 +63,33 @@ def dense(x: jax.Array, w: jax.Array, n_in: int = 1, out_dtype=None, matmul_dtyp
     return y.reshape(*x.shape[:-n_in], *outer)
 
 
-def _matmul(x: jax.Array, w: jax.Array, out_dtype) -> jax.Array:
-    return jnp.dot(x, w, preferred_element_type=out_dtype)
+_NN = (((1,), (0,)), ((), ()))  # a @ b
+_NT = (((1,), (1,)), ((), ()))  # a @ b.T, with no transpose op for XLA to lay out
+
+
+def _dot(a: jax.Array, b: jax.Array, dims, out_dtype, on_cpu: bool) -> jax.Array:
+    """A 2-D product in ``out_dtype``; on CPU, narrow operands go through an fp32 result (the fast kernels)."""
+    if on_cpu and jnp.dtype(a.dtype).itemsize < 4:
+        return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32).astype(out_dtype)
+    return jax.lax.dot_general(a, b, dims, preferred_element_type=out_dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _matmul_compute_dtype_grads(x: jax.Array, w: jax.Array, out_dtype, materialize_x_t: bool) -> jax.Array:
-    return _matmul(x, w, out_dtype)
+def _matmul_compute_dtype_grads(x: jax.Array, w: jax.Array, out_dtype, on_cpu: bool) -> jax.Array:
+    return _dot(x, w, _NN, out_dtype, on_cpu)
 
 
-def _forward(x, w, out_dtype, materialize_x_t):
-    return _matmul(x, w, out_dtype), (x, w)
+def _forward(x, w, out_dtype, on_cpu):
+    return _dot(x, w, _NN, out_dtype, on_cpu), (x, w)
 
 
-def _backward(out_dtype, materialize_x_t, residuals, g):
+def _backward(out_dtype, on_cpu, residuals, g):
     x, w = residuals
     g = g.astype(x.dtype)  # gradients flow in the compute dtype
-    dx = jnp.dot(g, w.T)  # [tokens, in]: a right-transposed operand is on XLA:CPU's fast path
-    x_t = jax.lax.optimization_barrier(x.T) if materialize_x_t else x.T  # [in, tokens]
-    dw = jnp.dot(x_t, g)  # [in, out]: on CPU not left-transposed, since x_t is materialised
-    return dx, dw.astype(w.dtype)
+    dx = _dot(g, w, _NT, x.dtype, on_cpu)  # [tokens, in]: a right-transposed operand is on XLA:CPU's fast path
+    x_t = row_major(x.T) if on_cpu else x.T  # [in, tokens]
+    dw = _dot(x_t, g, _NN, w.dtype, on_cpu)  # [in, out]: on CPU not left-transposed, since x_t is materialised
+    return dx, dw
 
 
 _matmul_compute_dtype_grads.defvjp(_forward, _backward)
