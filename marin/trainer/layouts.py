@@ -4,8 +4,9 @@ XLA:CPU runs a dot through its fast YNNPACK kernels only when both operands are 
 contracts its last dim. A transpose in JAX is a relabelled layout until layout assignment decides otherwise,
 and before that XLA's operand upcaster turns a bf16 dot whose operand has a transposed layout into an fp32
 one (convert, then the fp32 kernel): ~3x slower than the bf16 kernel at the baby Shakespeare model's shapes
-(docs/real_text.md). An ``optimization_barrier`` keeps the transpose from being folded into the dot but
-not its layout; a layout constraint fixes the copy's layout before those passes run, for every dtype.
+(docs/trainer.md, "Built (2026-11-30)"). An ``optimization_barrier`` keeps the transpose from being folded
+into the dot but not its layout; a layout constraint fixes the copy's layout before those passes run, for
+every dtype.
 """
 
 from __future__ import annotations

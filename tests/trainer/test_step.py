@@ -123,7 +123,7 @@ def _compiled_dot_operand_types(cfg, compute_dtype):
 def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny):
     """XLA:CPU upcasts a bf16 dot to fp32 (its operand upcaster) when an operand has a transposed layout:
     before ``layouts.row_major`` that was 56 of the tiny step's 57 dots (the weight gradients, the GQA
-    attention's products), ~3x slower than the bf16 kernels on an AMX host (docs/real_text.md). The
+    attention's products), ~3x slower than the bf16 kernels on an AMX host (docs/trainer.md, "Built (2026-11-30)"). The
     lowered program cannot show it; the compiled one does. The step must also run: a bf16 x bf16 -> fp32
     dot that reaches XLA's generic dot instead of YNNPACK fails at run time ("Unsupported element type for
     DotThunk"), as the attention backward's once did when XLA folded a transpose into it."""

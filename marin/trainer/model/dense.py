@@ -24,8 +24,8 @@ Why a helper, with its own backward on every platform:
 * On CPU, a product of bf16 operands asks for an fp32 result and casts it down. XLA:CPU sends
   bf16 x bf16 -> fp32 to YNNPACK (AMX/AVX512-BF16 where the host has them) but runs bf16 -> bf16
   through a slower path: at the baby Shakespeare model's shapes ([768, 128] x [128, 344] and the like)
-  2.3-3.7x faster than fp32 and ~3.5x faster than bf16 -> bf16 on the Intel host (AMX;
-  docs/real_text.md). Accelerators accumulate in fp32 inside the GEMM anyway, so there the product keeps
+  2.3-3.7x faster than fp32 and ~3.5x faster than bf16 -> bf16 on the Intel host (AMX; docs/trainer.md,
+  "Built (2026-11-30)"). Accelerators accumulate in fp32 inside the GEMM anyway, so there the product keeps
   the operands' dtype and no convert is added.
 """
 
