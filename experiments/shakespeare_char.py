@@ -16,7 +16,7 @@ only 1.88". This experiment trains at those settings on the same split (``prepar
 - validation loss on 20 batches of 12 every 250 iterations;
 - mixed precision: fp32 parameters and optimizer state, bf16 activations and matmuls with fp32 results (what
   nanoGPT does on a GPU; its CPU path runs fp32). On an AMX host that is 1.3x the fp32 step, with the final
-  loss within 0.003 of the fp32 run's (docs/real_text.md).
+  loss 0.004 below the fp32 run's (docs/real_text.md).
 
 The model is the lab's Llama block (RMSNorm, RoPE, SwiGLU, tied embeddings) where nanoGPT's is GPT-2's
 (LayerNorm, learned positions, GELU MLP): the SwiGLU width 344 makes the parameter counts agree within 0.5%
