@@ -215,7 +215,11 @@ def test_expert_parallelism_on_8_devices_equals_one_device(tmp_path):
     """The tiny MoE (4 experts) trained 5 steps on one device, on 8 fsdp devices (routing per device, no expert
     axis), with experts over 4 devices (x 2 fsdp), and over 4 (x 2 tensor); restoring the expert-parallel
     checkpoint on one device is bitwise."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8",
+    }
     jobs = ["single", "fsdp", "ep", "ep_tp", "restore:ep:single"]
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), str(tmp_path), "--moe", *jobs], env=env, capture_output=True, text=True
@@ -365,7 +369,11 @@ def test_capacity_with_expert_parallelism_equals_the_same_capacity_without():
     """Capacity 1.0 on 8 host devices: per device (GShard's groups) with experts over 4 devices, exchanged as
     GShard's [experts, capacity] buffers, gives the output, the dropped count and the gradients of the same
     capacity on 8 fsdp devices without an expert axis; some assignments are dropped, so the check has teeth."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8",
+    }
     proc = subprocess.run([sys.executable, "-c", _CAPACITY_EP_SCRIPT], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = json.loads(proc.stdout.strip().splitlines()[-1])

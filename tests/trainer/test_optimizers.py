@@ -131,7 +131,11 @@ def test_muon_with_bf16_newton_schulz_on_eight_devices_equals_one_to_bf16_roundi
     fp32 gives 2e-6, and the fp32 default's trainer runs are compared above). A per-shard orthogonalization
     would be off by order 100%."""
     script = Path(__file__).with_name("muon_sharding_script.py")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8",
+    }
     proc = subprocess.run([sys.executable, str(script), "bfloat16"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-5000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -147,7 +151,11 @@ def test_soap_on_a_multi_device_cpu_mesh_is_refused_naming_why(tmp_path):
         "MeshConfig; from tests.trainer.tiny_run import tiny_config; "
         "train(tiny_config(Path(sys.argv[1]), MeshConfig(fsdp=-1), 'fsdp', optimizer='soap'))"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8",
+    }
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "kind='soap' on a CPU mesh of 8 devices" in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "r" / "checkpoints").exists()

@@ -152,3 +152,56 @@ def test_step_donates_state_counts_steps_and_updates_ema(tiny):
 def test_config_validation():
     with pytest.raises(ValueError, match="num_microbatches must be >= 1, got 0"):
         StepConfig(num_microbatches=0)
+
+
+def _five_steps(cfg, compute_dtype):
+    """Losses and parameters after five steps of the tiny model (the compile-flags check below)."""
+    policy = PrecisionPolicy(compute_dtype=compute_dtype)
+    opt, tx, state = _state(cfg, policy=policy)
+    step = make_train_step(cfg, tx, opt.lr_schedule(100), StepConfig(precision=policy))
+    losses = []
+    for i in range(5):
+        state, metrics = step(state, _batch(cfg, step=i))
+        losses.append(float(metrics["loss"]))
+    return losses, [np.asarray(leaf, np.float32).tolist() for leaf in jax.tree.leaves(jax.device_get(state.params))]
+
+
+_FIVE_STEPS_ON_XLAS_DEFAULTS = """
+import json, sys
+from tests.trainer.conftest import tiny_model
+from tests.trainer.test_step import _five_steps
+print(json.dumps(_five_steps(tiny_model(), sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_the_suites_xla_flags_train_like_xlas_defaults(tiny, compute_dtype):
+    """The suite compiles with ``tests/conftest.py``'s ``TEST_XLA_FLAGS`` (the older fusion emitters at LLVM
+    -O1: a third of the compile time). Five steps of the tiny model under them give XLA's defaults' losses
+    and parameters to rounding: the flags change how fused elementwise code is generated, not what the step
+    computes, so what the suite asserts holds for what users run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import TEST_XLA_FLAGS
+
+    if os.environ.get("MARIN_TEST_XLA_DEFAULTS") != "1":
+        assert TEST_XLA_FLAGS in os.environ["XLA_FLAGS"]
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "XLA_FLAGS": ""}
+    env.pop("JAX_COMPILATION_CACHE_DIR")  # a cache of its own: the key does not cover every flag
+    proc = subprocess.run(
+        [sys.executable, "-c", _FIVE_STEPS_ON_XLAS_DEFAULTS, compute_dtype], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    default_losses, default_params = json.loads(proc.stdout.strip().splitlines()[-1])
+    losses, params = _five_steps(tiny, compute_dtype)
+    tolerance = 1e-5 if compute_dtype == "float32" else 2e-2
+    np.testing.assert_allclose(losses, default_losses, rtol=tolerance)
+    assert losses[-1] < losses[0] - 0.1  # it trains
+    assert len(params) == len(default_params) > 10
+    for value, default in zip(params, default_params):
+        np.testing.assert_allclose(value, default, rtol=0, atol=tolerance * 10)
