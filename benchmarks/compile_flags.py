@@ -1,4 +1,4 @@
-"""What the test suite's XLA:CPU flags (``tests/conftest.py``'s ``TEST_XLA_FLAGS``) buy and cost, against XLA's
+"""What the test suite's XLA:CPU flags (``tests/compile_cache.py``'s ``TEST_XLA_FLAGS``) buy and cost, against XLA's
 defaults, side by side in fresh processes:
 
     PYTHONPATH=. .venv/bin/python benchmarks/compile_flags.py --rounds 2
@@ -30,10 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FLAG_SETS = {
-    "defaults": "",
-    "test_flags": "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1",
-}
+from tests.compile_cache import TEST_XLA_FLAGS  # noqa: E402
+
+FLAG_SETS = {"defaults": "", "test_flags": TEST_XLA_FLAGS}
 
 
 def _measure() -> dict:

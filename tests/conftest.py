@@ -23,17 +23,8 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 # GCE metadata server on every new filesystem. fsspec reads FSSPEC_<PROTOCOL>_<ARG> when it is imported.
 os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
 
-TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1"
-"""XLA:CPU flags for the test session's pytest process and its subprocesses, set before JAX is imported (the
-session's Ray cluster starts on the user's flags: ``ray_address``). The suite's tiny programs spend their
-time compiling, not running: XLA's older elemental fusion emitters at LLVM -O1 compile the tiny model's
-train step in 1.9 s against 4.7 s and its parameter init in 1.8 s against 3.9 s, while the step runs as fast
-(6.8 ms against 7.5) and the quickstart-size step 10% slower (benchmarks/compile_flags.py,
-docs/installation.md). Results agree with the default compile to fp32 rounding, not bitwise (the fused
-elementwise code is generated differently), so every bitwise comparison in the suite computes both sides
-under these flags, and ``test_the_suites_xla_flags_train_like_xlas_defaults`` checks them against the defaults.
-``MARIN_TEST_XLA_DEFAULTS=1`` runs the suite on XLA's defaults; a GPU run
-(``MARIN_TEST_JAX_PLATFORMS=cuda``) never gets them."""
+from tests.compile_cache import TEST_XLA_FLAGS  # noqa: E402
+
 USERS_XLA_FLAGS = os.environ.get("XLA_FLAGS")
 if os.environ.get("MARIN_TEST_XLA_DEFAULTS") != "1" and os.environ.get("MARIN_TEST_JAX_PLATFORMS", "cpu") == "cpu":
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()

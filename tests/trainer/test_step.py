@@ -176,7 +176,7 @@ print(json.dumps(_five_steps(tiny_model(), sys.argv[1])))
 
 @pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
 def test_the_suites_xla_flags_train_like_xlas_defaults(tiny, compute_dtype):
-    """The suite compiles with ``tests/conftest.py``'s ``TEST_XLA_FLAGS`` (the older fusion emitters at LLVM
+    """The suite compiles with ``tests/compile_cache.py``'s ``TEST_XLA_FLAGS`` (the older fusion emitters at LLVM
     -O1: a third of the compile time). Five steps of the tiny model under them give XLA's defaults' losses
     and parameters to rounding: the flags change how fused elementwise code is generated, not what the step
     computes, so what the suite asserts holds for what users run."""
@@ -186,7 +186,7 @@ def test_the_suites_xla_flags_train_like_xlas_defaults(tiny, compute_dtype):
     import sys
     from pathlib import Path
 
-    from tests.conftest import TEST_XLA_FLAGS
+    from tests.compile_cache import TEST_XLA_FLAGS
 
     if os.environ.get("MARIN_TEST_XLA_DEFAULTS") != "1":
         assert TEST_XLA_FLAGS in os.environ["XLA_FLAGS"]
