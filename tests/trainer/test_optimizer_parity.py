@@ -306,8 +306,8 @@ def test_newton_schulz_orthogonalizes_a_tall_matrix_as_the_transpose_of_its_wide
 def test_newton_schulz_on_a_tall_stack_compiles_every_product_in_the_wide_row_major_form():
     """What makes bf16 Newton–Schulz fast on XLA:CPU (docs/optimizers.md, Step cost): every product contracts
     its left operand's last axis, and that operand is row-major. A product contracting the first axis (the
-    ``Xᵀ X`` form) or reading a column-major (folded transpose) operand misses YNNPACK's bf16 kernel: 2.2x
-    slower on ``medium``'s ``w_down``."""
+    ``Xᵀ X`` form) or reading a column-major (folded transpose) operand misses YNNPACK's bf16 kernel: on
+    ``medium``'s ``w_down`` stack 1.10 s and 2.07 s against 0.49 s."""
     import re
 
     from marin.trainer.muon import NS_COEFFICIENTS, newton_schulz
