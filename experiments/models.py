@@ -68,8 +68,8 @@ class SimpleTrainConfig:
     muon_adam_learning_rate: float | None = _default(OptimizerConfig, "muon_adam_learning_rate")
     """muon: peak lr of the embedding, output head and norms (AdamW's); None: learning_rate."""
     muon_ns_dtype: str = _default(OptimizerConfig, "muon_ns_dtype")
-    """muon: Newton–Schulz's matmul operands, float32 or bfloat16 (torch's and Jordan's; 1.20x AdamW's step
-    at ``medium`` against fp32's 1.43x on a CPU with AMX: docs/optimizers.md)."""
+    """muon: Newton–Schulz's matmul operands, float32 or bfloat16 (torch's and Jordan's; 1.08x AdamW's step
+    at ``medium`` against fp32's 1.26x on a CPU with AMX: docs/optimizers.md)."""
     schedule: str = _default(OptimizerConfig, "schedule")
     """cosine, linear, wsd or wsd_s (see marin.trainer.optim)."""
     warmup: float = _default(OptimizerConfig, "warmup")
