@@ -239,7 +239,16 @@ class FaultyProxy:
     def _server_to_client(self, upstream, client, state) -> None:
         try:
             while chunk := upstream.recv(65536):
-                if state["drop"] and not chunk.startswith(b"HTTP/1.1 100 "):  # botocore sends Expect: 100-continue
+                if state["drop"]:
+                    # botocore sends ``Expect: 100-continue``: the interim answer goes through, the final one not.
+                    # On a busy host one read can hold both (the client sent its body after waiting for the
+                    # interim answer in vain, the server answered it at once), and forwarding that whole read let
+                    # the write's answer through uncounted.
+                    interim, chunk = _split_interim_response(chunk)
+                    if interim:
+                        client.sendall(interim)
+                    if not chunk:
+                        continue
                     with self._lock:
                         self.dropped += 1
                     break
@@ -249,6 +258,16 @@ class FaultyProxy:
         finally:
             _close(client)
             _close(upstream)
+
+
+def _split_interim_response(chunk: bytes) -> tuple[bytes, bytes]:
+    """``(interim, rest)``: a leading ``100 Continue`` answer (whole, up to its blank line) and what follows it."""
+    if not chunk.startswith(b"HTTP/1.1 100 "):
+        return b"", chunk
+    end = chunk.find(b"\r\n\r\n")
+    if end < 0:  # the interim answer's end is in the next read: it is all interim so far
+        return chunk, b""
+    return chunk[: end + 4], chunk[end + 4 :]
 
 
 def _close(sock) -> None:
