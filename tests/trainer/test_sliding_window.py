@@ -195,5 +195,6 @@ def test_mixed_windows_scanned_equal_unrolled_in_value_and_gradient():
     scanned = loss_and_grads(dataclasses.replace(cfg, scan_layers=True))
     full = loss_and_grads(dataclasses.replace(cfg, sliding_window=None, sliding_window_layers=None))
     assert float(unrolled[0]) == pytest.approx(float(scanned[0]), rel=1e-6)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5), unrolled[1], scanned[1])
+    # fp32 rounding of two programs: without LLVM's optimizations (the suite's flags) sums are ordered otherwise
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), unrolled[1], scanned[1])
     assert abs(float(full[0]) - float(unrolled[0])) > 1e-3
