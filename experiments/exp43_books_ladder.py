@@ -26,12 +26,15 @@ from experiments.defaults import ScalingLadder, default_scaling_ladder, default_
 from experiments.models import SimpleTrainConfig
 from experiments.real_text import gutenberg_documents
 from marin.execution import executor_main
-from marin.scaling.ladder import LadderRules, nano_family
+from marin.scaling.ladder import LadderRules, deep_family, nano_family
 
 VOCAB = 2048
 BUDGETS = (1e12, 2e12, 4e12)
 TARGET_BUDGET = 1.6e13
 TARGET_WIDTH = 96
+FAMILIES = {"nano": (nano_family, 96), "deep": (deep_family, 80)}
+"""Each size family with its target width: the size nearest 20 tokens per parameter at 4x the largest budget of
+2, 4 and 8 TFLOPs (h96 with 24, h80d5 with 12.5; the deep family's h64d4 has 35)."""
 HELDOUT_BOOKS = 2
 RULES = LadderRules(seq_len=128, min_steps=1500, min_batch=4, max_batch=16, max_tokens_per_param=160.0)
 TRAIN = SimpleTrainConfig(
@@ -63,16 +66,23 @@ def build(
     bootstrap_samples=1000,
     bundled=None,
     heldout_books=HELDOUT_BOOKS,
+    family="nano",
 ) -> ScalingLadder:
-    """The ladder; tests build a tiny one (their own budgets, hence their own hashes; scored on one book)."""
+    """The ladder; tests build a tiny one (their own budgets, hence their own hashes; scored on one book).
+
+    ``family="deep"`` grows depth with width (``marin.scaling.ladder.deep_family``), as a separate ladder
+    (``books-ladder-deep``)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
+    make_family, target_width = FAMILIES[family]
     tokenizer, tokenized = books_tokenized(bundled)
-    family = nano_family(vocab_size=VOCAB, seq_len=rules.seq_len, **({"widths": widths} if widths else {}))
-    [target_model] = [m for m in family if m.hidden_dim == TARGET_WIDTH] or [family[-1]]
+    sizes = make_family(vocab_size=VOCAB, seq_len=rules.seq_len, **({"widths": widths} if widths else {}))
+    [target_model] = [m for m in sizes if m.hidden_dim == target_width] or [sizes[-1]]
     return default_scaling_ladder(
-        "books-ladder",
+        "books-ladder" if family == "nano" else f"books-ladder-{family}",
         tokenized,
         tokenizer=tokenizer,
-        family=family,
+        family=sizes,
         budgets=budgets,
         target_budget=target_budget,
         target_model=target_model,

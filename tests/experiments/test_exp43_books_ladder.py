@@ -9,6 +9,7 @@ import pytest
 
 from experiments import exp43_books_ladder
 from marin.execution import Executor
+from marin.execution.plan import plan_steps
 from marin.scaling.ladder import LadderRules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +47,16 @@ def test_tiny_books_ladder_fits_and_predicts_on_held_out_books(books_store, ray_
     assert fit["laws"]["loss"]["gamma"] > 0  # the fitted law falls with compute...
     top = min(run["loss"] for run in fit["runs"] if run["budget"] == 6e9)
     assert prediction["loss"] < top  # ...so 4x the top budget is predicted below its best run (here 3.12 < 3.38)
+
+
+def test_the_deep_family_is_its_own_ladder_with_its_own_target():
+    names = {p.name for p in plan_steps(exp43_books_ladder.build(family="deep").steps, "/nonexistent").steps}
+    nano = {p.name for p in plan_steps(exp43_books_ladder.LADDER.steps, "/nonexistent").steps}
+    assert "checkpoints/books-ladder-deep-target-1.6e13-h80d5" in names and "analysis/books-ladder-deep-fit" in names
+    assert "checkpoints/books-ladder-target-1.6e13-h96" in nano
+    assert not {n for n in names if "ladder" in n} & nano  # no run shared between the two ladders
+    data = {n for n in names if "ladder" not in n}
+    assert data == {"raw/gutenberg", "documents/gutenberg", "tokenizers/gutenberg-bpe2k", "tokenized/gutenberg-bpe2k"}
+    assert data <= nano  # the data steps are shared
+    with pytest.raises(ValueError, match="family must be one of"):
+        exp43_books_ladder.build(family="wide")

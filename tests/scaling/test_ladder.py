@@ -6,7 +6,7 @@ import pytest
 
 from experiments import exp27_nano_ladder
 from marin.execution.plan import plan_steps
-from marin.scaling.ladder import LadderRules, budget_points, isoflop_grid, nano_family, target_point
+from marin.scaling.ladder import LadderRules, budget_points, deep_family, isoflop_grid, nano_family, target_point
 
 
 def test_each_budget_runs_the_admitted_sizes_at_its_compute_under_the_written_rules():
@@ -28,6 +28,26 @@ def test_each_budget_runs_the_admitted_sizes_at_its_compute_under_the_written_ru
     # sizes are ~1.5-2x apart
     sizes = [m.flops_per_token() for m in family]
     assert all(1.3 < b / a < 2.2 for a, b in zip(sizes, sizes[1:], strict=False))
+
+
+def test_the_deep_family_grows_in_depth_with_width_and_labels_its_depth():
+    family = deep_family(vocab_size=2048, seq_len=128)
+    assert [(m.hidden_dim, m.num_layers) for m in family] == [
+        (16, 1), (24, 2), (32, 2), (40, 3), (48, 3), (56, 4), (64, 4), (80, 5), (96, 6)
+    ]  # fmt: skip
+    sizes = [m.flops_per_token() / 6 for m in family]
+    assert all(1.15 < b / a < 2.0 for a, b in zip(sizes, sizes[1:], strict=False))
+    head = [m.vocab_size * m.hidden_dim / n for m, n in zip(family, sizes, strict=True)]
+    assert head[-1] < 0.25 < 0.7 < head[0]  # the layers, not the head, carry the large sizes' N
+    nano = nano_family(vocab_size=2048, seq_len=128, widths=(96,))
+    assert nano[0].vocab_size * 96 / (nano[0].flops_per_token() / 6) > 0.4  # where the 2-layer family's stays
+    grid = isoflop_grid([2e12, 8e12], family, LadderRules(seq_len=128, min_steps=1500, max_batch=16))
+    labels = {p.label for p in grid}
+    assert {"h32", "h40d3", "h64d4"} <= labels  # the nano depth (2) is left out of a label, any other is in it
+    # a width at two depths gets two labels, hence two step names
+    same_width = dataclasses.replace(family[2], num_layers=3)
+    assert target_point(2e12, same_width, LadderRules()).label == "h32d3"
+    assert target_point(2e12, family[2], LadderRules()).label == "h32"
 
 
 def test_a_budget_admitting_fewer_than_three_sizes_is_an_error():
