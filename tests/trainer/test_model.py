@@ -356,3 +356,36 @@ def test_presets_registry():
     assert isinstance(model_preset("small"), LlamaConfig)
     with pytest.raises(KeyError, match="unknown model preset"):
         model_preset("gpt5")
+
+
+def test_unrolled_layers_take_the_stacks_gradient_as_a_stack_bit_for_bit(tiny, monkeypatch):
+    """Unrolled, each layer indexes the stacked parameters; the stack's gradient is the layers' gradients stacked
+    (``llama._unstack``), not a sum of each layer's gradient padded to the whole stack, which XLA:CPU ran as a
+    slow loop over every layer per element. Same values, bit for bit, and no pad of a stacked parameter left."""
+    from marin.trainer.model import llama
+
+    cfg = dataclasses.replace(tiny, scan_layers=False)
+    params = init(cfg, 0)
+    tokens = _tokens(cfg)
+    batch = {
+        "input_ids": tokens,
+        "targets": jnp.roll(tokens, -1, 1),
+        "segment_ids": jnp.zeros_like(tokens),
+        "loss_mask": jnp.ones(tokens.shape),
+    }
+
+    def compiled_grad():
+        return jax.jit(jax.grad(lambda p: next_token_loss(cfg, p, batch)[0])).lower(params).compile()
+
+    stacked = {f"[{','.join(map(str, leaf.shape))}]" for leaf in jax.tree.leaves(params["layers"])}
+
+    def stacked_pads(hlo: str) -> list[str]:
+        return [line for line in hlo.splitlines() if " pad(" in line and any(s in line.split("=")[1] for s in stacked)]
+
+    ours = compiled_grad()
+    assert not stacked_pads(ours.as_text())
+    with monkeypatch.context() as m:  # plain indexing: the stack's gradient as the sum of padded layers'
+        m.setattr(llama, "_unstack", lambda stacked: tuple(stacked[i] for i in range(stacked.shape[0])))
+        indexed = compiled_grad()
+    assert stacked_pads(indexed.as_text())  # the pattern this replaces is really there without it
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), ours(params), indexed(params))
