@@ -103,7 +103,9 @@ executor_main(steps=[steps["evaluation"], steps["samples"]], args=["--prefix", s
 
 def run_lab(prefix: Path, iters: int) -> dict:
     """The lab's experiment under ``prefix``: whole wall, the training step's wall, its validation curve."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    # Ray runs its workers at nice 15 unless told otherwise; nanoGPT's train.py runs at the caller's priority, so
+    # on a machine with anything else running the lab would yield to it and nanoGPT would not.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_worker_niceness": "0"}
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", LAB_DRIVER, str(iters), str(prefix)], cwd=ROOT, env=env, capture_output=True, text=True

@@ -32,6 +32,17 @@ def _tokens(cfg, batch=2, seed=0):
     return jnp.asarray(np.random.default_rng(seed).integers(0, cfg.vocab_size, (batch, cfg.seq_len)), jnp.int32)
 
 
+def _lm_batch(cfg) -> dict:
+    """A next-token batch of ``_tokens``: one document per row, every target counted."""
+    tokens = _tokens(cfg)
+    return {
+        "input_ids": tokens,
+        "targets": jnp.roll(tokens, -1, 1),
+        "segment_ids": jnp.zeros_like(tokens),
+        "loss_mask": jnp.ones(tokens.shape),
+    }
+
+
 @pytest.mark.parametrize("scan", [True, False])
 def test_shapes_and_scan_equals_unrolled(tiny, scan):
     cfg = dataclasses.replace(tiny, scan_layers=scan)
@@ -286,13 +297,7 @@ def test_config_validation_names_field_and_value(field, value, match):
 @pytest.mark.parametrize("remat", ["minimal", "full"])
 def test_remat_policies_give_the_same_gradients(tiny, remat):
     params = init(tiny, 0)
-    tokens = _tokens(tiny)
-    batch = {
-        "input_ids": tokens,
-        "targets": jnp.roll(tokens, -1, 1),
-        "segment_ids": jnp.zeros_like(tokens),
-        "loss_mask": jnp.ones(tokens.shape),
-    }
+    batch = _lm_batch(tiny)
 
     def grads(cfg):
         return jax.jit(jax.grad(lambda p: next_token_loss(cfg, p, batch)[0]))(params)
@@ -366,13 +371,7 @@ def test_unrolled_layers_take_the_stacks_gradient_as_a_stack_bit_for_bit(tiny, m
 
     cfg = dataclasses.replace(tiny, scan_layers=False)
     params = init(cfg, 0)
-    tokens = _tokens(cfg)
-    batch = {
-        "input_ids": tokens,
-        "targets": jnp.roll(tokens, -1, 1),
-        "segment_ids": jnp.zeros_like(tokens),
-        "loss_mask": jnp.ones(tokens.shape),
-    }
+    batch = _lm_batch(cfg)
 
     def compiled_grad():
         return jax.jit(jax.grad(lambda p: next_token_loss(cfg, p, batch)[0])).lower(params).compile()
