@@ -26,15 +26,15 @@ from experiments.defaults import ScalingLadder, default_scaling_ladder, default_
 from experiments.models import SimpleTrainConfig
 from experiments.real_text import gutenberg_documents
 from marin.execution import executor_main
-from marin.scaling.ladder import LadderRules, deep_family, nano_family
+from marin.scaling.ladder import LadderRules, deep_family, nano_family, nearest_compute_optimal
 
 VOCAB = 2048
 BUDGETS = (1e12, 2e12, 4e12)
 TARGET_BUDGET = 1.6e13
-TARGET_WIDTH = 96
-FAMILIES = {"nano": (nano_family, 96), "deep": (deep_family, 80)}
-"""Each size family with its target width: the size nearest 20 tokens per parameter at 4x the largest budget of
-2, 4 and 8 TFLOPs (h96 with 24, h80d5 with 12.5; the deep family's h64d4 has 35)."""
+FAMILIES = {"nano": nano_family, "deep": deep_family}
+"""The size families; a ladder's target is its family's size nearest 20 tokens per parameter at the target budget
+(``nearest_compute_optimal``): h96 for the nano family at 16 and 32 TFLOPs (12 and 24 tokens per parameter), h64d4
+(17) and h80d5 (12.5) for the deep family at 16 and 32."""
 HELDOUT_BOOKS = 2
 RULES = LadderRules(seq_len=128, min_steps=1500, min_batch=4, max_batch=16, max_tokens_per_param=160.0)
 TRAIN = SimpleTrainConfig(
@@ -74,10 +74,8 @@ def build(
     (``books-ladder-deep``)."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
-    make_family, target_width = FAMILIES[family]
     tokenizer, tokenized = books_tokenized(bundled)
-    sizes = make_family(vocab_size=VOCAB, seq_len=rules.seq_len, **({"widths": widths} if widths else {}))
-    [target_model] = [m for m in sizes if m.hidden_dim == target_width] or [sizes[-1]]
+    sizes = FAMILIES[family](vocab_size=VOCAB, seq_len=rules.seq_len, **({"widths": widths} if widths else {}))
     return default_scaling_ladder(
         "books-ladder" if family == "nano" else f"books-ladder-{family}",
         tokenized,
@@ -85,7 +83,7 @@ def build(
         family=sizes,
         budgets=budgets,
         target_budget=target_budget,
-        target_model=target_model,
+        target_model=nearest_compute_optimal(sizes, target_budget),
         rules=rules,
         train=TRAIN,
         heldout="gutenberg",

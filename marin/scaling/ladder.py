@@ -23,6 +23,7 @@ depend on which other budgets are in the ladder, so adding a budget adds runs an
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from marin.trainer.model.config import LlamaConfig, model_preset
@@ -181,6 +182,22 @@ def isoflop_grid(budgets: Sequence[float], family: Sequence[LlamaConfig], rules:
             )
         grid.extend(points)
     return grid
+
+
+def nearest_compute_optimal(
+    family: Sequence[LlamaConfig], budget: float, tokens_per_param: float = 20.0
+) -> LlamaConfig:
+    """The size of ``family`` whose tokens per parameter at ``budget`` (D/N, D = budget / FLOPs per token) is
+    nearest ``tokens_per_param`` in ratio: the run a ladder should predict, chosen before it runs (Hoffmann et
+    al.'s 20 tokens per parameter, not the ladder's own fitted optimum, which is known only after)."""
+    if not family:
+        raise ValueError("nearest_compute_optimal: the family is empty")
+
+    def distance(model: LlamaConfig) -> float:
+        n = model.flops_per_token() / 6
+        return abs(math.log(budget / model.flops_per_token() / n / tokens_per_param))
+
+    return min(family, key=distance)
 
 
 def target_point(budget: float, model: LlamaConfig, rules: LadderRules) -> LadderPoint:

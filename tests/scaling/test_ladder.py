@@ -6,7 +6,15 @@ import pytest
 
 from experiments import exp27_nano_ladder
 from marin.execution.plan import plan_steps
-from marin.scaling.ladder import LadderRules, budget_points, deep_family, isoflop_grid, nano_family, target_point
+from marin.scaling.ladder import (
+    LadderRules,
+    budget_points,
+    deep_family,
+    isoflop_grid,
+    nano_family,
+    nearest_compute_optimal,
+    target_point,
+)
 
 
 def test_each_budget_runs_the_admitted_sizes_at_its_compute_under_the_written_rules():
@@ -48,6 +56,24 @@ def test_the_deep_family_grows_in_depth_with_width_and_labels_its_depth():
     same_width = dataclasses.replace(family[2], num_layers=3)
     assert target_point(2e12, same_width, LadderRules()).label == "h32d3"
     assert target_point(2e12, family[2], LadderRules()).label == "h32"
+
+
+def test_a_ladders_target_is_the_size_nearest_twenty_tokens_per_parameter():
+    nano, deep = nano_family(vocab_size=2048, seq_len=128), deep_family(vocab_size=2048, seq_len=128)
+    picked = {
+        (name, budget): nearest_compute_optimal(family, budget)
+        for name, family in (("nano", nano), ("deep", deep))
+        for budget in (1.6e13, 3.2e13)
+    }
+    assert {k: (m.hidden_dim, m.num_layers) for k, m in picked.items()} == {
+        ("nano", 1.6e13): (96, 2), ("nano", 3.2e13): (96, 2), ("deep", 1.6e13): (64, 4), ("deep", 3.2e13): (80, 5)
+    }  # fmt: skip
+    for (_, budget), model in picked.items():  # 12-25 tokens per parameter: the nearest the families offer
+        n = model.flops_per_token() / 6
+        assert 12 < budget / model.flops_per_token() / n < 25
+    assert nearest_compute_optimal(deep, 3.2e13, tokens_per_param=80.0).hidden_dim < 80  # more data: a smaller size
+    with pytest.raises(ValueError, match="empty"):
+        nearest_compute_optimal([], 1e12)
 
 
 def test_a_budget_admitting_fewer_than_three_sizes_is_an_error():
