@@ -50,8 +50,8 @@ def test_tiny_books_ladder_fits_and_predicts_on_held_out_books(books_store, ray_
 
 
 def test_the_deep_family_is_its_own_ladder_with_its_own_target():
-    names = {p.name for p in plan_steps(exp43_books_ladder.build(family="deep").steps, "/nonexistent").steps}
-    nano = {p.name for p in plan_steps(exp43_books_ladder.LADDER.steps, "/nonexistent").steps}
+    names = {p.name for p in plan_steps(exp43_books_ladder.LADDER.steps, "/nonexistent").steps}  # deep: the default
+    nano = {p.name for p in plan_steps(exp43_books_ladder.build(family="nano").steps, "/nonexistent").steps}
     assert "checkpoints/books-ladder-deep-target-1.6e13-h64d4" in names and "analysis/books-ladder-deep-fit" in names
     assert "checkpoints/books-ladder-target-1.6e13-h96" in nano
     assert not {n for n in names if "ladder" in n} & nano  # no run shared between the two ladders
