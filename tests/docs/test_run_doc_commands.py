@@ -65,7 +65,7 @@ NOT_RUN: dict[str, str] = {
         "and its --dry_run runs here"
     ),
     "python experiments/exp43_books_ladder.py": (
-        "16 ladder runs and a target (~40 minutes); tests/experiments/test_exp43_books_ladder.py runs a tiny ladder on "
+        "16 ladder runs and a target (~30-35 minutes); tests/experiments/test_exp43_books_ladder.py runs a tiny ladder on "
         "the same books and its --dry_run runs here"
     ),
     "python benchmarks/nanogpt_shakespeare.py": (
