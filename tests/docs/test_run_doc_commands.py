@@ -65,8 +65,8 @@ NOT_RUN: dict[str, str] = {
         "and its --dry_run runs here"
     ),
     "python experiments/exp43_books_ladder.py": (
-        "16 ladder runs and a target (~30-35 minutes); tests/experiments/test_exp43_books_ladder.py runs a tiny ladder on "
-        "the same books and its --dry_run runs here"
+        "16 ladder runs and a target (~30-35 minutes); tests/experiments/test_exp43_books_ladder.py runs a tiny "
+        "ladder on the same books and its --dry_run runs here"
     ),
     "python benchmarks/nanogpt_shakespeare.py": (
         "needs nanoGPT's checkout under benchmarks/peers (not part of the repository) and ~5 minutes; its lab side is "
