@@ -323,10 +323,10 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
         return x, (jax.tree.map(lambda s: jnp.sum(s, axis=0), stats) if cfg.is_moe else None)
     blocks = {w: block_with(w) for w in set(windows)}
     total = empty_stats(cfg.num_experts) if cfg.is_moe else None
-    unstacked = jax.tree.map(_unstack, layers)
+    leaves, treedef = jax.tree.flatten(layers)
+    unstacked = [_unstack(leaf) for leaf in leaves]
     for i in range(cfg.num_layers):
-        layer = jax.tree.map(lambda p, i=i: p[i], unstacked, is_leaf=lambda t: isinstance(t, tuple))
-        x, stats = blocks[windows[i]](x, layer)
+        x, stats = blocks[windows[i]](x, treedef.unflatten([u[i] for u in unstacked]))
         if cfg.is_moe:
             total = jax.tree.map(jnp.add, total, stats)
     return x, total
