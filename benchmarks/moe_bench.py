@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/moe_bench.py                      # small-class MoE, 2 rounds, every peer
     .venv/bin/python benchmarks/moe_bench.py --rounds 3 --peers jax_dense torch_compile
+    .venv/bin/python benchmarks/moe_bench.py --dtype bfloat16 --out benchmarks/results/moe_bench_bf16.json
 
 The shape is ``trainer_bench``'s ``small`` with its MLP made a MoE of the same active width: 8 experts of 688
 (top-2, so 2 x 688 = small's 1376 active), vocab 8192, hidden 512, 6 layers, 8/4 heads, seq 512, batch 8. A
-step is forward, backward (cross-entropy plus the load-balancing loss) and AdamW, in fp32 for every peer (what
-a CPU runs best). Peers:
+step is forward, backward (cross-entropy plus the load-balancing loss) and AdamW, in fp32 for every peer, or
+with ``--dtype bfloat16`` in mixed precision for every peer (fp32 parameters and AdamW, bf16 matmuls: the lab's
+``PrecisionPolicy``, torch's CPU autocast), what a host with AMX or AVX512-BF16 runs best. Peers:
 
 * ``jax_dense``, ``jax_ragged``, ``jax_blocked``, ``jax_capacity``: the lab's jitted train step
   (``make_train_step``) with ``moe_dispatch="dense"`` (every expert on every token, one-hot combine),
@@ -53,7 +55,7 @@ def _batch():
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def jax_worker(dispatch: str, steps: int) -> dict:
+def jax_worker(dispatch: str, steps: int, dtype: str) -> dict:
     import jax
     import numpy as np
 
@@ -74,7 +76,7 @@ def jax_worker(dispatch: str, steps: int) -> dict:
     )
     opt = OptimizerConfig(learning_rate=LR, weight_decay=WD, schedule="constant", warmup=0)
     tx = opt.build(1000, param_axes(cfg))
-    policy = PrecisionPolicy(compute_dtype="float32")
+    policy = PrecisionPolicy(compute_dtype=dtype)
     step = make_train_step(cfg, tx, opt.lr_schedule(1000), StepConfig(precision=policy))
     state = init_state(cfg, tx, jax.random.PRNGKey(0), ema=False, policy=policy)
     inputs, targets = _batch()
@@ -96,7 +98,7 @@ def jax_worker(dispatch: str, steps: int) -> dict:
     return {"seconds": time.perf_counter() - t0, "steps": steps, "loss": float(metrics["loss"])}
 
 
-def torch_worker(compile: bool, steps: int) -> dict:
+def torch_worker(compile: bool, steps: int, dtype: str) -> dict:
     import torch
     import transformers
 
@@ -121,7 +123,8 @@ def torch_worker(compile: bool, steps: int) -> dict:
     inputs, targets = (torch.tensor(a) for a in _batch())
 
     def train_step():
-        out = model(input_ids=inputs, labels=None)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+            out = model(input_ids=inputs, labels=None)
         logits = out.logits.float()
         loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
         loss = loss + AUX * out.aux_loss
@@ -141,17 +144,17 @@ def torch_worker(compile: bool, steps: int) -> dict:
 
 
 PEERS = {
-    "jax_dense": lambda steps: jax_worker("dense", steps),
-    "jax_ragged": lambda steps: jax_worker("ragged", steps),
-    "jax_blocked": lambda steps: jax_worker("blocked", steps),
-    "jax_capacity": lambda steps: jax_worker("capacity", steps),
-    "torch_eager": lambda steps: torch_worker(False, steps),
-    "torch_compile": lambda steps: torch_worker(True, steps),
+    "jax_dense": lambda steps, dtype: jax_worker("dense", steps, dtype),
+    "jax_ragged": lambda steps, dtype: jax_worker("ragged", steps, dtype),
+    "jax_blocked": lambda steps, dtype: jax_worker("blocked", steps, dtype),
+    "jax_capacity": lambda steps, dtype: jax_worker("capacity", steps, dtype),
+    "torch_eager": lambda steps, dtype: torch_worker(False, steps, dtype),
+    "torch_compile": lambda steps, dtype: torch_worker(True, steps, dtype),
 }
 
 
-def run_peer(peer: str, steps: int) -> dict | None:
-    cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--steps", str(steps)]
+def run_peer(peer: str, steps: int, dtype: str) -> dict | None:
+    cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--steps", str(steps), "--dtype", dtype]
     return run_worker(cmd, peer, timeout=3600)
 
 
@@ -161,14 +164,21 @@ def main() -> None:
     parser.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
     parser.add_argument("--rounds", type=int, default=2, help="fresh processes per peer")
     parser.add_argument("--steps", type=int, default=3, help="untimed, then timed steps per process")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="every peer's compute dtype (bfloat16: fp32 parameters and AdamW, bf16 matmuls; torch autocast)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(PEERS[args.worker](args.steps)))
+        print(json.dumps(PEERS[args.worker](args.steps, args.dtype)))
         return
     tokens = BATCH * SHAPE["seq_len"]
     report = {
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "dtype": args.dtype,
         "shape": {**SHAPE, "experts": EXPERTS, "top_k": TOP_K, "expert_width": EXPERT_WIDTH, "batch": BATCH},
         "load_avg_before": os.getloadavg(),
         "peers": {},
@@ -177,7 +187,7 @@ def main() -> None:
     for r in range(args.rounds):
         order = args.peers[r % len(args.peers) :] + args.peers[: r % len(args.peers)]
         for peer in order:
-            out = run_peer(peer, args.steps)
+            out = run_peer(peer, args.steps, args.dtype)
             if out:
                 runs[peer].append(tokens * out["steps"] / out["seconds"])
                 print(f"[bench] {peer} round {r + 1}: {runs[peer][-1]:.0f} tokens/s", file=sys.stderr)

@@ -24,7 +24,7 @@ surface has no term for. Hypothesis: the surface fitted on the three budgets pre
 per byte within 3% and within its 90% prediction interval.
 
     python experiments/exp43_books_ladder.py --dry_run true   # 16 runs + evals, the fit, the target
-    MARIN_TEXT_SOURCE=upstream python experiments/exp43_books_ladder.py   # ~30-35 minutes on 2 cores (estimated)
+    MARIN_TEXT_SOURCE=upstream python experiments/exp43_books_ladder.py   # ~18 minutes on 2 cores (measured)
     python -m marin.report experiments/exp43_books_ladder.py --prefix ./local_store
 """
 

@@ -21,6 +21,7 @@ from marin.trainer import train
 from marin.trainer.axes import ShardingContext, use_sharding
 from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
 from marin.trainer.model import LlamaConfig, init_params, model_preset, param_axes, training_loss
+from marin.trainer.model.grouped import block_matmul
 from marin.trainer.model.moe import expert_capacity, moe_block, route
 from marin.trainer.muon import matrix_dims
 from tests.trainer.tiny_run import tiny_config
@@ -97,6 +98,32 @@ def _reference_moe(cfg, layer, x):
             u = x[t] @ np.asarray(layer["w_up"][e], np.float64)
             out[t] += weights[t, choice] * ((g / (1 + np.exp(-g)) * u) @ np.asarray(layer["w_down"][e], np.float64))
     return out, dropped
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
+    """``block_matmul`` (on CPU a loop that reads each block's expert weights in place, with its own backward)
+    against ``einsum(x, w[owner])``: the blocks from ``used`` on come out zero and pass no gradient, so the
+    reference masks them; the weight gradient sums each expert's blocks."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    x = jax.random.normal(keys[0], (6, 8, 16)).astype(dtype)
+    w = jax.random.normal(keys[1], (3, 16, 24)).astype(dtype)
+    owner, used = jnp.array([0, 0, 1, 2, 2, 2]), 5
+    mask = (jnp.arange(6) < used)[:, None, None]
+    cotangent = jax.random.normal(keys[2], (6, 8, 24)).astype(dtype)
+
+    def reference(x, w):
+        return jnp.einsum("nrd,ndm->nrm", x.astype(jnp.float32), w[owner].astype(jnp.float32)) * mask
+
+    out, pullback = jax.vjp(lambda x, w: block_matmul(x, w, owner, used), x, w)
+    want, want_pullback = jax.vjp(reference, x, w)
+    (dx, dw), (want_dx, want_dw) = pullback(cotangent), want_pullback(cotangent.astype(jnp.float32))
+    assert out.dtype == dx.dtype == dw.dtype == jnp.dtype(dtype)
+    rtol = 1e-5 if dtype == "float32" else 1e-2  # bf16: one rounding of each result
+    for got, expected in ((out, want), (dx, want_dx), (dw, want_dw)):
+        scale = float(jnp.max(jnp.abs(expected)))
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected), atol=rtol * scale)
+    assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
 
 
 @pytest.mark.parametrize("capacity_factor", [None, 0.5, 1.0])

@@ -134,6 +134,20 @@ def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny):
     assert np.isfinite(float(metrics["loss"]))
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own passes")
+@pytest.mark.parametrize("capacity_factor", [None, 1.25])
+def test_xla_cpu_keeps_a_moe_steps_expert_matmuls_in_bf16(tiny, capacity_factor):
+    """The experts' products of the blocked and capacity dispatches (``grouped.block_matmul``) as well: as
+    ``einsum(x, w[owner])`` XLA:CPU converted the gathered bf16 weights to fp32 and ran fp32 batched dots
+    (docs/model_families.md, "Speed")."""
+    moe = dataclasses.replace(tiny, num_experts=4, experts_per_token=2, capacity_factor=capacity_factor)
+    found, step, state = _compiled_dot_operand_types(moe, "bfloat16")
+    assert len(found) > 20 * tiny.num_layers
+    assert [types for types in found if types != ("bf16", "bf16")] == []
+    _, metrics = step(state, _batch(moe))
+    assert np.isfinite(float(metrics["loss"]))
+
+
 def test_step_donates_state_counts_steps_and_updates_ema(tiny):
     opt, tx, state = _state(tiny, ema=True)
     step = make_train_step(tiny, tx, opt.lr_schedule(100), StepConfig(ema_decay=0.5))

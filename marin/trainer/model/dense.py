@@ -63,11 +63,11 @@ def dense(x: jax.Array, w: jax.Array, n_in: int = 1, out_dtype=None, matmul_dtyp
     return y.reshape(*x.shape[:-n_in], *outer)
 
 
-_NN = (((1,), (0,)), ((), ()))  # a @ b
-_NT = (((1,), (1,)), ((), ()))  # a @ b.T, with no transpose op for XLA to lay out
+NN = (((1,), (0,)), ((), ()))  # a @ b
+NT = (((1,), (1,)), ((), ()))  # a @ b.T, with no transpose op for XLA to lay out
 
 
-def _dot(a: jax.Array, b: jax.Array, dims, out_dtype, on_cpu: bool) -> jax.Array:
+def dot_for_backend(a: jax.Array, b: jax.Array, dims, out_dtype, on_cpu: bool) -> jax.Array:
     """A 2-D product in ``out_dtype``; on CPU, narrow operands go through an fp32 result (the fast kernels)."""
     if on_cpu and jnp.dtype(a.dtype).itemsize < 4:
         return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32).astype(out_dtype)
@@ -76,19 +76,19 @@ def _dot(a: jax.Array, b: jax.Array, dims, out_dtype, on_cpu: bool) -> jax.Array
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _matmul_compute_dtype_grads(x: jax.Array, w: jax.Array, out_dtype, on_cpu: bool) -> jax.Array:
-    return _dot(x, w, _NN, out_dtype, on_cpu)
+    return dot_for_backend(x, w, NN, out_dtype, on_cpu)
 
 
 def _forward(x, w, out_dtype, on_cpu):
-    return _dot(x, w, _NN, out_dtype, on_cpu), (x, w)
+    return dot_for_backend(x, w, NN, out_dtype, on_cpu), (x, w)
 
 
 def _backward(out_dtype, on_cpu, residuals, g):
     x, w = residuals
     g = g.astype(x.dtype)  # gradients flow in the compute dtype
-    dx = _dot(g, w, _NT, x.dtype, on_cpu)  # [tokens, in]: a right-transposed operand is on XLA:CPU's fast path
+    dx = dot_for_backend(g, w, NT, x.dtype, on_cpu)  # [tokens, in]: a right-transposed operand: XLA:CPU's fast path
     x_t = row_major(x.T) if on_cpu else x.T  # [in, tokens]
-    dw = _dot(x_t, g, _NN, w.dtype, on_cpu)  # [in, out]: on CPU not left-transposed, since x_t is materialised
+    dw = dot_for_backend(x_t, g, NN, w.dtype, on_cpu)  # [in, out]: on CPU not left-transposed (x_t materialised)
     return dx, dw
 
 

@@ -58,6 +58,7 @@ from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, part
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
 from marin.trainer.model.fp8 import fp8_batched_matmul, fp8_ragged_dot
+from marin.trainer.model.grouped import block_matmul
 
 EXPERT_AXIS = "expert"
 """The mesh axis expert parallelism exchanges tokens over (``marin.trainer.mesh.EXPERT``)."""
@@ -190,11 +191,12 @@ def _routed_experts(
     return y, router_stats(logits, experts, dropped)
 
 
-def _block_matmul(x: jax.Array, w: jax.Array, matmul_dtype: str) -> jax.Array:
-    """``x[b] @ w[b]`` for x [blocks, rows, in] and w [blocks, in, out], in FP8 when asked."""
+def _block_matmul(x: jax.Array, w: jax.Array, owner: jax.Array, matmul_dtype: str, used=None) -> jax.Array:
+    """``x[b] @ w[owner[b]]`` for x [blocks, rows, in] and w [experts, in, out] (``grouped.block_matmul``; the
+    blocks from ``used`` on hold no rows), in FP8 when asked."""
     if matmul_dtype == "float8":
-        return fp8_batched_matmul(x, w)
-    return jnp.einsum("nrd,ndm->nrm", x, w)
+        return fp8_batched_matmul(x, w[owner])
+    return block_matmul(x, w, owner, used)
 
 
 def _ragged_matmul(x: jax.Array, w: jax.Array, sizes: jax.Array, matmul_dtype: str) -> jax.Array:
@@ -232,10 +234,19 @@ def _grouped_swiglu(
     buffer = buffer.reshape(blocks, size, d)
     # the expert owning each block; blocks past the last group hold zero rows (their output is zero)
     owner = jnp.minimum(jnp.searchsorted(padded_end, jnp.arange(blocks) * size, side="right"), num_experts - 1)
-    hidden = jax.nn.silu(_block_matmul(buffer, w_gate[owner], matmul_dtype))
-    hidden = hidden * _block_matmul(buffer, w_up[owner], matmul_dtype)
-    out = _block_matmul(hidden, w_down[owner], matmul_dtype).reshape(blocks * size, d)
+    used = padded_end[-1] // size  # the blocks that hold rows
+    hidden = jax.nn.silu(_block_matmul(buffer, w_gate, owner, matmul_dtype, used))
+    hidden = hidden * _block_matmul(buffer, w_up, owner, matmul_dtype, used)
+    out = _block_matmul(hidden, w_down, owner, matmul_dtype, used).reshape(blocks * size, d)
     return out.at[slot].get(mode="fill", fill_value=0)[jnp.argsort(order)]
+
+
+def _combine(out: jax.Array, weights: jax.Array) -> jax.Array:
+    """Each token's k expert outputs [tokens, k, embed] weighted by [tokens, k] and summed, in fp32: elementwise
+    work XLA fuses (as an einsum it is a batch of [k] x [k, embed] dots, which XLA:CPU runs in fp32 after
+    converting both operands)."""
+    summed = jnp.sum(out.astype(jnp.float32) * weights.astype(jnp.float32)[:, :, None], axis=1)
+    return summed.astype(out.dtype)
 
 
 def block_rows(assignments: int, num_experts: int) -> int:
@@ -249,8 +260,7 @@ def _sorted_dispatch(x, experts, weights, w_gate, w_up, w_down, method: str, mat
     tokens, k = experts.shape
     rows = x[jnp.arange(tokens * k) // k]  # assignment a = token * k + choice
     out = _grouped_swiglu(rows, experts.reshape(-1), w_gate, w_up, w_down, method, matmul_dtype)
-    out = out.reshape(tokens, k, -1)
-    return jnp.einsum("tkd,tk->td", out, weights)
+    return _combine(out.reshape(tokens, k, -1), weights)
 
 
 def _dense_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
@@ -300,8 +310,9 @@ def _capacity_dispatch(
 
 def _capacity_swiglu(buffer, w_gate, w_up, w_down, matmul_dtype):
     """Each expert's rows [experts, rows, embed] through its SwiGLU (zero rows stay zero)."""
-    hidden = jax.nn.silu(_block_matmul(buffer, w_gate, matmul_dtype)) * _block_matmul(buffer, w_up, matmul_dtype)
-    return _block_matmul(hidden, w_down, matmul_dtype)
+    experts = jnp.arange(buffer.shape[0])
+    hidden = jax.nn.silu(_block_matmul(buffer, w_gate, experts, matmul_dtype))
+    return _block_matmul(hidden * _block_matmul(buffer, w_up, experts, matmul_dtype), w_down, experts, matmul_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -380,4 +391,4 @@ def _exchange_and_compute(x, experts, weights, w, ep: int, method: str, matmul_d
     out = _grouped_swiglu(recv_x, recv_e, *w, method, matmul_dtype).reshape(ep, n, d)  # padding rows: zero
     back = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True)  # [ep, n, embed]: results of what we sent
     results = back[dest, position][jnp.argsort(order)].reshape(tokens, k, d)
-    return jnp.einsum("tkd,tk->td", results, weights)
+    return _combine(results, weights)
