@@ -120,31 +120,25 @@ def _compiled_dot_operand_types(cfg, compute_dtype):
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own passes")
-def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny):
+@pytest.mark.parametrize(
+    "moe",
+    [{}, dict(num_experts=4, experts_per_token=2), dict(num_experts=4, experts_per_token=2, capacity_factor=1.25)],
+    ids=["dense", "moe_blocked", "moe_capacity"],
+)
+def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny, moe):
     """XLA:CPU upcasts a bf16 dot to fp32 (its operand upcaster) when an operand has a transposed layout:
     before ``layouts.row_major`` that was 56 of the tiny step's 57 dots (the weight gradients, the GQA
     attention's products), ~3x slower than the bf16 kernels on an AMX host (docs/trainer.md, "Built (2026-11-30)"). The
     lowered program cannot show it; the compiled one does. The step must also run: a bf16 x bf16 -> fp32
     dot that reaches XLA's generic dot instead of YNNPACK fails at run time ("Unsupported element type for
-    DotThunk"), as the attention backward's once did when XLA folded a transpose into it."""
-    found, step, state = _compiled_dot_operand_types(tiny, "bfloat16")
+    DotThunk"), as the attention backward's once did when XLA folded a transpose into it. The MoE variants
+    check the experts' products of the blocked and capacity dispatches (``grouped.block_matmul``): as
+    ``einsum(x, w[owner])`` XLA:CPU converted the gathered bf16 weights to fp32 (docs/model_families.md, "Speed")."""
+    cfg = dataclasses.replace(tiny, **moe)
+    found, step, state = _compiled_dot_operand_types(cfg, "bfloat16")
     assert len(found) > 20 * tiny.num_layers  # the whole step
     assert [types for types in found if types != ("bf16", "bf16")] == []
-    _, metrics = step(state, _batch(tiny))
-    assert np.isfinite(float(metrics["loss"]))
-
-
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own passes")
-@pytest.mark.parametrize("capacity_factor", [None, 1.25])
-def test_xla_cpu_keeps_a_moe_steps_expert_matmuls_in_bf16(tiny, capacity_factor):
-    """The experts' products of the blocked and capacity dispatches (``grouped.block_matmul``) as well: as
-    ``einsum(x, w[owner])`` XLA:CPU converted the gathered bf16 weights to fp32 and ran fp32 batched dots
-    (docs/model_families.md, "Speed")."""
-    moe = dataclasses.replace(tiny, num_experts=4, experts_per_token=2, capacity_factor=capacity_factor)
-    found, step, state = _compiled_dot_operand_types(moe, "bfloat16")
-    assert len(found) > 20 * tiny.num_layers
-    assert [types for types in found if types != ("bf16", "bf16")] == []
-    _, metrics = step(state, _batch(moe))
+    _, metrics = step(state, _batch(cfg))
     assert np.isfinite(float(metrics["loss"]))
 
 
