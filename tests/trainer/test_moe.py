@@ -21,7 +21,7 @@ from marin.trainer import train
 from marin.trainer.axes import ShardingContext, use_sharding
 from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
 from marin.trainer.model import LlamaConfig, init_params, model_preset, param_axes, training_loss
-from marin.trainer.model.grouped import block_matmul
+from marin.trainer.model.grouped import block_matmul, gather_rows
 from marin.trainer.model.moe import expert_capacity, moe_block, route
 from marin.trainer.muon import matrix_dims
 from tests.trainer.tiny_run import tiny_config
@@ -124,6 +124,32 @@ def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
         scale = float(jnp.max(jnp.abs(expected)))
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected), atol=rtol * scale)
     assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_rows_differentiates_by_gathering_through_the_inverse_map(dtype):
+    """``gather_rows`` (tokens into the experts' slots, each token read k = 2 times, some assignments dropped and
+    some slots empty) equals plain indexing and its gradient equals autodiff's scatter-add, with no scatter in
+    the backward's program."""
+    tokens, k, slots = 5, 2, 12
+    slot = jnp.array([[0, 7], [3, 12], [1, 9], [12, 12], [4, 2]])  # [token, choice]; 12 = dropped
+    index = jnp.full(slots, tokens).at[slot.reshape(-1)].set(jnp.arange(tokens * k) // k, mode="drop")
+    x = jax.random.normal(jax.random.PRNGKey(0), (tokens, 16)).astype(dtype)
+    cotangent = jax.random.normal(jax.random.PRNGKey(1), (slots, 16)).astype(dtype)
+
+    out, pullback = jax.vjp(lambda x: gather_rows(x, index, slot), x)
+    want, want_pullback = jax.vjp(lambda x: x.at[index].get(mode="fill", fill_value=0), x)
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(want, np.float32))
+    (dx,), (want_dx,) = pullback(cotangent), want_pullback(cotangent)
+    assert dx.dtype == jnp.dtype(dtype)
+    np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(want_dx, np.float32))  # at most 2 terms
+    assert not np.any(np.asarray(dx[3], np.float32))  # both of token 3's assignments were dropped
+    backward = str(jax.make_jaxpr(lambda x: jax.grad(lambda x: jnp.sum(gather_rows(x, index, slot)))(x))(x))
+    assert "scatter" not in backward and "scatter" in str(
+        jax.make_jaxpr(jax.grad(lambda x: jnp.sum(x.at[index].get(mode="fill", fill_value=0))))(x)
+    )
+    with pytest.raises(ValueError, match="gather_rows"):
+        gather_rows(x, index, slot[:4])
 
 
 @pytest.mark.parametrize("capacity_factor", [None, 0.5, 1.0])

@@ -15,6 +15,10 @@ the blocks that hold rows, each block a 2-D product through ``dense``'s CPU form
 result cast down: YNNPACK's bf16 kernels) with its expert's weights sliced in place. The backward is a loop
 too: each block's input gradient, and its expert's weight gradient accumulated in place in fp32
 (``benchmarks/moe_bench.py``; docs/model_families.md, "Speed").
+
+``gather_rows(x, index, inverse)`` moves rows between the token order and the experts' order both ways by
+gathers: its gradient is the gather through the inverse map, where autodiff of an indexed read is a scatter-add
+(XLA:CPU runs those row by row).
 """
 
 from __future__ import annotations
@@ -24,6 +28,37 @@ import jax.numpy as jnp
 
 from marin.trainer.layouts import row_major
 from marin.trainer.model.dense import NN, NT, dot_for_backend
+
+
+def gather_rows(x: jax.Array, index: jax.Array, inverse: jax.Array) -> jax.Array:
+    """``y[p] = x[index[p]]`` for x [rows, ...] (zero where ``index[p]`` is out of range), differentiated by a
+    gather: ``dx[r] = sum_m dy[inverse[r, m]]`` (out-of-range entries add nothing).
+
+    ``inverse`` [rows, m] must list, for each row r of x, every position p with ``index[p] == r`` exactly once
+    (and nothing else in range): the map's transpose, which the caller has for free when it built ``index`` from
+    a permutation. A row read k times (a token sent to its k experts) has m = k."""
+    if inverse.ndim != 2 or inverse.shape[0] != x.shape[0] or index.ndim != 1:
+        raise ValueError(f"gather_rows: x {x.shape}, index {index.shape} and inverse {inverse.shape} do not agree")
+    return _gather_rows(x, index.astype(jnp.int32), inverse.astype(jnp.int32))
+
+
+@jax.custom_vjp
+def _gather_rows(x, index, inverse):
+    return x.at[index].get(mode="fill", fill_value=0)
+
+
+def _gather_rows_forward(x, index, inverse):
+    return _gather_rows(x, index, inverse), (index, inverse)
+
+
+def _gather_rows_backward(residuals, g):
+    index, inverse = residuals
+    parts = g.at[inverse].get(mode="fill", fill_value=0)  # [rows, m, ...]
+    dx = parts[:, 0] if inverse.shape[1] == 1 else jnp.sum(parts.astype(jnp.float32), axis=1).astype(g.dtype)
+    return dx, None, None
+
+
+_gather_rows.defvjp(_gather_rows_forward, _gather_rows_backward)
 
 
 def block_matmul(x: jax.Array, w: jax.Array, owner: jax.Array, used: jax.Array | int | None = None) -> jax.Array:
