@@ -11,8 +11,11 @@ routed experts are computed is a dispatch, chosen by config:
   contiguous rows: grouped matmuls, ``jax.lax.ragged_dot``. On GPU and TPU that is a grouped GEMM doing
   exactly the active FLOPs; XLA:CPU lowers it to a masked dense product over every expert.
 * ``blocked`` (dropless): the sorted assignments padded per expert to a multiple of a block of rows, and every
-  block multiplied by its expert's weights (a batched matmul over gathered weights; MegaBlocks' block-sparse
-  layout without its kernel): the active FLOPs plus at most one block of padding per expert, on any backend.
+  block multiplied by its expert's weights (``grouped.block_matmul``: MegaBlocks' block-sparse layout without
+  its kernel): the active FLOPs plus at most one block of padding per expert, on any backend.
+
+The sorted and capacity dispatches move token rows into the experts' order and back with ``grouped.gather_rows``,
+whose gradient is a gather through the inverse map (autodiff of an indexed read is a scatter-add).
 * ``dense`` (dropless): every expert runs on every token and a one-hot combine matrix zeroes the unchosen
   ones (GShard's einsum without capacity): ``experts / k`` times the active FLOPs, no gather or sort.
 * capacity (``capacity_factor``): each expert takes at most ``C = ceil(factor * tokens * k / experts)``
@@ -412,11 +415,14 @@ def _exchange_and_compute(x, experts, weights, w, ep: int, method: str, matmul_d
     counts = jnp.bincount(dest, length=ep)
     position = jnp.arange(n) - (jnp.cumsum(counts) - counts)[dest]
     # Worst-case buffers: any one peer may receive all n assignments. Unused rows carry expert id ``local``.
-    send_x = jnp.zeros((ep, n, d), x.dtype).at[dest, position].set(x[order // k])
+    send_slot = (dest * n + position).astype(jnp.int32)  # each sorted assignment's row of the [ep * n] buffer
+    slot = jnp.zeros(n, jnp.int32).at[order].set(send_slot)  # each assignment's row
+    filled_by = jnp.full(ep * n, n, jnp.int32).at[send_slot].set(order.astype(jnp.int32))  # n: empty
+    send_x = gather_rows(x, filled_by // k, slot.reshape(tokens, k)).reshape(ep, n, d)
     send_e = jnp.full((ep, n), local, jnp.int32).at[dest, position].set(sorted_experts % local)
     recv_x = jax.lax.all_to_all(send_x, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n, d)
     recv_e = jax.lax.all_to_all(send_e, EXPERT_AXIS, 0, 0, tiled=True).reshape(ep * n)
     out = _grouped_swiglu(recv_x, recv_e, *w, method, matmul_dtype).reshape(ep, n, d)  # padding rows: zero
     back = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True)  # [ep, n, embed]: results of what we sent
-    results = back[dest, position][jnp.argsort(order)].reshape(tokens, k, d)
+    results = gather_rows(back.reshape(ep * n, d), slot, filled_by[:, None]).reshape(tokens, k, d)
     return _combine(results, weights)
