@@ -84,6 +84,27 @@ def test_bits_per_byte_matches_its_definition(table):
     assert result["perplexity"] == pytest.approx(math.exp(nll / n_tokens), rel=1e-5)
 
 
+def test_token_nll_skips_the_argmax_and_scores_as_loglikelihood_does(table):
+    """Perplexity needs no argmax, which XLA:CPU runs as a slow variadic (value, index) reduction: the
+    token_nll program has none, the loglikelihood program has it, and both give the same log-probabilities."""
+    scorer = Scorer(bigram_model(table), batch_size=2, max_len=16)
+    tokens = np.zeros((2, 16), np.int32)
+
+    def has_argmax(with_greedy):
+        text = scorer._target_logprobs.lower(None, tokens, tokens, with_greedy=with_greedy).as_text()
+        return "stablehlo.reduce(%arg0 init" in text or ":2 = stablehlo.reduce" in text
+
+    assert has_argmax(True) and not has_argmax(False)
+    rows = [[EOS, *encode("the cat sat")], [EOS, *encode("a")]]
+    nll = scorer.token_nll(rows)
+    for row, got in zip(rows, nll):
+        expected = [-log_softmax(table[row[i - 1]])[row[i]] for i in range(1, len(row))]
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+        context, continuation = row[:1], row[1:]
+        [(total, _)] = scorer.loglikelihood([(context, continuation)])
+        assert -got.sum() == pytest.approx(total, abs=1e-4)
+
+
 def test_long_document_windows_cover_every_target_once():
     tokens = list(range(1, 300))
     windows = document_windows(tokens, EOS, max_len=64)
