@@ -371,8 +371,9 @@ def _chunk_logprobs(cfg: LlamaConfig, params, x, targets):
     logits = _logits(cfg, params, x)
     logp = jax.nn.log_softmax(logits, axis=-1)
     target_logprob = jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
-    target_greedy = jnp.argmax(logits, axis=-1) == targets
     top_logprob, top_token = jax.lax.top_k(logp, min(TOP_LOGPROBS, logits.shape[-1]))
+    # top_k puts the lowest index first among equals, so its first token is argmax's: no second reduction
+    target_greedy = top_token[:, 0] == targets
     return target_logprob, target_greedy, top_logprob, top_token.astype(jnp.int32)
 
 
