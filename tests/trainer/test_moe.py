@@ -104,11 +104,11 @@ def _reference_moe(cfg, layer, x):
 def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
     """``block_matmul`` (on CPU a loop that reads each block's expert weights in place, with its own backward)
     against ``einsum(x, w[owner])``: the blocks from ``used`` on come out zero and pass no gradient, so the
-    reference masks them; the weight gradient sums each expert's blocks."""
+    reference masks them; the weight gradient sums each expert's blocks (zero for an expert with none)."""
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     x = jax.random.normal(keys[0], (6, 8, 16)).astype(dtype)
-    w = jax.random.normal(keys[1], (3, 16, 24)).astype(dtype)
-    owner, used = jnp.array([0, 0, 1, 2, 2, 2]), 5
+    w = jax.random.normal(keys[1], (4, 16, 24)).astype(dtype)
+    owner, used = jnp.array([0, 0, 2, 2, 2, 3]), 5  # expert 1 owns no block, expert 3 only an unused one
     mask = (jnp.arange(6) < used)[:, None, None]
     cotangent = jax.random.normal(keys[2], (6, 8, 24)).astype(dtype)
 
@@ -124,6 +124,7 @@ def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
         scale = float(jnp.max(jnp.abs(expected)))
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected), atol=rtol * scale)
     assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
+    assert not np.any(np.asarray(dw[1], np.float32)) and not np.any(np.asarray(dw[3], np.float32))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

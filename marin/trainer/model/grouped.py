@@ -11,9 +11,11 @@ batched GEMM, what a GPU wants, and what this module does off the CPU.
 
 On XLA:CPU the copies cost more than the products: the gathered bf16 weights were converted to fp32 and the
 batched product ran as an fp32 one (XLA's operand upcaster, ``layouts.py``). There the product is a loop over
-the blocks that hold rows, each block a 2-D product through ``dense``'s CPU form (bf16 operands, an fp32
-result cast down: YNNPACK's bf16 kernels) with its expert's weights sliced in place. The backward is a loop
-too: each block's input gradient, and its expert's weight gradient accumulated in place in fp32
+the experts, each slicing its weights once, around a loop over that expert's blocks (an expert's blocks are
+consecutive), each block a 2-D product through ``dense``'s CPU form (bf16 operands, an fp32 result cast down:
+YNNPACK's bf16 kernels). The backward loops the same way: each block's input gradient, and its expert's
+weight gradient summed over its blocks in an fp32 carry and written once. 16-bit buffers travel through the
+loops as their bits (``_as_bits``), which XLA:CPU slices and updates in place
 (``benchmarks/moe_bench.py``; docs/model_families.md, "Speed").
 
 ``gather_rows(x, index, inverse)`` moves rows between the token order and the experts' order both ways by
@@ -62,7 +64,8 @@ _gather_rows.defvjp(_gather_rows_forward, _gather_rows_backward)
 
 
 def block_matmul(x: jax.Array, w: jax.Array, owner: jax.Array, used: jax.Array | int | None = None) -> jax.Array:
-    """``y[b] = x[b] @ w[owner[b]]`` for x [blocks, rows, in], w [experts, in, out], owner [blocks] (int).
+    """``y[b] = x[b] @ w[owner[b]]`` for x [blocks, rows, in], w [experts, in, out], owner [blocks] (int,
+    nondecreasing: each expert's blocks consecutive, as the blocked and capacity dispatches lay them out).
 
     ``used``: how many leading blocks hold rows (default all); the rest come out zero, as their zero rows
     would. The result has x's dtype."""
@@ -78,15 +81,46 @@ def _block(a: jax.Array, b) -> jax.Array:
     return jax.lax.dynamic_index_in_dim(a, b, 0, keepdims=False)
 
 
+def _as_bits(a: jax.Array) -> jax.Array:
+    """A 16-bit float array as its bit pattern (uint16); wider dtypes as they are.
+
+    XLA:CPU has no bf16 arithmetic and normalizes every bf16 instruction to fp32, slices and in-place updates
+    included: a bf16 result written a block at a time in a loop became convert-to-fp32, update, convert back,
+    a pass over the whole result per block (23% of the bf16 MoE step, 2026-12-06). Integers are left alone,
+    so the loops slice and update the bits and only the products see bf16."""
+    return jax.lax.bitcast_convert_type(a, jnp.uint16) if jnp.dtype(a.dtype).itemsize == 2 else a
+
+
+def _from_bits(a: jax.Array, dtype) -> jax.Array:
+    return jax.lax.bitcast_convert_type(a, dtype) if a.dtype == jnp.uint16 else a
+
+
+def _expert_ranges(owner: jax.Array, used: jax.Array, num_experts: int) -> tuple[jax.Array, jax.Array]:
+    """Each expert's blocks [first[e], end[e]) among the ``used`` leading ones (owner nondecreasing)."""
+    experts = jnp.arange(num_experts, dtype=owner.dtype)
+    first = jnp.searchsorted(owner, experts, side="left").astype(jnp.int32)
+    end = jnp.minimum(jnp.searchsorted(owner, experts, side="right").astype(jnp.int32), used)
+    return first, end
+
+
 def _products(x, w, owner, used):
-    """The forward loop: block b's product written into its place of a zero result."""
-    y = jnp.zeros((*x.shape[:2], w.shape[-1]), x.dtype)
+    """The forward loops: for each expert, its weights sliced once, and each of its blocks' products written
+    into its place of a zero result."""
+    dtype = x.dtype
+    x_bits, w_bits = _as_bits(x), _as_bits(w)
+    first, end = _expert_ranges(owner, used, w.shape[0])
 
-    def body(b, y):
-        product = dot_for_backend(_block(x, b), _block(w, owner[b]), NN, x.dtype, on_cpu=True)
-        return jax.lax.dynamic_update_index_in_dim(y, product, b, 0)
+    def expert_body(e, y):
+        we = _from_bits(_block(w_bits, e), dtype)
 
-    return jax.lax.fori_loop(0, used, body, y)
+        def body(b, y):
+            product = dot_for_backend(_from_bits(_block(x_bits, b), dtype), we, NN, dtype, on_cpu=True)
+            return jax.lax.dynamic_update_index_in_dim(y, _as_bits(product), b, 0)
+
+        return jax.lax.fori_loop(first[e], end[e], body, y)
+
+    y = _as_bits(jnp.zeros((*x.shape[:2], w.shape[-1]), dtype))
+    return _from_bits(jax.lax.fori_loop(0, w.shape[0], expert_body, y), dtype)
 
 
 @jax.custom_vjp
@@ -99,21 +133,31 @@ def _forward(x, w, owner, used):
 
 
 def _backward(residuals, g):
+    """The same loops backwards: each block's input gradient, and each expert's weight gradient summed over
+    its blocks in an fp32 carry, written once."""
     x, w, owner, used = residuals
-    g = g.astype(x.dtype)  # gradients flow in the compute dtype, as dense's do
+    dtype = x.dtype
+    g = g.astype(dtype)  # gradients flow in the compute dtype, as dense's do
+    x_bits, w_bits, g_bits = _as_bits(x), _as_bits(w), _as_bits(g)
+    first, end = _expert_ranges(owner, used, w.shape[0])
 
-    def body(b, carry):
+    def expert_body(e, carry):
         dx, dw = carry
-        xb, gb, expert = _block(x, b), _block(g, b), owner[b]
-        dx = jax.lax.dynamic_update_index_in_dim(dx, dot_for_backend(gb, _block(w, expert), NT, x.dtype, True), b, 0)
-        # [in, rows] materialised row-major, so the product stays on XLA:CPU's fast (not left-transposed) path
-        step = dot_for_backend(row_major(xb.T), gb, NN, jnp.float32, True)
-        dw = jax.lax.dynamic_update_index_in_dim(dw, _block(dw, expert) + step, expert, 0)
-        return dx, dw
+        we = _from_bits(_block(w_bits, e), dtype)
 
-    zeros = (jnp.zeros_like(x), jnp.zeros(w.shape, jnp.float32))
-    dx, dw = jax.lax.fori_loop(0, used, body, zeros)
-    return dx, dw.astype(w.dtype), None, None
+        def body(b, carry):
+            dx, acc = carry
+            xb, gb = _from_bits(_block(x_bits, b), dtype), _from_bits(_block(g_bits, b), dtype)
+            dx = jax.lax.dynamic_update_index_in_dim(dx, _as_bits(dot_for_backend(gb, we, NT, dtype, True)), b, 0)
+            # [in, rows] materialised row-major, so the product stays on XLA:CPU's fast (not left-transposed) path
+            return dx, acc + dot_for_backend(row_major(xb.T), gb, NN, jnp.float32, True)
+
+        dx, acc = jax.lax.fori_loop(first[e], end[e], body, (dx, jnp.zeros(w.shape[1:], jnp.float32)))
+        return dx, jax.lax.dynamic_update_index_in_dim(dw, acc, e, 0)
+
+    zeros = (_as_bits(jnp.zeros_like(x)), jnp.zeros(w.shape, jnp.float32))
+    dx, dw = jax.lax.fori_loop(0, w.shape[0], expert_body, zeros)
+    return _from_bits(dx, dtype), dw.astype(w.dtype), None, None
 
 
 _looped.defvjp(_forward, _backward)
