@@ -138,7 +138,11 @@ def _backward(residuals, g):
     x, w, owner, used = residuals
     dtype = x.dtype
     g = g.astype(dtype)  # gradients flow in the compute dtype, as dense's do
-    x_bits, w_bits, g_bits = _as_bits(x), _as_bits(w), _as_bits(g)
+    w_bits, g_bits = _as_bits(w), _as_bits(g)
+    # every block's [in, rows] materialised row-major at once (the weight gradient's left operand, so its product
+    # stays on XLA:CPU's fast, not left-transposed, path): one pass rather than a copy per block, 2.5% of the
+    # bf16 MoE step (2026-12-06)
+    xt_bits = _as_bits(row_major(jnp.swapaxes(x, 1, 2)))
     first, end = _expert_ranges(owner, used, w.shape[0])
 
     def expert_body(e, carry):
@@ -147,10 +151,10 @@ def _backward(residuals, g):
 
         def body(b, carry):
             dx, acc = carry
-            xb, gb = _from_bits(_block(x_bits, b), dtype), _from_bits(_block(g_bits, b), dtype)
+            gb = _from_bits(_block(g_bits, b), dtype)
             dx = jax.lax.dynamic_update_index_in_dim(dx, _as_bits(dot_for_backend(gb, we, NT, dtype, True)), b, 0)
-            # [in, rows] materialised row-major, so the product stays on XLA:CPU's fast (not left-transposed) path
-            return dx, acc + dot_for_backend(row_major(xb.T), gb, NN, jnp.float32, True)
+            xt = _from_bits(_block(xt_bits, b), dtype)
+            return dx, acc + dot_for_backend(xt, gb, NN, jnp.float32, True)
 
         dx, acc = jax.lax.fori_loop(first[e], end[e], body, (dx, jnp.zeros(w.shape[1:], jnp.float32)))
         return dx, jax.lax.dynamic_update_index_in_dim(dw, acc, e, 0)
