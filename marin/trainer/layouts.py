@@ -1,4 +1,6 @@
-"""``row_major(a)``: materialise an array (a transpose, above all) in row-major order for XLA:CPU's fast dots.
+"""XLA:CPU workarounds on the way data is laid out: ``row_major(a)`` and ``as_bits(a)``.
+
+``row_major(a)``: materialise an array (a transpose, above all) in row-major order for XLA:CPU's fast dots.
 
 XLA:CPU runs a dot through its fast YNNPACK kernels only when both operands are row-major and the left one
 contracts its last dim. A transpose in JAX is a relabelled layout until layout assignment decides otherwise,
@@ -7,14 +9,31 @@ one (convert, then the fp32 kernel): ~3x slower than the bf16 kernel at the baby
 (docs/trainer.md, "Built (2026-11-30)"). An ``optimization_barrier`` keeps the transpose from being folded
 into the dot but not its layout; a layout constraint fixes the copy's layout before those passes run, for
 every dtype.
+
+``as_bits(a)`` / ``from_bits(a, dtype)``: a 16-bit float array as its bit pattern (uint16) and back, for buffers
+that a loop slices or updates in place. XLA:CPU has no bf16 arithmetic and normalizes every bf16 instruction
+to fp32, slices and in-place updates included: a bf16 result written a block at a time in a loop became
+convert-to-fp32, update, convert back, a pass over the whole result per block (23% of the bf16 MoE step,
+2026-12-06; docs/model_families.md, "Speed"). Integers are left alone.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax.experimental.layout import Layout, with_layout_constraint
 
 
 def row_major(a: jax.Array) -> jax.Array:
     """``a`` with a row-major layout (a real copy when ``a`` is a transpose); the same values."""
     return with_layout_constraint(a, Layout(major_to_minor=tuple(range(a.ndim))))
+
+
+def as_bits(a: jax.Array) -> jax.Array:
+    """A 16-bit float array as its bit pattern (uint16); wider dtypes as they are."""
+    return jax.lax.bitcast_convert_type(a, jnp.uint16) if jnp.dtype(a.dtype).itemsize == 2 else a
+
+
+def from_bits(a: jax.Array, dtype) -> jax.Array:
+    """``as_bits``'s inverse: a uint16 array read as ``dtype``; other arrays as they are."""
+    return jax.lax.bitcast_convert_type(a, dtype) if a.dtype == jnp.uint16 else a

@@ -12,6 +12,7 @@ conftest switches it on in the pytest process itself for these tests (``IN_PROCE
 
 import dataclasses
 import os
+import re
 
 from tests.compile_cache import share_compilation_cache
 
@@ -43,3 +44,15 @@ def init(cfg: LlamaConfig, seed: int = 0):
     from marin.trainer.model import init_params
 
     return jax.jit(init_params, static_argnums=0)(cfg, jax.random.PRNGKey(seed))
+
+
+def updates_of_converted_buffers(text: str) -> list[str]:
+    """Every ``dynamic-update-slice`` of the compiled program whose buffer operand is a ``convert``: an update
+    XLA:CPU does not do in place, because its float normalization turned a bf16 buffer into fp32 for it."""
+    found = []
+    for computation in re.split(r"\n(?=\S)", text):
+        ops = dict(re.findall(r"(%[\w.\-]+) = \S+ ([\w\-]+)\(", computation))
+        for name, buffer in re.findall(r"(%[\w.\-]+) = \S+ dynamic-update-slice\((%[\w.\-]+),", computation):
+            if ops.get(buffer) == "convert":
+                found.append(name)
+    return found

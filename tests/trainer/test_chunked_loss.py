@@ -13,7 +13,7 @@ from marin.trainer.model import param_axes
 from marin.trainer.model.chunked_loss import chunked_token_loss
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step
-from tests.trainer.conftest import tiny_model
+from tests.trainer.conftest import tiny_model, updates_of_converted_buffers
 
 FP32 = PrecisionPolicy(compute_dtype="float32")
 
@@ -48,6 +48,33 @@ def test_blocked_loss_and_its_gradients_equal_the_whole_logits(z_loss, block):
     value, weight = chunked_token_loss(x, w, targets, mask, z_loss=z_loss, block=block)  # undifferentiated (eval)
     np.testing.assert_allclose(value, want, rtol=1e-6)
     assert float(weight) == float(mask.sum())
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own passes")
+def test_bf16_blocks_stack_their_input_gradient_in_place_on_cpu():
+    """In bf16 the scan stacks each block's dx into one buffer; XLA:CPU normalized that bf16 update to fp32,
+    converting the whole stack to fp32 and back for every block. The stack now carries the bits
+    (``layouts.as_bits``): no update of a converted buffer, and the same gradient as the whole logits' to bf16
+    rounding."""
+    rng = np.random.default_rng(0)
+    batch, seq, embed, vocab = 2, 24, 8, 50
+    x = jnp.asarray(rng.normal(size=(batch, seq, embed)), jnp.bfloat16)
+    w = jnp.asarray(rng.normal(size=(embed, vocab)), jnp.bfloat16)
+    targets = jnp.asarray(rng.integers(0, vocab, (batch, seq)), jnp.int32)
+    mask = jnp.ones((batch, seq), jnp.float32)
+
+    def blocked(x, w):
+        return chunked_token_loss(x, w, targets, mask, block=8)[0]
+
+    grad = jax.jit(jax.grad(blocked, argnums=(0, 1)))
+    assert updates_of_converted_buffers(grad.lower(x, w).compile().as_text()) == []
+    dx, dw = grad(x, w)
+    want_dx, want_dw = jax.grad(_whole_logits_loss, argnums=(0, 1))(
+        x.astype(jnp.float32), w.astype(jnp.float32), targets, mask, 0.0
+    )
+    assert dx.dtype == jnp.bfloat16
+    for got, want in ((dx, want_dx), (dw, want_dw)):
+        np.testing.assert_allclose(np.asarray(got, np.float32), want, atol=2e-2 * float(jnp.max(jnp.abs(want))))
 
 
 def test_blocked_loss_refuses_shapes_that_disagree_and_a_block_below_one():

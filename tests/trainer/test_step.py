@@ -12,6 +12,7 @@ from marin.trainer.data import DataConfig, SyntheticSourceConfig, TrainBatches
 from marin.trainer.model import next_token_loss, param_axes
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import PrecisionPolicy, StepConfig, accumulate_gradients, init_state, make_train_step
+from tests.trainer.conftest import updates_of_converted_buffers
 
 
 def _batch(cfg, batch_size=8, step=0):
@@ -119,18 +120,6 @@ def _compiled_dot_operand_types(cfg, compute_dtype):
     return found, step, state, text
 
 
-def _updates_of_converted_buffers(text):
-    """Every ``dynamic-update-slice`` of the compiled program whose buffer operand is a ``convert``: an update
-    XLA:CPU does not do in place, because its float normalization turned a bf16 buffer into fp32 for it."""
-    found = []
-    for computation in re.split(r"\n(?=\S)", text):
-        ops = dict(re.findall(r"(%[\w.\-]+) = \S+ ([\w\-]+)\(", computation))
-        for name, buffer in re.findall(r"(%[\w.\-]+) = \S+ dynamic-update-slice\((%[\w.\-]+),", computation):
-            if ops.get(buffer) == "convert":
-                found.append(name)
-    return found
-
-
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own passes")
 @pytest.mark.parametrize(
     "moe",
@@ -153,7 +142,7 @@ def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny, moe):
     found, step, state, text = _compiled_dot_operand_types(cfg, "bfloat16")
     assert len(found) > 20 * tiny.num_layers  # the whole step
     assert [types for types in found if types != ("bf16", "bf16")] == []
-    assert _updates_of_converted_buffers(text) == []
+    assert updates_of_converted_buffers(text) == []
     _, metrics = step(state, _batch(cfg))
     assert np.isfinite(float(metrics["loss"]))
 

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from marin.trainer.axes import BATCH, EMBED, VOCAB, active_sharding, constrain
+from marin.trainer.layouts import as_bits, from_bits
 from marin.trainer.mesh import batch_shards
 
 
@@ -106,11 +107,14 @@ def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
             _by_shard(g, shards, VOCAB),
             preferred_element_type=jnp.float32,
         )
-        return (total + loss, dw + constrain(per_shard, (BATCH, EMBED, VOCAB))), dx
+        # the blocks' dx stacked by the scan as bits on CPU: a bf16 stack is converted whole per block there
+        return (total + loss, dw + constrain(per_shard, (BATCH, EMBED, VOCAB))), as_bits(dx) if on_cpu else dx
 
+    on_cpu = jax.default_backend() == "cpu"
     dw0 = constrain(jnp.zeros((shards, *w.shape), jnp.float32), (BATCH, EMBED, VOCAB))
     (total, dw), dx = jax.lax.scan(body, (jnp.zeros((), jnp.float32), dw0), _blocks(x, targets, mask, rows))
-    dx = jnp.moveaxis(dx, 0, 1).reshape(x.shape)  # [blocks, batch, rows, embed] -> [batch, seq, embed]
+    # [blocks, batch, rows, embed] -> [batch, seq, embed]
+    dx = jnp.moveaxis(from_bits(dx, x.dtype), 0, 1).reshape(x.shape)
     return total, (dx, jnp.sum(dw, axis=0).astype(w.dtype))
 
 

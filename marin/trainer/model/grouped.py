@@ -15,7 +15,7 @@ the experts, each slicing its weights once, around a loop over that expert's blo
 consecutive), each block a 2-D product through ``dense``'s CPU form (bf16 operands, an fp32 result cast down:
 YNNPACK's bf16 kernels). The backward loops the same way: each block's input gradient, and its expert's
 weight gradient summed over its blocks in an fp32 carry and written once. 16-bit buffers travel through the
-loops as their bits (``_as_bits``), which XLA:CPU slices and updates in place
+loops as their bits (``layouts.as_bits``), which XLA:CPU slices and updates in place
 (``benchmarks/moe_bench.py``; docs/model_families.md, "Speed").
 
 ``gather_rows(x, index, inverse)`` moves rows between the token order and the experts' order both ways by
@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from marin.trainer.layouts import row_major
+from marin.trainer.layouts import as_bits, from_bits, row_major
 from marin.trainer.model.dense import NN, NT, dot_for_backend
 
 
@@ -81,20 +81,6 @@ def _block(a: jax.Array, b) -> jax.Array:
     return jax.lax.dynamic_index_in_dim(a, b, 0, keepdims=False)
 
 
-def _as_bits(a: jax.Array) -> jax.Array:
-    """A 16-bit float array as its bit pattern (uint16); wider dtypes as they are.
-
-    XLA:CPU has no bf16 arithmetic and normalizes every bf16 instruction to fp32, slices and in-place updates
-    included: a bf16 result written a block at a time in a loop became convert-to-fp32, update, convert back,
-    a pass over the whole result per block (23% of the bf16 MoE step, 2026-12-06). Integers are left alone,
-    so the loops slice and update the bits and only the products see bf16."""
-    return jax.lax.bitcast_convert_type(a, jnp.uint16) if jnp.dtype(a.dtype).itemsize == 2 else a
-
-
-def _from_bits(a: jax.Array, dtype) -> jax.Array:
-    return jax.lax.bitcast_convert_type(a, dtype) if a.dtype == jnp.uint16 else a
-
-
 def _expert_ranges(owner: jax.Array, used: jax.Array, num_experts: int) -> tuple[jax.Array, jax.Array]:
     """Each expert's blocks [first[e], end[e]) among the ``used`` leading ones (owner nondecreasing)."""
     experts = jnp.arange(num_experts, dtype=owner.dtype)
@@ -107,20 +93,20 @@ def _products(x, w, owner, used):
     """The forward loops: for each expert, its weights sliced once, and each of its blocks' products written
     into its place of a zero result."""
     dtype = x.dtype
-    x_bits, w_bits = _as_bits(x), _as_bits(w)
+    x_bits, w_bits = as_bits(x), as_bits(w)
     first, end = _expert_ranges(owner, used, w.shape[0])
 
     def expert_body(e, y):
-        we = _from_bits(_block(w_bits, e), dtype)
+        we = from_bits(_block(w_bits, e), dtype)
 
         def body(b, y):
-            product = dot_for_backend(_from_bits(_block(x_bits, b), dtype), we, NN, dtype, on_cpu=True)
-            return jax.lax.dynamic_update_index_in_dim(y, _as_bits(product), b, 0)
+            product = dot_for_backend(from_bits(_block(x_bits, b), dtype), we, NN, dtype, on_cpu=True)
+            return jax.lax.dynamic_update_index_in_dim(y, as_bits(product), b, 0)
 
         return jax.lax.fori_loop(first[e], end[e], body, y)
 
-    y = _as_bits(jnp.zeros((*x.shape[:2], w.shape[-1]), dtype))
-    return _from_bits(jax.lax.fori_loop(0, w.shape[0], expert_body, y), dtype)
+    y = as_bits(jnp.zeros((*x.shape[:2], w.shape[-1]), dtype))
+    return from_bits(jax.lax.fori_loop(0, w.shape[0], expert_body, y), dtype)
 
 
 @jax.custom_vjp
@@ -138,30 +124,30 @@ def _backward(residuals, g):
     x, w, owner, used = residuals
     dtype = x.dtype
     g = g.astype(dtype)  # gradients flow in the compute dtype, as dense's do
-    w_bits, g_bits = _as_bits(w), _as_bits(g)
+    w_bits, g_bits = as_bits(w), as_bits(g)
     # every block's [in, rows] materialised row-major at once (the weight gradient's left operand, so its product
     # stays on XLA:CPU's fast, not left-transposed, path): one pass rather than a copy per block, 2.5% of the
     # bf16 MoE step (2026-12-06)
-    xt_bits = _as_bits(row_major(jnp.swapaxes(x, 1, 2)))
+    xt_bits = as_bits(row_major(jnp.swapaxes(x, 1, 2)))
     first, end = _expert_ranges(owner, used, w.shape[0])
 
     def expert_body(e, carry):
         dx, dw = carry
-        we = _from_bits(_block(w_bits, e), dtype)
+        we = from_bits(_block(w_bits, e), dtype)
 
         def body(b, carry):
             dx, acc = carry
-            gb = _from_bits(_block(g_bits, b), dtype)
-            dx = jax.lax.dynamic_update_index_in_dim(dx, _as_bits(dot_for_backend(gb, we, NT, dtype, True)), b, 0)
-            xt = _from_bits(_block(xt_bits, b), dtype)
+            gb = from_bits(_block(g_bits, b), dtype)
+            dx = jax.lax.dynamic_update_index_in_dim(dx, as_bits(dot_for_backend(gb, we, NT, dtype, True)), b, 0)
+            xt = from_bits(_block(xt_bits, b), dtype)
             return dx, acc + dot_for_backend(xt, gb, NN, jnp.float32, True)
 
         dx, acc = jax.lax.fori_loop(first[e], end[e], body, (dx, jnp.zeros(w.shape[1:], jnp.float32)))
         return dx, jax.lax.dynamic_update_index_in_dim(dw, acc, e, 0)
 
-    zeros = (_as_bits(jnp.zeros_like(x)), jnp.zeros(w.shape, jnp.float32))
+    zeros = (as_bits(jnp.zeros_like(x)), jnp.zeros(w.shape, jnp.float32))
     dx, dw = jax.lax.fori_loop(0, w.shape[0], expert_body, zeros)
-    return _from_bits(dx, dtype), dw.astype(w.dtype), None, None
+    return from_bits(dx, dtype), dw.astype(w.dtype), None, None
 
 
 _looped.defvjp(_forward, _backward)
