@@ -107,7 +107,8 @@ def test_bf16_policy_runs_the_steps_matmuls_in_bf16(tiny, backend, fp32_per_laye
 
 
 def _compiled_dot_operand_types(cfg, compute_dtype):
-    """(lhs, rhs) element types of every dot in the step as XLA:CPU compiled it, after its own passes."""
+    """(lhs, rhs) element types of every dot in the step as XLA:CPU compiled it, after its own passes; and the
+    jitted step, its state and the compiled program's text."""
     policy = PrecisionPolicy(compute_dtype=compute_dtype)
     opt, tx, state = _state(cfg, policy=policy)
     step = make_train_step(cfg, tx, opt.lr_schedule(100), StepConfig(precision=policy))

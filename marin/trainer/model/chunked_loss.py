@@ -87,6 +87,7 @@ def _chunked(x, w, targets, mask, z_loss: float, rows: int):
 def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
     shards = batch_shards(active_sharding())  # 1 off a mesh
     shards = shards if targets.shape[0] % shards == 0 else 1
+    on_cpu = jax.default_backend() == "cpu"
 
     def body(carry, xs):
         total, dw = carry
@@ -110,7 +111,6 @@ def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
         # the blocks' dx stacked by the scan as bits on CPU: a bf16 stack is converted whole per block there
         return (total + loss, dw + constrain(per_shard, (BATCH, EMBED, VOCAB))), as_bits(dx) if on_cpu else dx
 
-    on_cpu = jax.default_backend() == "cpu"
     dw0 = constrain(jnp.zeros((shards, *w.shape), jnp.float32), (BATCH, EMBED, VOCAB))
     (total, dw), dx = jax.lax.scan(body, (jnp.zeros((), jnp.float32), dw0), _blocks(x, targets, mask, rows))
     # [blocks, batch, rows, embed] -> [batch, seq, embed]
