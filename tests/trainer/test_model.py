@@ -322,15 +322,16 @@ def _grad_temp_bytes(cfg):
 
 def test_remat_lowers_peak_temp_memory_of_the_layer_scan():
     """8 scanned layers, seq 256, batch 8: without remat the backward keeps every layer's activations
-    (attention probabilities dominate). Measured temp memory with the blockwise CPU attention: none 164 MB,
-    minimal 55 MB (3.0x less), full 29 MB (5.6x less); asserted with margin: >= 2.5x and >= 5x. (Unrolled
+    (attention probabilities dominate). Measured temp memory with the blockwise CPU attention: none 140 MB,
+    minimal 55 MB (2.5x less), full 29 MB (4.8x less); asserted with margin: >= 2.2x and >= 4.2x. (None was
+    164 MB until the SwiGLU activation's own backward kept only its two inputs, 2026-12-06.) (Unrolled
     layers, the CPU default, gain ~3% on XLA:CPU: docs/trainer.md.) The attention is pinned to
     ``blockwise``: the ratio depends on what attention saves, and on a GPU the fp32 default is the Pallas
     flash kernel, which saves little (none 134 MB vs minimal 73 MB, 1.8x, on an H200, 2026-11-26)."""
     cfg = tiny_model(num_layers=8, seq_len=256, scan_layers=True, attention_backend="blockwise")
     none, minimal, full = (_grad_temp_bytes(dataclasses.replace(cfg, remat=r)) for r in ("none", "minimal", "full"))
-    assert none >= 2.5 * minimal, (none, minimal)
-    assert none >= 5 * full, (none, full)
+    assert none >= 2.2 * minimal, (none, minimal)
+    assert none >= 4.2 * full, (none, full)
 
 
 def test_z_loss_adds_its_formula_to_the_loss(tiny):

@@ -21,7 +21,7 @@ from marin.trainer import train
 from marin.trainer.axes import ShardingContext, use_sharding
 from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
 from marin.trainer.model import LlamaConfig, init_params, model_preset, param_axes, training_loss
-from marin.trainer.model.grouped import block_matmul, gather_rows
+from marin.trainer.model.grouped import block_matmul, block_swiglu, gather_rows
 from marin.trainer.model.moe import expert_capacity, moe_block, route
 from marin.trainer.muon import matrix_dims
 from tests.trainer.tiny_run import tiny_config
@@ -125,6 +125,40 @@ def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
         np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected), atol=rtol * scale)
     assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
     assert not np.any(np.asarray(dw[1], np.float32)) and not np.any(np.asarray(dw[3], np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_block_swiglu_is_each_blocks_experts_swiglu_with_unused_blocks_zero(dtype):
+    """``block_swiglu`` (on CPU one loop for a block's whole SwiGLU and one for its backward) against the
+    gathered products in fp32: outputs and all four gradients, an expert with no block and one with only an
+    unused block (zero weight gradients), the unused blocks zero and passing no gradient."""
+    keys = jax.random.split(jax.random.PRNGKey(1), 5)
+    x = jax.random.normal(keys[0], (6, 8, 16)).astype(dtype)
+    w_gate, w_up = (jax.random.normal(k, (4, 16, 24)).astype(dtype) for k in keys[1:3])
+    w_down = (0.3 * jax.random.normal(keys[3], (4, 24, 16))).astype(dtype)
+    owner, used = jnp.array([0, 0, 2, 2, 2, 3]), 5
+    mask = (jnp.arange(6) < used)[:, None, None]
+    cotangent = jax.random.normal(keys[4], (6, 8, 16)).astype(dtype)
+
+    def reference(x, w_gate, w_up, w_down):
+        f32 = lambda a: a.astype(jnp.float32)  # noqa: E731
+        gate = jnp.einsum("nrd,ndm->nrm", f32(x), f32(w_gate)[owner])
+        hidden = jax.nn.silu(gate) * jnp.einsum("nrd,ndm->nrm", f32(x), f32(w_up)[owner])
+        return jnp.einsum("nrm,nmd->nrd", hidden, f32(w_down)[owner]) * mask
+
+    weights = (w_gate, w_up, w_down)
+    out, pullback = jax.vjp(lambda x, *w: block_swiglu(x, *w, owner, used), x, *weights)
+    want, want_pullback = jax.vjp(reference, x, *weights)
+    grads, want_grads = pullback(cotangent), want_pullback(cotangent.astype(jnp.float32))
+    assert {a.dtype for a in (out, *grads)} == {jnp.dtype(dtype)}
+    rtol = 1e-5 if dtype == "float32" else 3e-2  # bf16: the gate, up, hidden and output each rounded
+    for got, expected in zip((out, *grads), (want, *want_grads)):
+        scale = float(jnp.max(jnp.abs(expected)))
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected), atol=rtol * scale)
+    dx = grads[0]
+    assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
+    for dw in grads[1:]:
+        assert not np.any(np.asarray(dw[1], np.float32)) and not np.any(np.asarray(dw[3], np.float32))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

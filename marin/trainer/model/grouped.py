@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from marin.trainer.layouts import as_bits, from_bits, row_major
+from marin.trainer.model.activations import swiglu_backward, swiglu_forward, swiglu_hidden
 from marin.trainer.model.dense import NN, NT, dot_for_backend
 
 
@@ -151,3 +152,103 @@ def _backward(residuals, g):
 
 
 _looped.defvjp(_forward, _backward)
+
+
+def block_swiglu(
+    x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array, owner: jax.Array, used=None
+) -> jax.Array:
+    """``y[b] = swiglu(x[b] @ w_gate[e], x[b] @ w_up[e]) @ w_down[e]`` with ``e = owner[b]``, for x [blocks,
+    rows, embed], w_gate / w_up [experts, embed, mlp], w_down [experts, mlp, embed]; ``owner`` and ``used`` as
+    in ``block_matmul``. The result has x's dtype.
+
+    Off the CPU: three ``block_matmul`` products and ``swiglu_hidden``. On XLA:CPU, one loop does a block's
+    whole SwiGLU while its rows are in cache, and one loop its whole backward, where three loops of products
+    and the activation's passes over every block (unused ones included) each sliced, wrote and converted
+    their buffers."""
+    if w_gate.shape != w_up.shape or w_down.shape != (w_gate.shape[0], w_gate.shape[2], w_gate.shape[1]):
+        raise ValueError(f"block_swiglu: w_gate {w_gate.shape}, w_up {w_up.shape}, w_down {w_down.shape} disagree")
+    if jax.default_backend() != "cpu":
+        hidden = swiglu_hidden(block_matmul(x, w_gate, owner, used), block_matmul(x, w_up, owner, used))
+        return block_matmul(hidden, w_down, owner, used)
+    if x.ndim != 3 or owner.shape != x.shape[:1] or x.shape[-1] != w_gate.shape[1]:
+        raise ValueError(f"block_swiglu: x {x.shape}, w_gate {w_gate.shape} and owner {owner.shape} do not agree")
+    used = jnp.asarray(x.shape[0] if used is None else used, jnp.int32)
+    w = tuple(a.astype(x.dtype) for a in (w_gate, w_up, w_down))
+    return _fused_swiglu(x, *w, owner.astype(jnp.int32), used)
+
+
+def _swiglu_loop(x, w_gate, w_up, w_down, owner, used):
+    """The forward loop: each block's gate and up products, activation and down product; returns the output
+    and, for the backward, the gate and up products."""
+    dtype = x.dtype
+    x_bits, wg_bits, wu_bits, wd_bits = (as_bits(a) for a in (x, w_gate, w_up, w_down))
+    first, end = _expert_ranges(owner, used, w_gate.shape[0])
+
+    def expert_body(e, carry):
+        wg, wu, wd = (from_bits(_block(a, e), dtype) for a in (wg_bits, wu_bits, wd_bits))
+
+        def body(b, carry):
+            y, gate, up = carry
+            xb = from_bits(_block(x_bits, b), dtype)
+            gb = dot_for_backend(xb, wg, NN, dtype, True)
+            ub = dot_for_backend(xb, wu, NN, dtype, True)
+            yb = dot_for_backend(swiglu_forward(gb, ub), wd, NN, dtype, True)
+            return tuple(jax.lax.dynamic_update_index_in_dim(a, as_bits(v), b, 0) for a, v in zip(carry, (yb, gb, ub)))
+
+        return jax.lax.fori_loop(first[e], end[e], body, carry)
+
+    hidden = as_bits(jnp.zeros((*x.shape[:2], w_gate.shape[-1]), dtype))
+    y, gate, up = jax.lax.fori_loop(0, w_gate.shape[0], expert_body, (as_bits(jnp.zeros_like(x)), hidden, hidden))
+    return from_bits(y, dtype), gate, up
+
+
+@jax.custom_vjp
+def _fused_swiglu(x, w_gate, w_up, w_down, owner, used):
+    return _swiglu_loop(x, w_gate, w_up, w_down, owner, used)[0]
+
+
+def _fused_forward(x, w_gate, w_up, w_down, owner, used):
+    y, gate, up = _swiglu_loop(x, w_gate, w_up, w_down, owner, used)
+    return y, (x, w_gate, w_up, w_down, owner, used, gate, up)
+
+
+def _fused_backward(residuals, g):
+    """Each block's backward in one loop body: the down product's input and weight gradients, the activation's,
+    then the gate and up products' (the input gradient summed over both); the weight gradients summed over an
+    expert's blocks in fp32 carries, written once per expert."""
+    x, w_gate, w_up, w_down, owner, used, gate_bits, up_bits = residuals
+    dtype = x.dtype
+    g_bits = as_bits(g.astype(dtype))
+    wg_bits, wu_bits, wd_bits = (as_bits(a) for a in (w_gate, w_up, w_down))
+    xt_bits = as_bits(row_major(jnp.swapaxes(x, 1, 2)))  # every block's [embed, rows] in one pass
+    first, end = _expert_ranges(owner, used, w_gate.shape[0])
+
+    def expert_body(e, carry):
+        dx, dwg, dwu, dwd = carry
+        wg, wu, wd = (from_bits(_block(a, e), dtype) for a in (wg_bits, wu_bits, wd_bits))
+
+        def body(b, carry):
+            dx, acc_g, acc_u, acc_d = carry
+            gb = from_bits(_block(g_bits, b), dtype)
+            gate, up = from_bits(_block(gate_bits, b), dtype), from_bits(_block(up_bits, b), dtype)
+            hidden_t = row_major(swiglu_forward(gate, up).T)
+            acc_d = acc_d + dot_for_backend(hidden_t, gb, NN, jnp.float32, True)
+            dgate, dup = swiglu_backward(gate, up, dot_for_backend(gb, wd, NT, dtype, True))
+            dxb = dot_for_backend(dgate, wg, NT, jnp.float32, True) + dot_for_backend(dup, wu, NT, jnp.float32, True)
+            dx = jax.lax.dynamic_update_index_in_dim(dx, as_bits(dxb.astype(dtype)), b, 0)
+            xt = from_bits(_block(xt_bits, b), dtype)
+            acc_g = acc_g + dot_for_backend(xt, dgate, NN, jnp.float32, True)
+            return dx, acc_g, acc_u + dot_for_backend(xt, dup, NN, jnp.float32, True), acc_d
+
+        zero_in, zero_out = jnp.zeros(w_gate.shape[1:], jnp.float32), jnp.zeros(w_down.shape[1:], jnp.float32)
+        dx, acc_g, acc_u, acc_d = jax.lax.fori_loop(first[e], end[e], body, (dx, zero_in, zero_in, zero_out))
+        sums = ((dwg, acc_g), (dwu, acc_u), (dwd, acc_d))
+        return dx, *(jax.lax.dynamic_update_index_in_dim(d, a, e, 0) for d, a in sums)
+
+    zeros = (as_bits(jnp.zeros_like(x)), *(jnp.zeros(a.shape, jnp.float32) for a in (w_gate, w_up, w_down)))
+    dx, dwg, dwu, dwd = jax.lax.fori_loop(0, w_gate.shape[0], expert_body, zeros)
+    dw = (d.astype(w.dtype) for d, w in ((dwg, w_gate), (dwu, w_up), (dwd, w_down)))
+    return from_bits(dx, dtype), *dw, None, None
+
+
+_fused_swiglu.defvjp(_fused_forward, _fused_backward)

@@ -50,6 +50,7 @@ from marin.trainer.axes import (
     Axes,
     constrain,
 )
+from marin.trainer.model.activations import swiglu_hidden
 from marin.trainer.model.chunked_loss import chunked_token_loss
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
@@ -260,8 +261,8 @@ def attention_block(
 
 def mlp_block(layer: Params, x: jax.Array, matmul_dtype: str = "default") -> jax.Array:
     """The dense SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
-    hidden = jax.nn.silu(dense(x, layer["w_gate"], matmul_dtype=matmul_dtype))
-    hidden = constrain(hidden * dense(x, layer["w_up"], matmul_dtype=matmul_dtype), (BATCH, SEQ, MLP))
+    gate = dense(x, layer["w_gate"], matmul_dtype=matmul_dtype)
+    hidden = constrain(swiglu_hidden(gate, dense(x, layer["w_up"], matmul_dtype=matmul_dtype)), (BATCH, SEQ, MLP))
     return dense(hidden, layer["w_down"], matmul_dtype=matmul_dtype)  # [batch, seq, embed]
 
 

@@ -58,10 +58,11 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, partition_spec
+from marin.trainer.model.activations import swiglu_hidden
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
 from marin.trainer.model.fp8 import fp8_batched_matmul, fp8_ragged_dot
-from marin.trainer.model.grouped import block_matmul, gather_rows
+from marin.trainer.model.grouped import block_matmul, block_swiglu, gather_rows
 
 EXPERT_AXIS = "expert"
 """The mesh axis expert parallelism exchanges tokens over (``marin.trainer.mesh.EXPERT``)."""
@@ -135,7 +136,7 @@ def router_losses(cfg: LlamaConfig, total: RouterStats) -> dict[str, jax.Array]:
 
 def swiglu(x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array, matmul_dtype: str = "default"):
     """down(silu(gate(x)) * up(x)) (Shazeer 2020) for x [..., embed]."""
-    hidden = jax.nn.silu(dense(x, w_gate, matmul_dtype=matmul_dtype)) * dense(x, w_up, matmul_dtype=matmul_dtype)
+    hidden = swiglu_hidden(dense(x, w_gate, matmul_dtype=matmul_dtype), dense(x, w_up, matmul_dtype=matmul_dtype))
     return dense(hidden, w_down, matmul_dtype=matmul_dtype)
 
 
@@ -222,8 +223,8 @@ def _grouped_swiglu(
     slot_of_row, row_of_slot, sizes = _expert_layout(groups, num_experts, method)
     inputs = gather_rows(x, row_of_slot // fan, slot_of_row.reshape(-1, fan))  # empty slots: zero
     if method == "ragged":
-        hidden = jax.nn.silu(_ragged_matmul(inputs, w_gate, sizes, matmul_dtype))
-        hidden = hidden * _ragged_matmul(inputs, w_up, sizes, matmul_dtype)
+        gate = _ragged_matmul(inputs, w_gate, sizes, matmul_dtype)
+        hidden = swiglu_hidden(gate, _ragged_matmul(inputs, w_up, sizes, matmul_dtype))
         out = _ragged_matmul(hidden, w_down, sizes, matmul_dtype)  # past the groups: zero
     else:
         size = block_rows(groups.shape[0], num_experts)
@@ -287,7 +288,7 @@ def _sorted_dispatch(x, experts, weights, w_gate, w_up, w_down, method: str, mat
 def _dense_dispatch(x, experts, weights, w_gate, w_up, w_down) -> jax.Array:
     tokens = x.shape[0]
     combine = jnp.zeros((tokens, w_gate.shape[0]), x.dtype).at[jnp.arange(tokens)[:, None], experts].add(weights)
-    hidden = jax.nn.silu(jnp.einsum("td,edm->tem", x, w_gate)) * jnp.einsum("td,edm->tem", x, w_up)
+    hidden = swiglu_hidden(jnp.einsum("td,edm->tem", x, w_gate), jnp.einsum("td,edm->tem", x, w_up))
     return jnp.einsum("tem,emd->td", hidden * combine[:, :, None], w_down)  # the down projection is linear
 
 
@@ -343,8 +344,10 @@ def _block_swiglu(blocks, w_gate, w_up, w_down, owner, matmul_dtype: str, used=N
     products as one with their matrices side by side measured no faster in the bf16 step on XLA:CPU, 0.953x
     against 0.965x of the step before ``gather_rows`` in one process, 2026-12-01: the concatenation and split
     cost what the wider GEMM saves.)"""
-    hidden = jax.nn.silu(_block_matmul(blocks, w_gate, owner, matmul_dtype, used))
-    hidden = hidden * _block_matmul(blocks, w_up, owner, matmul_dtype, used)
+    if matmul_dtype != "float8":
+        return block_swiglu(blocks, w_gate, w_up, w_down, owner, used)
+    gate = _block_matmul(blocks, w_gate, owner, matmul_dtype, used)
+    hidden = swiglu_hidden(gate, _block_matmul(blocks, w_up, owner, matmul_dtype, used))
     return _block_matmul(hidden, w_down, owner, matmul_dtype, used)
 
 
