@@ -20,7 +20,7 @@ from jax.sharding import AbstractMesh, AxisType
 from marin.trainer import train
 from marin.trainer.axes import ShardingContext, use_sharding
 from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
-from marin.trainer.model import LlamaConfig, init_params, model_preset, param_axes, training_loss
+from marin.trainer.model import LlamaConfig, grouped, init_params, model_preset, param_axes, training_loss
 from marin.trainer.model.grouped import block_matmul, block_swiglu, gather_rows
 from marin.trainer.model.moe import expert_capacity, moe_block, route
 from marin.trainer.muon import matrix_dims
@@ -127,11 +127,14 @@ def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
     assert not np.any(np.asarray(dw[1], np.float32)) and not np.any(np.asarray(dw[3], np.float32))
 
 
+@pytest.mark.parametrize("run_rows", [16, 1024])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_block_swiglu_is_each_blocks_experts_swiglu_with_unused_blocks_zero(dtype):
-    """``block_swiglu`` (on CPU one loop for a block's whole SwiGLU and one for its backward) against the
+def test_block_swiglu_is_each_blocks_experts_swiglu_with_unused_blocks_zero(dtype, run_rows, monkeypatch):
+    """``block_swiglu`` (on CPU one loop for a run of blocks' whole SwiGLU and one for its backward) against the
     gathered products in fp32: outputs and all four gradients, an expert with no block and one with only an
-    unused block (zero weight gradients), the unused blocks zero and passing no gradient."""
+    unused block (zero weight gradients), the unused blocks zero and passing no gradient. ``RUN_ROWS`` 16 makes
+    runs of 2 blocks of 8 rows (expert 2's three blocks: a run and a single block); 1,024 one block at a time."""
+    monkeypatch.setattr(grouped, "RUN_ROWS", run_rows)
     keys = jax.random.split(jax.random.PRNGKey(1), 5)
     x = jax.random.normal(keys[0], (6, 8, 16)).astype(dtype)
     w_gate, w_up = (jax.random.normal(k, (4, 16, 24)).astype(dtype) for k in keys[1:3])

@@ -177,25 +177,47 @@ def block_swiglu(
     return _fused_swiglu(x, *w, owner.astype(jnp.int32), used)
 
 
+RUN_ROWS = 1024
+"""Rows one product of ``block_swiglu``'s CPU loops covers where an expert has that many consecutive blocks."""
+
+
+def _runs(first, end, span: int, body, carry):
+    """``body(start, count, carry)`` over the blocks [first, end): runs of ``span`` consecutive blocks as one
+    product each, then the rest a block at a time (``count`` is static: two loops)."""
+    whole = (end - first) // span
+    carry = jax.lax.fori_loop(0, whole, lambda i, c: body(first + i * span, span, c), carry)
+    return jax.lax.fori_loop(first + whole * span, end, lambda b, c: body(b, 1, c), carry)
+
+
+def _rows(bits: jax.Array, start, count: int, dtype) -> jax.Array:
+    """Blocks [start, start + count) of a [blocks, rows, d] buffer (as bits) as one [count * rows, d] matrix."""
+    return from_bits(jax.lax.dynamic_slice_in_dim(bits, start, count, 0), dtype).reshape(-1, bits.shape[-1])
+
+
+def _put(bits: jax.Array, start, value: jax.Array) -> jax.Array:
+    """``_rows``'s inverse: a [count * rows, d] matrix written over blocks [start, start + count)."""
+    return jax.lax.dynamic_update_slice_in_dim(bits, as_bits(value).reshape(-1, *bits.shape[1:]), start, 0)
+
+
 def _swiglu_loop(x, w_gate, w_up, w_down, owner, used):
-    """The forward loop: each block's gate and up products, activation and down product; returns the output
-    and, for the backward, the gate and up products."""
+    """The forward loop: each run of blocks' gate and up products, activation and down product; returns the
+    output and, for the backward, the gate and up products."""
     dtype = x.dtype
     x_bits, wg_bits, wu_bits, wd_bits = (as_bits(a) for a in (x, w_gate, w_up, w_down))
     first, end = _expert_ranges(owner, used, w_gate.shape[0])
+    span = max(1, min(x.shape[0], RUN_ROWS // x.shape[1]))
 
     def expert_body(e, carry):
         wg, wu, wd = (from_bits(_block(a, e), dtype) for a in (wg_bits, wu_bits, wd_bits))
 
-        def body(b, carry):
-            y, gate, up = carry
-            xb = from_bits(_block(x_bits, b), dtype)
-            gb = dot_for_backend(xb, wg, NN, dtype, True)
-            ub = dot_for_backend(xb, wu, NN, dtype, True)
-            yb = dot_for_backend(swiglu_forward(gb, ub), wd, NN, dtype, True)
-            return tuple(jax.lax.dynamic_update_index_in_dim(a, as_bits(v), b, 0) for a, v in zip(carry, (yb, gb, ub)))
+        def body(start, count, carry):
+            xb = _rows(x_bits, start, count, dtype)
+            gate = dot_for_backend(xb, wg, NN, dtype, True)
+            up = dot_for_backend(xb, wu, NN, dtype, True)
+            y = dot_for_backend(swiglu_forward(gate, up), wd, NN, dtype, True)
+            return tuple(_put(a, start, v) for a, v in zip(carry, (y, gate, up)))
 
-        return jax.lax.fori_loop(first[e], end[e], body, carry)
+        return _runs(first[e], end[e], span, body, carry)
 
     hidden = as_bits(jnp.zeros((*x.shape[:2], w_gate.shape[-1]), dtype))
     y, gate, up = jax.lax.fori_loop(0, w_gate.shape[0], expert_body, (as_bits(jnp.zeros_like(x)), hidden, hidden))
@@ -213,35 +235,36 @@ def _fused_forward(x, w_gate, w_up, w_down, owner, used):
 
 
 def _fused_backward(residuals, g):
-    """Each block's backward in one loop body: the down product's input and weight gradients, the activation's,
-    then the gate and up products' (the input gradient summed over both); the weight gradients summed over an
-    expert's blocks in fp32 carries, written once per expert."""
+    """Each run of blocks' backward in one loop body: the down product's input and weight gradients, the
+    activation's, then the gate and up products' (the input gradient summed over both); the weight gradients
+    summed over an expert's blocks in fp32 carries, written once per expert. The weight gradients' left
+    operands (the inputs and the activation, transposed) are laid out row-major in the body, where they are in
+    cache."""
     x, w_gate, w_up, w_down, owner, used, gate_bits, up_bits = residuals
     dtype = x.dtype
-    g_bits = as_bits(g.astype(dtype))
+    x_bits, g_bits = as_bits(x), as_bits(g.astype(dtype))
     wg_bits, wu_bits, wd_bits = (as_bits(a) for a in (w_gate, w_up, w_down))
-    xt_bits = as_bits(row_major(jnp.swapaxes(x, 1, 2)))  # every block's [embed, rows] in one pass
     first, end = _expert_ranges(owner, used, w_gate.shape[0])
+    span = max(1, min(x.shape[0], RUN_ROWS // x.shape[1]))
 
     def expert_body(e, carry):
         dx, dwg, dwu, dwd = carry
         wg, wu, wd = (from_bits(_block(a, e), dtype) for a in (wg_bits, wu_bits, wd_bits))
 
-        def body(b, carry):
+        def body(start, count, carry):
             dx, acc_g, acc_u, acc_d = carry
-            gb = from_bits(_block(g_bits, b), dtype)
-            gate, up = from_bits(_block(gate_bits, b), dtype), from_bits(_block(up_bits, b), dtype)
-            hidden_t = row_major(swiglu_forward(gate, up).T)
-            acc_d = acc_d + dot_for_backend(hidden_t, gb, NN, jnp.float32, True)
+            gb = _rows(g_bits, start, count, dtype)
+            gate, up = _rows(gate_bits, start, count, dtype), _rows(up_bits, start, count, dtype)
+            acc_d = acc_d + dot_for_backend(row_major(swiglu_forward(gate, up).T), gb, NN, jnp.float32, True)
             dgate, dup = swiglu_backward(gate, up, dot_for_backend(gb, wd, NT, dtype, True))
             dxb = dot_for_backend(dgate, wg, NT, jnp.float32, True) + dot_for_backend(dup, wu, NT, jnp.float32, True)
-            dx = jax.lax.dynamic_update_index_in_dim(dx, as_bits(dxb.astype(dtype)), b, 0)
-            xt = from_bits(_block(xt_bits, b), dtype)
+            xt = row_major(_rows(x_bits, start, count, dtype).T)
             acc_g = acc_g + dot_for_backend(xt, dgate, NN, jnp.float32, True)
-            return dx, acc_g, acc_u + dot_for_backend(xt, dup, NN, jnp.float32, True), acc_d
+            acc_u = acc_u + dot_for_backend(xt, dup, NN, jnp.float32, True)
+            return _put(dx, start, dxb.astype(dtype)), acc_g, acc_u, acc_d
 
         zero_in, zero_out = jnp.zeros(w_gate.shape[1:], jnp.float32), jnp.zeros(w_down.shape[1:], jnp.float32)
-        dx, acc_g, acc_u, acc_d = jax.lax.fori_loop(first[e], end[e], body, (dx, zero_in, zero_in, zero_out))
+        dx, acc_g, acc_u, acc_d = _runs(first[e], end[e], span, body, (dx, zero_in, zero_in, zero_out))
         sums = ((dwg, acc_g), (dwu, acc_u), (dwd, acc_d))
         return dx, *(jax.lax.dynamic_update_index_in_dim(d, a, e, 0) for d, a in sums)
 
