@@ -21,7 +21,7 @@ from marin.trainer import train
 from marin.trainer.axes import ShardingContext, use_sharding
 from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
 from marin.trainer.model import LlamaConfig, grouped, init_params, model_preset, param_axes, training_loss
-from marin.trainer.model.grouped import block_matmul, block_swiglu, gather_rows
+from marin.trainer.model.grouped import block_swiglu, gather_rows
 from marin.trainer.model.moe import expert_capacity, moe_block, route
 from marin.trainer.muon import matrix_dims
 from tests.trainer.tiny_run import tiny_config
@@ -100,33 +100,6 @@ def _reference_moe(cfg, layer, x):
     return out, dropped
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_block_matmul_is_the_gathered_product_with_unused_blocks_zero(dtype):
-    """``block_matmul`` (on CPU a loop that reads each block's expert weights in place, with its own backward)
-    against ``einsum(x, w[owner])``: the blocks from ``used`` on come out zero and pass no gradient, so the
-    reference masks them; the weight gradient sums each expert's blocks (zero for an expert with none)."""
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    x = jax.random.normal(keys[0], (6, 8, 16)).astype(dtype)
-    w = jax.random.normal(keys[1], (4, 16, 24)).astype(dtype)
-    owner, used = jnp.array([0, 0, 2, 2, 2, 3]), 5  # expert 1 owns no block, expert 3 only an unused one
-    mask = (jnp.arange(6) < used)[:, None, None]
-    cotangent = jax.random.normal(keys[2], (6, 8, 24)).astype(dtype)
-
-    def reference(x, w):
-        return jnp.einsum("nrd,ndm->nrm", x.astype(jnp.float32), w[owner].astype(jnp.float32)) * mask
-
-    out, pullback = jax.vjp(lambda x, w: block_matmul(x, w, owner, used), x, w)
-    want, want_pullback = jax.vjp(reference, x, w)
-    (dx, dw), (want_dx, want_dw) = pullback(cotangent), want_pullback(cotangent.astype(jnp.float32))
-    assert out.dtype == dx.dtype == dw.dtype == jnp.dtype(dtype)
-    rtol = 1e-5 if dtype == "float32" else 1e-2  # bf16: one rounding of each result
-    for got, expected in ((out, want), (dx, want_dx), (dw, want_dw)):
-        scale = float(jnp.max(jnp.abs(expected)))
-        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(expected), atol=rtol * scale)
-    assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
-    assert not np.any(np.asarray(dw[1], np.float32)) and not np.any(np.asarray(dw[3], np.float32))
-
-
 @pytest.mark.parametrize("run_rows", [16, 1024])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_block_swiglu_is_each_blocks_experts_swiglu_with_unused_blocks_zero(dtype, run_rows, monkeypatch):
@@ -162,6 +135,14 @@ def test_block_swiglu_is_each_blocks_experts_swiglu_with_unused_blocks_zero(dtyp
     assert not np.any(np.asarray(out[used:], np.float32)) and not np.any(np.asarray(dx[used:], np.float32))
     for dw in grads[1:]:
         assert not np.any(np.asarray(dw[1], np.float32)) and not np.any(np.asarray(dw[3], np.float32))
+
+
+def test_block_swiglu_refuses_shapes_that_disagree():
+    x, w = jnp.zeros((6, 8, 16)), jnp.zeros((4, 16, 24))
+    with pytest.raises(ValueError, match="w_down .* disagree"):
+        block_swiglu(x, w, w, w, jnp.zeros(6, jnp.int32))
+    with pytest.raises(ValueError, match="owner .* do not agree"):
+        block_swiglu(x, w, w, jnp.zeros((4, 24, 16)), jnp.zeros(5, jnp.int32))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -134,9 +134,9 @@ def test_xla_cpu_keeps_the_bf16_steps_matmuls_in_bf16(tiny, moe):
     lowered program cannot show it; the compiled one does. The step must also run: a bf16 x bf16 -> fp32
     dot that reaches XLA's generic dot instead of YNNPACK fails at run time ("Unsupported element type for
     DotThunk"), as the attention backward's once did when XLA folded a transpose into it. The MoE variants
-    check the experts' products of the blocked and capacity dispatches (``grouped.block_matmul``): as
+    check the experts' products of the blocked and capacity dispatches (``grouped.block_swiglu``): as
     ``einsum(x, w[owner])`` XLA:CPU converted the gathered bf16 weights to fp32 (docs/model_families.md, "Speed").
-    No update writes a converted buffer: ``block_matmul``'s loops wrote each bf16 block into a bf16 result
+    No update writes a converted buffer: the experts' loops once wrote each bf16 block into a bf16 result
     that XLA:CPU converted to fp32 and back around every update, a pass over the whole result per block
     (23% of the bf16 MoE step, 2026-12-06); the loops now carry the bits."""
     cfg = dataclasses.replace(tiny, **moe)

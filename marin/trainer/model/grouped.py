@@ -1,30 +1,26 @@
-"""``block_matmul(x, w, owner)``: each block of rows times its expert's weights, the weights read in place.
+"""``block_swiglu``: each block of rows through its expert's SwiGLU, the weights read in place; ``gather_rows``.
 
-    y = block_matmul(blocks, w_gate, owner)         # blocks [n, rows, in], w_gate [experts, in, out] -> [n, rows, out]
-    y = block_matmul(blocks, w_gate, owner, used)   # blocks at and past ``used`` hold no rows: left zero
-    y = block_swiglu(blocks, w_gate, w_up, w_down, owner, used)   # each block through its expert's SwiGLU
+    y = block_swiglu(blocks, w_gate, w_up, w_down, owner)         # blocks [n, rows, embed] -> [n, rows, embed]
+    y = block_swiglu(blocks, w_gate, w_up, w_down, owner, used)   # blocks at and past ``used`` hold no rows
 
 The blocked and capacity dispatches of ``moe.py`` place each expert's rows in blocks of their own; block ``b``
-is multiplied by ``w[owner[b]]``. Written as ``einsum(x, w[owner])`` the product copies an expert's weights
+goes through expert ``owner[b]``. Written as ``einsum(x, w[owner])`` each product copies an expert's weights
 for every block it owns (72 copies of each [512, 688] matrix at 4,096 tokens, 8 experts, top-2, blocks of
 128 rows), and autodiff turns that gather's gradient into a scatter-add over as many copies. That is one
-batched GEMM, what a GPU wants, and what this module does off the CPU.
+batched GEMM per product, what a GPU wants, and what this module does off the CPU.
 
 On XLA:CPU the copies cost more than the products: the gathered bf16 weights were converted to fp32 and the
-batched product ran as an fp32 one (XLA's operand upcaster, ``layouts.py``). There the product is a loop over
+batched product ran as an fp32 one (XLA's operand upcaster, ``layouts.py``). There the SwiGLU is a loop over
 the experts, each slicing its weights once, around a loop over that expert's blocks (an expert's blocks are
-consecutive), each block a 2-D product through ``dense``'s CPU form (bf16 operands, an fp32 result cast down:
-YNNPACK's bf16 kernels). The backward loops the same way: each block's input gradient, and its expert's
-weight gradient summed over its blocks in an fp32 carry and written once. 16-bit buffers travel through the
-loops as their bits (``layouts.as_bits``), which XLA:CPU slices and updates in place
-(``benchmarks/moe_bench.py``; docs/model_families.md, "Speed").
-
-``block_swiglu(x, w_gate, w_up, w_down, owner)`` is the experts' whole SwiGLU over such blocks. On XLA:CPU it is
-one loop for the forward and one for the backward, each body doing a run of an expert's consecutive blocks
-(up to ``RUN_ROWS`` rows, one product each) from its inputs to its outputs while they are in cache: three
-loops of ``block_matmul`` and the activation's passes over every block each sliced, wrote and converted
-whole buffers, and 256-row products ran slower than 1,024-row ones (the bf16 MoE step 4% faster in one
-process, 2026-12-06; docs/model_families.md, "Speed").
+consecutive) taken in runs of up to ``RUN_ROWS`` rows, each run's gate and up products, activation and down
+product done in one body while its rows are in cache, every product a 2-D one through ``dense``'s CPU form
+(bf16 operands, an fp32 result cast down: YNNPACK's bf16 kernels). The backward loops the same way, each
+expert's weight gradients summed over its runs in fp32 carries and written once. 16-bit buffers travel through
+the loops as their bits (``layouts.as_bits``), which XLA:CPU slices and updates in place. History, each step
+measured on ``benchmarks/moe_bench.py``'s bf16 step (docs/model_families.md, "Speed"): a loop of products per
+block (2026-12-01), the bits, the expert loops and blocks of 256 (1.75x, 2026-12-06), then one loop for the
+whole SwiGLU, where three loops of products and the activation's passes over every block each sliced, wrote
+and converted whole buffers, in runs of 1,024 rows, which multiply faster than 256 (4%, 2026-12-06).
 
 ``gather_rows(x, index, inverse)`` moves rows between the token order and the experts' order both ways by
 gathers: its gradient is the gather through the inverse map, where autodiff of an indexed read is a scatter-add
@@ -72,18 +68,8 @@ def _gather_rows_backward(residuals, g):
 _gather_rows.defvjp(_gather_rows_forward, _gather_rows_backward)
 
 
-def block_matmul(x: jax.Array, w: jax.Array, owner: jax.Array, used: jax.Array | int | None = None) -> jax.Array:
-    """``y[b] = x[b] @ w[owner[b]]`` for x [blocks, rows, in], w [experts, in, out], owner [blocks] (int,
-    nondecreasing: each expert's blocks consecutive, as the blocked and capacity dispatches lay them out).
-
-    ``used``: how many leading blocks hold rows (default all); the rest come out zero, as their zero rows
-    would. The result has x's dtype."""
-    if x.ndim != 3 or w.ndim != 3 or owner.shape != x.shape[:1] or x.shape[-1] != w.shape[1]:
-        raise ValueError(f"block_matmul: x {x.shape}, w {w.shape} and owner {owner.shape} do not agree")
-    if jax.default_backend() != "cpu":
-        return jnp.einsum("nrd,ndm->nrm", x, w[owner].astype(x.dtype))
-    used = jnp.asarray(x.shape[0] if used is None else used, jnp.int32)
-    return _looped(x, w.astype(x.dtype), owner.astype(jnp.int32), used)
+def _gathered_product(x: jax.Array, w: jax.Array, owner: jax.Array) -> jax.Array:
+    return jnp.einsum("nrd,ndm->nrm", x, w[owner].astype(x.dtype))
 
 
 def _block(a: jax.Array, b) -> jax.Array:
@@ -98,88 +84,26 @@ def _expert_ranges(owner: jax.Array, used: jax.Array, num_experts: int) -> tuple
     return first, end
 
 
-def _products(x, w, owner, used):
-    """The forward loops: for each expert, its weights sliced once, and each of its blocks' products written
-    into its place of a zero result."""
-    dtype = x.dtype
-    x_bits, w_bits = as_bits(x), as_bits(w)
-    first, end = _expert_ranges(owner, used, w.shape[0])
-
-    def expert_body(e, y):
-        we = from_bits(_block(w_bits, e), dtype)
-
-        def body(b, y):
-            product = dot_for_backend(from_bits(_block(x_bits, b), dtype), we, NN, dtype, on_cpu=True)
-            return jax.lax.dynamic_update_index_in_dim(y, as_bits(product), b, 0)
-
-        return jax.lax.fori_loop(first[e], end[e], body, y)
-
-    y = as_bits(jnp.zeros((*x.shape[:2], w.shape[-1]), dtype))
-    return from_bits(jax.lax.fori_loop(0, w.shape[0], expert_body, y), dtype)
-
-
-@jax.custom_vjp
-def _looped(x, w, owner, used):
-    return _products(x, w, owner, used)
-
-
-def _forward(x, w, owner, used):
-    return _products(x, w, owner, used), (x, w, owner, used)
-
-
-def _backward(residuals, g):
-    """The same loops backwards: each block's input gradient, and each expert's weight gradient summed over
-    its blocks in an fp32 carry, written once."""
-    x, w, owner, used = residuals
-    dtype = x.dtype
-    g = g.astype(dtype)  # gradients flow in the compute dtype, as dense's do
-    w_bits, g_bits = as_bits(w), as_bits(g)
-    # every block's [in, rows] materialised row-major at once (the weight gradient's left operand, so its product
-    # stays on XLA:CPU's fast, not left-transposed, path): one pass rather than a copy per block, 2.5% of the
-    # bf16 MoE step (2026-12-06)
-    xt_bits = as_bits(row_major(jnp.swapaxes(x, 1, 2)))
-    first, end = _expert_ranges(owner, used, w.shape[0])
-
-    def expert_body(e, carry):
-        dx, dw = carry
-        we = from_bits(_block(w_bits, e), dtype)
-
-        def body(b, carry):
-            dx, acc = carry
-            gb = from_bits(_block(g_bits, b), dtype)
-            dx = jax.lax.dynamic_update_index_in_dim(dx, as_bits(dot_for_backend(gb, we, NT, dtype, True)), b, 0)
-            xt = from_bits(_block(xt_bits, b), dtype)
-            return dx, acc + dot_for_backend(xt, gb, NN, jnp.float32, True)
-
-        dx, acc = jax.lax.fori_loop(first[e], end[e], body, (dx, jnp.zeros(w.shape[1:], jnp.float32)))
-        return dx, jax.lax.dynamic_update_index_in_dim(dw, acc, e, 0)
-
-    zeros = (as_bits(jnp.zeros_like(x)), jnp.zeros(w.shape, jnp.float32))
-    dx, dw = jax.lax.fori_loop(0, w.shape[0], expert_body, zeros)
-    return from_bits(dx, dtype), dw.astype(w.dtype), None, None
-
-
-_looped.defvjp(_forward, _backward)
-
-
 def block_swiglu(
     x: jax.Array, w_gate: jax.Array, w_up: jax.Array, w_down: jax.Array, owner: jax.Array, used=None
 ) -> jax.Array:
     """``y[b] = swiglu(x[b] @ w_gate[e], x[b] @ w_up[e]) @ w_down[e]`` with ``e = owner[b]``, for x [blocks,
-    rows, embed], w_gate / w_up [experts, embed, mlp], w_down [experts, mlp, embed]; ``owner`` and ``used`` as
-    in ``block_matmul``. The result has x's dtype.
+    rows, embed], w_gate / w_up [experts, embed, mlp], w_down [experts, mlp, embed]; ``owner`` [blocks] (int,
+    nondecreasing: each expert's blocks consecutive, as the blocked and capacity dispatches lay them out) the
+    expert of each block; ``used``: how many leading blocks hold rows (default all), the rest come out zero, as
+    their zero rows would. The result has x's dtype.
 
-    Off the CPU: three ``block_matmul`` products and ``swiglu_hidden``. On XLA:CPU, one loop does a run of
-    blocks' whole SwiGLU while its rows are in cache, and one loop its whole backward (the module's note);
+    Off the CPU: three batched products with the gathered weights and ``swiglu_hidden``. On XLA:CPU, one loop
+    does a run of blocks' whole SwiGLU while its rows are in cache, one loop its backward (the module's note);
     the arithmetic is ``swiglu_hidden``'s, rounded at the same points, except that the input gradient sums
     the gate's and the up's parts in fp32 before rounding once."""
     if w_gate.shape != w_up.shape or w_down.shape != (w_gate.shape[0], w_gate.shape[2], w_gate.shape[1]):
         raise ValueError(f"block_swiglu: w_gate {w_gate.shape}, w_up {w_up.shape}, w_down {w_down.shape} disagree")
-    if jax.default_backend() != "cpu":
-        hidden = swiglu_hidden(block_matmul(x, w_gate, owner, used), block_matmul(x, w_up, owner, used))
-        return block_matmul(hidden, w_down, owner, used)
     if x.ndim != 3 or owner.shape != x.shape[:1] or x.shape[-1] != w_gate.shape[1]:
         raise ValueError(f"block_swiglu: x {x.shape}, w_gate {w_gate.shape} and owner {owner.shape} do not agree")
+    if jax.default_backend() != "cpu":
+        hidden = swiglu_hidden(_gathered_product(x, w_gate, owner), _gathered_product(x, w_up, owner))
+        return _gathered_product(hidden, w_down, owner)
     used = jnp.asarray(x.shape[0] if used is None else used, jnp.int32)
     w = tuple(a.astype(x.dtype) for a in (w_gate, w_up, w_down))
     return _fused_swiglu(x, *w, owner.astype(jnp.int32), used)

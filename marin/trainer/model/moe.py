@@ -11,8 +11,8 @@ routed experts are computed is a dispatch, chosen by config:
   contiguous rows: grouped matmuls, ``jax.lax.ragged_dot``. On GPU and TPU that is a grouped GEMM doing
   exactly the active FLOPs; XLA:CPU lowers it to a masked dense product over every expert.
 * ``blocked`` (dropless): the sorted assignments padded per expert to a multiple of a block of rows, and every
-  block multiplied by its expert's weights (``grouped.block_matmul``: MegaBlocks' block-sparse layout without
-  its kernel): the active FLOPs plus at most one block of padding per expert, on any backend.
+  block through its expert's SwiGLU (``grouped.block_swiglu``: MegaBlocks' block-sparse layout without its
+  kernel): the active FLOPs plus at most one block of padding per expert, on any backend.
 
 The sorted and capacity dispatches move token rows into the experts' order and back with ``grouped.gather_rows``,
 whose gradient is a gather through the inverse map (autodiff of an indexed read is a scatter-add).
@@ -62,7 +62,7 @@ from marin.trainer.model.activations import swiglu_hidden
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
 from marin.trainer.model.fp8 import fp8_batched_matmul, fp8_ragged_dot
-from marin.trainer.model.grouped import block_matmul, block_swiglu, gather_rows
+from marin.trainer.model.grouped import block_swiglu, gather_rows
 
 EXPERT_AXIS = "expert"
 """The mesh axis expert parallelism exchanges tokens over (``marin.trainer.mesh.EXPERT``)."""
@@ -193,14 +193,6 @@ def _routed_experts(
             x, experts, weights, *w, capacity_factor=cfg.capacity_factor, matmul_dtype=matmul_dtype
         )
     return y, router_stats(logits, experts, dropped)
-
-
-def _block_matmul(x: jax.Array, w: jax.Array, owner: jax.Array, matmul_dtype: str, used=None) -> jax.Array:
-    """``x[b] @ w[owner[b]]`` for x [blocks, rows, in] and w [experts, in, out] (``grouped.block_matmul``; the
-    blocks from ``used`` on hold no rows), in FP8 when asked."""
-    if matmul_dtype == "float8":
-        return fp8_batched_matmul(x, w[owner])
-    return block_matmul(x, w, owner, used)
 
 
 def _ragged_matmul(x: jax.Array, w: jax.Array, sizes: jax.Array, matmul_dtype: str) -> jax.Array:
@@ -346,9 +338,8 @@ def _block_swiglu(blocks, w_gate, w_up, w_down, owner, matmul_dtype: str, used=N
     cost what the wider GEMM saves.)"""
     if matmul_dtype != "float8":
         return block_swiglu(blocks, w_gate, w_up, w_down, owner, used)
-    gate = _block_matmul(blocks, w_gate, owner, matmul_dtype, used)
-    hidden = swiglu_hidden(gate, _block_matmul(blocks, w_up, owner, matmul_dtype, used))
-    return _block_matmul(hidden, w_down, owner, matmul_dtype, used)
+    hidden = swiglu_hidden(fp8_batched_matmul(blocks, w_gate[owner]), fp8_batched_matmul(blocks, w_up[owner]))
+    return fp8_batched_matmul(hidden, w_down[owner])  # blocks past ``used`` hold zero rows: their output is zero
 
 
 # ----------------------------------------------------------------------------------------------------------
