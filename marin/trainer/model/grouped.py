@@ -115,6 +115,11 @@ The forward and backward of ``moe_bench.py``'s [40, 256, 512] blocks took 99.8 m
 104.2 with 512, 110.6 with 2,048 and 116.8 a block at a time (one process, 2026-12-06)."""
 
 
+def _run_span(x: jax.Array) -> int:
+    """Blocks per run for x [blocks, rows, embed]: ``RUN_ROWS`` rows' worth, at least one, at most all."""
+    return max(1, min(x.shape[0], RUN_ROWS // x.shape[1]))
+
+
 def _runs(first, end, span: int, body, carry):
     """``body(start, count, carry)`` over the blocks [first, end): runs of ``span`` consecutive blocks as one
     product each, then the rest a block at a time (``count`` is static: two loops)."""
@@ -139,7 +144,7 @@ def _swiglu_loop(x, w_gate, w_up, w_down, owner, used):
     dtype = x.dtype
     x_bits, wg_bits, wu_bits, wd_bits = (as_bits(a) for a in (x, w_gate, w_up, w_down))
     first, end = _expert_ranges(owner, used, w_gate.shape[0])
-    span = max(1, min(x.shape[0], RUN_ROWS // x.shape[1]))
+    span = _run_span(x)
 
     def expert_body(e, carry):
         wg, wu, wd = (from_bits(_block(a, e), dtype) for a in (wg_bits, wu_bits, wd_bits))
@@ -179,7 +184,7 @@ def _fused_backward(residuals, g):
     x_bits, g_bits = as_bits(x), as_bits(g.astype(dtype))
     wg_bits, wu_bits, wd_bits = (as_bits(a) for a in (w_gate, w_up, w_down))
     first, end = _expert_ranges(owner, used, w_gate.shape[0])
-    span = max(1, min(x.shape[0], RUN_ROWS // x.shape[1]))
+    span = _run_span(x)
 
     def expert_body(e, carry):
         dx, dwg, dwu, dwd = carry
