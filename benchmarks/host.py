@@ -34,11 +34,21 @@ def export_revision(rev: str) -> Path:
     return out
 
 
-def run_worker(cmd: list[str], label: str, timeout: float) -> dict | None:
+def trainer_env() -> dict[str, str]:
+    """The environment the executor starts a CPU training step's worker with (``experiments.defaults.
+    trainer_resources``): the trainer's malloc policy as glibc tunables, huge pages included, which a process
+    cannot give itself once started (``marin.allocator``). The lab's training workers run with it; peers keep
+    their own defaults."""
+    from marin.allocator import large_buffers_env
+
+    return large_buffers_env()
+
+
+def run_worker(cmd: list[str], label: str, timeout: float, env: dict[str, str] | None = None) -> dict | None:
     """Run a benchmark's worker (``cmd``) in a fresh process on the CPU, the repository and ``benchmarks/`` on its
-    path; its result is the JSON of its last stdout line. A worker that fails prints the tail of its stderr
-    and gives None, so the other peers still run."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "JAX_PLATFORMS": "cpu"}
+    path, ``env`` added to this process's environment; its result is the JSON of its last stdout line. A worker
+    that fails prints the tail of its stderr and gives None, so the other peers still run."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]), "JAX_PLATFORMS": "cpu", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
         print(f"[bench] {label} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)

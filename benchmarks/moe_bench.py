@@ -20,8 +20,10 @@ with ``--dtype bfloat16`` in mixed precision for every peer (fp32 parameters and
 * ``torch_compile``: the same model under ``torch.compile``.
 
 Every peer runs in a fresh process per round, the order rotating; each process runs ``--steps`` untimed steps
-(compiling) and ``--steps`` timed ones. The table gives median tokens/s over rounds, min and max as the noise,
-and each peer against the best torch. Results go to ``benchmarks/results/moe_bench.json``.
+(compiling) and ``--steps`` timed ones, the lab's with the environment the executor gives a CPU training step
+(``host.trainer_env``: the malloc policy, huge pages included), torch's with its defaults. The table gives
+median tokens/s over rounds, min and max as the noise, and each peer against the best torch. Results go to
+``benchmarks/results/moe_bench.json``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from host import run_worker, write_report  # noqa: E402  benchmarks/ is the script's own directory
+from host import run_worker, trainer_env, write_report  # noqa: E402  benchmarks/ is the script's own directory
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -155,7 +157,7 @@ PEERS = {
 
 def run_peer(peer: str, steps: int, dtype: str) -> dict | None:
     cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--steps", str(steps), "--dtype", dtype]
-    return run_worker(cmd, peer, timeout=3600)
+    return run_worker(cmd, peer, timeout=3600, env=trainer_env() if peer.startswith("jax") else None)
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from host import run_worker, write_report  # noqa: E402
+from host import run_worker, trainer_env, write_report  # noqa: E402
 from trainer_bench import CONFIGS, PROJECT_PY, TORCH_VENV, ensure_venv, model_dims  # noqa: E402
 
 RESULTS = HERE / "results" / "muon_bench.json"
@@ -134,7 +134,7 @@ PEERS = {
 
 def run_peer(python: Path, peer: str, config: str, steps: int) -> dict | None:
     cmd = [str(python), str(Path(__file__).resolve()), "--worker", peer, "--config", config, "--steps", str(steps)]
-    return run_worker(cmd, peer, timeout=1800)
+    return run_worker(cmd, peer, timeout=1800, env=trainer_env() if PEERS[peer][0] == "project" else None)
 
 
 def main() -> None:

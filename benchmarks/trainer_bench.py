@@ -61,7 +61,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from host import export_revision  # noqa: E402  benchmarks/ is the script's own directory
+from host import export_revision, trainer_env  # noqa: E402  benchmarks/ is the script's own directory
 
 ROOT = HERE.parent
 PROJECT_PY = ROOT / ".venv" / "bin" / "python"
@@ -549,12 +549,13 @@ def peer_specs(
 ):
     """``(name, python, worker kind, variant, env)`` per peer, JAX variant and baseline revision."""
     specs = []
+    lab_env = trainer_env() if device == "cpu" else {}  # the lab's processes start as the executor starts them
     # bf16: our PrecisionPolicy, torch.autocast; parameters stay fp32
     compute = {"compute_dtype": dtype, "device": device}
     project_py = PROJECT_PY if device == "cpu" else Path(sys.executable)  # a GPU machine's own jax and torch
     for peer in peers:
         if peer in ("train", "jax"):
-            specs.append((peer, project_py, peer, compute, {}))
+            specs.append((peer, project_py, peer, compute, lab_env))
         elif peer in ("torch_eager", "torch_compile", "torch_compile_fp8"):
             python = project_py if device == "gpu" else ensure_venv(TORCH_VENV, ["torch==2.13.0", "numpy"])
             if python:
@@ -568,12 +569,12 @@ def peer_specs(
             raise SystemExit(f"unknown peer {peer!r}")
     at = next((i + 1 for i, spec in enumerate(specs) if spec[0] == "train"), len(specs))  # variants follow ours
     for name, spec in variants.items():  # extra runs: --jax-variant NAME='{"model": {...}}'
-        env = spec.pop("env", {})
+        env = {**lab_env, **spec.pop("env", {})}
         kind = spec.pop("peer", "train")  # "jax": our step alone, with these settings
         specs.insert(at, (name, project_py, kind, {**compute, **spec}, env))
         at += 1
     for rev, root in (baselines or {}).items():  # --baseline REV: our step as of an older commit
-        specs.append((f"jax@{rev}", project_py, "jax", compute, {"PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
+        specs.append((f"jax@{rev}", project_py, "jax", compute, {**lab_env, "PYTHONPATH": f"{root}{os.pathsep}{HERE}"}))
     return specs
 
 

@@ -107,3 +107,38 @@ def test_a_process_started_with_the_tunables_knows_it_and_others_do_not():
     base = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     assert run({**base, **large_buffers_env(base)}) == "True"
     assert run(base) == "False"
+
+
+# A step's temporaries: 64 MiB malloc'd and written, then how much of the process's memory is in huge pages.
+_HUGE_SCRIPT = """
+import ctypes, ctypes.util
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+block = libc.malloc(64 << 20)
+assert block, "malloc failed"
+ctypes.memset(block, 1, 64 << 20)
+rollup = open("/proc/self/smaps_rollup").read().splitlines()
+print(next(int(line.split()[1]) for line in rollup if line.startswith("AnonHugePages:")) << 10)
+"""
+
+
+def _thp_mode() -> str | None:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")]
+
+
+@pytest.mark.skipif(_thp_mode() in (None, "never"), reason="needs transparent huge pages (Linux, not 'never')")
+def test_a_process_started_with_the_tunables_backs_its_heap_with_huge_pages():
+    from marin.allocator import large_buffers_env
+
+    base = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    huge = lambda env: int(  # noqa: E731
+        subprocess.run([sys.executable, "-c", _HUGE_SCRIPT], env=env, capture_output=True, text=True, check=True).stdout
+    )
+    assert huge({**base, **large_buffers_env(base)}) >= 32 << 20  # most of the 64 MiB, in 2 MiB pages
+    if _thp_mode() == "madvise":  # the control: without the tunable glibc never asks for them
+        assert huge(base) < 8 << 20
