@@ -15,6 +15,7 @@ with ``--dtype bfloat16`` in mixed precision for every peer (fp32 parameters and
   ``"ragged"`` (sorted assignments, ``jax.lax.ragged_dot``), ``"blocked"`` (sorted assignments padded to blocks,
   a batched matmul over gathered expert weights) and ``capacity_factor=1.25`` (GShard buffers; drops the
   overflow);
+* ``jax_blocked_4k``: ``jax_blocked`` started with the trainer's tunables less huge pages (what they give);
 * ``torch_eager``: transformers' ``MixtralForCausalLM`` (the same shapes, sdpa attention,
   ``output_router_logits=True`` so its loss has the same aux term) with ``torch.optim.AdamW``;
 * ``torch_compile``: the same model under ``torch.compile``.
@@ -150,6 +151,7 @@ PEERS = {
     "jax_ragged": lambda steps, dtype: jax_worker("ragged", steps, dtype),
     "jax_blocked": lambda steps, dtype: jax_worker("blocked", steps, dtype),
     "jax_capacity": lambda steps, dtype: jax_worker("capacity", steps, dtype),
+    "jax_blocked_4k": lambda steps, dtype: jax_worker("blocked", steps, dtype),
     "torch_eager": lambda steps, dtype: torch_worker(False, steps, dtype),
     "torch_compile": lambda steps, dtype: torch_worker(True, steps, dtype),
 }
@@ -157,7 +159,10 @@ PEERS = {
 
 def run_peer(peer: str, steps: int, dtype: str) -> dict | None:
     cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--steps", str(steps), "--dtype", dtype]
-    return run_worker(cmd, peer, timeout=3600, env=trainer_env() if peer.startswith("jax") else None)
+    env = trainer_env() if peer.startswith("jax") else None
+    if peer.endswith("_4k"):  # the trainer's tunables less huge pages
+        env = {"GLIBC_TUNABLES": env["GLIBC_TUNABLES"].replace(":glibc.malloc.hugetlb=1", "")}
+    return run_worker(cmd, peer, timeout=3600, env=env)
 
 
 def main() -> None:
