@@ -56,15 +56,12 @@ LARGE_BUFFER_TUNABLES = (
     ("glibc.malloc.hugetlb", "1"),  # the heap in transparent huge pages (madvise), a tunable only
 )
 """``keep_large_buffers_mapped()`` as glibc tunables (``GLIBC_TUNABLES``), read once at process start, and one
-setting ``mallopt`` cannot make: ``glibc.malloc.hugetlb=1`` asks for transparent huge pages on the heap as it
-grows (``madvise(MADV_HUGEPAGE)``, which hosts whose THP mode is ``madvise``, the common default, need; a no-op
-where THP is off). A step's temporaries (gigabytes, read and written a few times each per step) then cost a
-TLB entry per 2 MiB instead of per 4 KiB: the bf16 MoE step of ``benchmarks/moe_bench.py`` took 1,465 ms in
-the steady state against 1,543 without (mean of 4 fresh processes each, alternating, 2026-12-06; 2-core Xeon,
-THP ``madvise``), its first three steps ~0.7-1.7 s longer in all (faulting in and zeroing 2 MiB pages once).
-The benchmarks leave torch at its own defaults, its best here: transformers' MoE step under ``torch.compile``
-ran 1,756-1,775 tokens/s with these tunables (huge pages or not), 1,411-1,608 with its own
-``THP_MEM_ALLOC_ENABLE=1``, and 1,860-1,940 with neither."""
+setting ``mallopt`` cannot make: ``glibc.malloc.hugetlb=1`` has glibc ask for transparent huge pages on the heap
+as it grows (``madvise(MADV_HUGEPAGE)``: what a host in THP mode ``madvise``, this lab's, needs; under
+``always`` the heap gets them anyway, under ``never`` not at all). A step's gigabytes of temporaries then take
+a TLB entry per 2 MiB, not per 4 KiB: the bf16 MoE step 5% faster in the steady state, its first steps slower
+by the zeroing of those pages (docs/trainer.md, "Speed on this CPU"). Torch's processes do better without
+these tunables, so the benchmarks give them only to the lab's workers (``benchmarks/host.py``)."""
 
 
 def _mallopt(policy: str, settings: tuple[tuple[int, int], ...]) -> bool:
