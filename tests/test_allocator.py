@@ -131,7 +131,15 @@ def _thp_mode() -> str | None:
     return text[text.index("[") + 1 : text.index("]")]
 
 
+def _glibc_version() -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in os.confstr("CS_GNU_LIBC_VERSION").split()[1].split("."))
+    except (AttributeError, ValueError, OSError, IndexError):
+        return ()
+
+
 @pytest.mark.skipif(_thp_mode() in (None, "never"), reason="needs transparent huge pages (Linux, not 'never')")
+@pytest.mark.skipif(_glibc_version() < (2, 35), reason="glibc.malloc.hugetlb is a tunable of glibc >= 2.35")
 def test_a_process_started_with_the_tunables_backs_its_heap_with_huge_pages():
     from marin.allocator import large_buffers_env
 
