@@ -34,14 +34,17 @@ def export_revision(rev: str) -> Path:
     return out
 
 
-def trainer_env() -> dict[str, str]:
+def trainer_env(huge_pages: bool = True) -> dict[str, str]:
     """The environment the executor starts a CPU training step's worker with (``experiments.defaults.
     trainer_resources``): the trainer's malloc policy as glibc tunables, huge pages included, which a process
     cannot give itself once started (``marin.allocator``). The lab's training workers run with it; peers keep
-    their own defaults."""
+    their own defaults. ``huge_pages=False``: the same less ``glibc.malloc.hugetlb`` (what huge pages give)."""
     from marin.allocator import large_buffers_env
 
-    return large_buffers_env()
+    tunables = large_buffers_env()["GLIBC_TUNABLES"].split(":")
+    if not huge_pages:
+        tunables = [t for t in tunables if t.split("=", 1)[0] != "glibc.malloc.hugetlb"]
+    return {"GLIBC_TUNABLES": ":".join(tunables)}
 
 
 def run_worker(cmd: list[str], label: str, timeout: float, env: dict[str, str] | None = None) -> dict | None:

@@ -159,9 +159,7 @@ PEERS = {
 
 def run_peer(peer: str, steps: int, dtype: str) -> dict | None:
     cmd = [str(PROJECT_PY), str(Path(__file__).resolve()), "--worker", peer, "--steps", str(steps), "--dtype", dtype]
-    env = trainer_env() if peer.startswith("jax") else None
-    if peer.endswith("_4k"):  # the trainer's tunables less huge pages
-        env = {"GLIBC_TUNABLES": env["GLIBC_TUNABLES"].replace(":glibc.malloc.hugetlb=1", "")}
+    env = trainer_env(huge_pages=not peer.endswith("_4k")) if peer.startswith("jax") else None
     return run_worker(cmd, peer, timeout=3600, env=env)
 
 
