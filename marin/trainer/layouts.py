@@ -19,14 +19,51 @@ convert-to-fp32, update, convert back, a pass over the whole result per block (2
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
 from jax.experimental.layout import Layout, with_layout_constraint
+
+from marin.trainer.axes import active_sharding
 
 
 def row_major(a: jax.Array) -> jax.Array:
-    """``a`` with a row-major layout (a real copy when ``a`` is a transpose); the same values."""
+    """``a`` with a row-major layout (a real copy when ``a`` is a transpose); the same values.
+
+    Traced under a multi-device ``ShardingContext`` the constraint is applied per shard: XLA's partitioner
+    knows nothing of the ``LayoutConstraint`` custom call and would replicate its operand, all-gathering
+    the activations of every dense backward (69 all-gathers in the baby model's data-parallel step)."""
+    if active_sharding() is None:
+        return _row_major(a)
+    return _per_shard_row_major(a.ndim)(a)
+
+
+def _row_major(a: jax.Array) -> jax.Array:
     return with_layout_constraint(a, Layout(major_to_minor=tuple(range(a.ndim))))
+
+
+@functools.cache
+def _per_shard_row_major(ndim: int):
+    """``_row_major`` as an elementwise op for the partitioner: the result is sharded as the operand is.
+    Its gradient is the cotangent itself (the same values; a layout is no part of them)."""
+    op = custom_partitioning(_row_major)
+
+    def partition(mesh, arg_shapes, result_shape):
+        sharding = arg_shapes[0].sharding
+        return mesh, _row_major, sharding, (sharding,)
+
+    dims = " ".join(f"d{i}" for i in range(ndim))
+    op.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=lambda mesh, arg_shapes, result_shape: arg_shapes[0].sharding,
+        propagate_user_sharding=lambda mesh, arg_shapes, result_shape: result_shape.sharding,
+        sharding_rule=f"{dims} -> {dims}",
+    )
+    differentiable = jax.custom_vjp(op)
+    differentiable.defvjp(lambda a: (op(a), None), lambda _, cotangent: (cotangent,))
+    return differentiable
 
 
 def as_bits(a: jax.Array) -> jax.Array:

@@ -12,7 +12,9 @@ under ``DST``'s mesh and rules, which restores its final checkpoint and trains n
 becomes the parameters); ``block:RUN`` trains ``RUN`` with the loss computed ``LOSS_BLOCK`` positions at a
 time (``TrainerConfig.loss_block``), compared with the ``single`` run as the others are; ``collectives:RUN``
 compiles the blocked loss's gradient under ``RUN``'s mesh and rules and reports the collectives inside its
-block loop and outside it (nothing trains). ``--eval`` adds a validation set, evaluated after the last step.
+block loop and outside it (nothing trains); ``step_collectives:RUN`` compiles the bf16 training step under
+``RUN``'s mesh and rules and reports its collectives and its dots' operand types. ``--eval`` adds a
+validation set, evaluated after the last step.
 
 For every run the report holds the per-step losses, the largest difference of parameters and optimizer
 state from the ``single`` run (if it ran), and the ``.sharding.spec`` of every array of the final state,
@@ -38,13 +40,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from marin.trainer import TrainLmConfig, train  # noqa: E402
-from marin.trainer.axes import use_sharding  # noqa: E402
+from marin.trainer.axes import BATCH, SEQ, use_sharding  # noqa: E402
 from marin.trainer.checkpoint import Checkpointer, leaf_names  # noqa: E402
 from marin.trainer.loop import load_or_init  # noqa: E402
 from marin.trainer.mesh import MeshConfig, sharding_context  # noqa: E402
 from marin.trainer.model import param_axes  # noqa: E402
 from marin.trainer.model.chunked_loss import chunked_token_loss  # noqa: E402
-from marin.trainer.step import state_shardings  # noqa: E402
+from marin.trainer.step import PrecisionPolicy, StepConfig, init_state, make_train_step, state_shardings  # noqa: E402
 from tests.trainer.tiny_run import STEPS, tiny_config  # noqa: E402
 
 RUNS = {
@@ -141,6 +143,42 @@ def loss_block_collectives(run: str) -> dict:
     return found
 
 
+def step_collectives(run: str) -> dict:
+    """The collectives (op, dtype, shape) and the dots' operand types of the tiny model's bf16 training step
+    as XLA compiles it under ``run``'s mesh and rules (nothing trains)."""
+    cfg = config(Path("unused"), run)
+    model, policy = cfg.model, PrecisionPolicy(compute_dtype="bfloat16")
+    context = sharding_context(cfg.trainer.mesh, cfg.trainer.sharding)
+    optimizer = cfg.optimizer.build(STEPS, param_axes(model))
+    shardings = state_shardings(context, model, optimizer, ema=False, policy=policy)
+    state = jax.eval_shape(
+        lambda key: init_state(model, optimizer, key, ema=False, policy=policy), jax.random.PRNGKey(0)
+    )
+    state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), state, shardings)
+    rows, seq = cfg.trainer.batch_size, model.seq_len
+    on_rows = context.sharding((BATCH, SEQ))
+    batch = {key: jax.ShapeDtypeStruct((rows, seq), jnp.int32, sharding=on_rows) for key in ("input_ids", "targets")}
+    batch["segment_ids"] = jax.ShapeDtypeStruct((rows, seq), jnp.int32, sharding=on_rows)
+    batch["loss_mask"] = jax.ShapeDtypeStruct((rows, seq), jnp.float32, sharding=on_rows)
+    step = make_train_step(
+        model,
+        optimizer,
+        cfg.optimizer.lr_schedule(STEPS),
+        StepConfig(precision=policy),
+        context=context,
+        shardings=shardings,
+    )
+    text = step.lower(state, batch).compile().as_text()
+    found = {"collectives": [], "dots": []}
+    for computation in re.split(r"\n(?=\S)", text):
+        types = dict(re.findall(r"(%[\w.\-]+) = (\w+)\[", computation))
+        for operands in re.findall(r"= \w+\[[\d,]*\]\S* dot\((%[\w.\-]+), (%[\w.\-]+)\)", computation):
+            found["dots"].append([types[name] for name in operands])
+        for dtype, shape, op in _COLLECTIVE.findall(computation):
+            found["collectives"].append([op, dtype, [int(d) for d in shape.split(",") if d]])
+    return found
+
+
 def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
     report, host_states = {"devices": jax.device_count(), "runs": {}}, {}
     for job in jobs:
@@ -156,6 +194,9 @@ def main(out: Path, jobs: list[str], evaluate: bool) -> dict:
                 entry = {"bitwise_equal": bitwise_equal(state, host_states[source])}
             elif kind == "collectives":
                 report["runs"][job] = loss_block_collectives(rest)
+                continue
+            elif kind == "step_collectives":
+                report["runs"][job] = step_collectives(rest)
                 continue
             elif kind == "init_from":
                 source, target = rest.split(":")

@@ -121,7 +121,14 @@ def _run_script(out: Path, *jobs: str) -> dict:
 @pytest.fixture(scope="module")
 def fast_report(tmp_path_factory) -> dict:
     return _run_script(
-        tmp_path_factory.mktemp("sharding"), "single", "fsdp", "tp", "restore:fsdp:tp", "restore:tp:fsdp"
+        tmp_path_factory.mktemp("sharding"),
+        "single",
+        "fsdp",
+        "tp",
+        "restore:fsdp:tp",
+        "restore:tp:fsdp",
+        "step_collectives:dp",
+        "step_collectives:tp",
     )
 
 
@@ -228,6 +235,20 @@ def test_loss_in_blocks_on_a_3d_mesh_equals_the_whole_logits_on_one_device(slow_
     assert blocked["eval"]["eval/held/loss"] == pytest.approx(single["eval"]["eval/held/loss"], abs=TOLERANCE)
     assert blocked["specs"] == runs["fsdp_tp"]["specs"] and blocked["mesh"] == runs["fsdp_tp"]["mesh"]
     assert not blocked["warnings"], blocked["warnings"]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("run", ["dp", "tp"])
+def test_the_cpu_steps_transposes_keep_their_shards(fast_report, run):
+    """On CPU the dense and attention backwards copy transposes into row-major order (``layouts.row_major``, a
+    ``LayoutConstraint`` custom call) so that bf16 products stay on the fast kernels. The partitioner knows
+    nothing of that call and replicated its operand: the tiny bf16 step all-gathered its activations, 35
+    times under dp and 59 under tp, where neither preset ever gathers anything (dp replicates the parameters
+    and splits the rows; tp reduces the heads' and the MLP's partial sums). Applied per shard, none remain,
+    and every product is still bf16 x bf16."""
+    found = fast_report["runs"][f"step_collectives:{run}"]
+    assert [c for c in found["collectives"] if c[0] == "all-gather"] == []
+    assert len(found["dots"]) > 40 and all(types == ["bf16", "bf16"] for types in found["dots"]), found["dots"]
 
 
 @pytest.mark.slow
