@@ -382,6 +382,7 @@ def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerC
         loss_block=train.loss_block,
         mesh=train.mesh,
         sharding=train.sharding,
+        host_processes=train.host_processes,
         z_loss=train.z_loss,
         precision=PrecisionPolicy(compute_dtype=train.compute_dtype, matmul_dtype=train.matmul_dtype),
         seed=train.seed,

@@ -101,6 +101,9 @@ class SimpleTrainConfig:
     """Devices per mesh axis (data, fsdp, tensor); by default every device on fsdp."""
     sharding: ShardingSpec = _default(TrainerConfig, "sharding")
     """dp, fsdp, tp, fsdp_tp or explicit rules (marin/trainer/mesh.py)."""
+    host_processes: int = _default(TrainerConfig, "host_processes")
+    """CPU only: processes on the machine that split each batch's rows, each on its share of the cores
+    (marin/trainer/host_parallel.py); 1: one process."""
     eval_every: int | None = _default(TrainerConfig, "eval_every")
     max_eval_sequences: int = _default(TrainerConfig, "max_eval_sequences")
     """Sequences evaluated per validation set during training, from its start."""

@@ -24,6 +24,8 @@ The model is the lab's Llama block (RMSNorm, RoPE, SwiGLU, tied embeddings) wher
 from the checkpoint through the serving engine, and bits-per-byte is measured on the validation split.
 """
 
+import os
+
 from experiments.defaults import default_eval, default_samples, default_tokenize, default_train, default_train_tokenizer
 from experiments.models import SimpleTrainConfig
 from experiments.real_text import shakespeare_documents
@@ -66,6 +68,10 @@ TRAIN = SimpleTrainConfig(
     log_every=50,
     save_interval_minutes=None,
     wandb=False,
+    # One process per core, each on half of every batch's rows (marin/trainer/host_parallel.py): XLA:CPU splits
+    # this small step's operations over two threads for nothing (22.1 ms on one core, 23.5 on two; 17-19 ms as
+    # two processes; docs/real_text.md). A runtime field: the run and its results are the same either way.
+    host_processes=min(2, len(os.sched_getaffinity(0))),
 )
 
 

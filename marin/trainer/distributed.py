@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from marin.multihost import coordinates
+from marin.trainer.host_parallel import host_rank
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ def initialize(env: Mapping[str, str] = os.environ) -> bool:
 
 
 def is_primary() -> bool:
-    return jax.process_index() == 0
+    """Process 0 of the job, and rank 0 of its machine's processes (``TrainerConfig.host_processes``)."""
+    return jax.process_index() == 0 and host_rank() == 0
 
 
 def agree(value: int) -> int:

@@ -19,9 +19,11 @@ batch axis as the prefetcher builds it. On one device nothing of that exists and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,8 +34,9 @@ import numpy as np
 
 from marin.allocator import keep_large_buffers_mapped
 from marin.identity import result_dict, runtime_field
+from marin.multihost import coordinates
 from marin.storage import join
-from marin.trainer import distributed
+from marin.trainer import distributed, host_parallel
 from marin.trainer.checkpoint import (
     CheckpointConfig,
     Checkpointer,
@@ -43,7 +46,7 @@ from marin.trainer.checkpoint import (
 )
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
-from marin.trainer.model import LlamaConfig, param_axes
+from marin.trainer.model import LlamaConfig, init_params, param_axes
 from marin.trainer.model.hf import check_same_model, import_hf, is_hf_directory
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import (
@@ -93,9 +96,22 @@ class TrainerConfig:
     sharding: ShardingSpec = runtime_field("fsdp")
     """Rule table mapping logical axes to mesh axes: a preset ("dp", "fsdp", "tp", "fsdp_tp") or explicit
     pairs such as ``(("batch", ("data", "fsdp")), ("embed", "fsdp"))``. See ``marin/trainer/mesh.py``."""
+    host_processes: int = runtime_field(1)
+    """CPU only: train as this many processes on this machine, each on its share of the cores and of each
+    batch's rows, gradients summed through shared memory (``host_parallel.py``); 1: one process."""
 
     def __post_init__(self):
         resolve_rules(self.sharding, field="TrainerConfig.sharding")
+        hosts = self.host_processes
+        if not isinstance(hosts, int) or isinstance(hosts, bool) or not 1 <= hosts <= host_parallel.MAX_PROCESSES:
+            raise ValueError(
+                f"TrainerConfig.host_processes must be an int in 1..{host_parallel.MAX_PROCESSES}, got {hosts!r}"
+            )
+        if self.batch_size % (hosts * self.num_microbatches):
+            raise ValueError(
+                f"TrainerConfig.batch_size ({self.batch_size}) must split into host_processes ({hosts}) x "
+                f"num_microbatches ({self.num_microbatches}) equal parts"
+            )
         if self.loss_block is not None and self.loss_block < 1:
             raise ValueError(f"TrainerConfig.loss_block must be >= 1 or None, got {self.loss_block}")
         for name in ("num_train_steps", "batch_size", "log_every", "max_eval_sequences"):
@@ -351,13 +367,20 @@ def _will_run_on_cpu() -> bool:
     return not any(name.startswith(("jax-cuda", "jax-rocm", "jax_cuda", "libtpu")) for name in names)
 
 
-def lm_objective(config: TrainLmConfig, context, shardings: TrainState | None) -> Objective:
-    """Next-token loss on ``config.data``'s mixture, evaluated on its validation sets (pretraining and SFT)."""
+def lm_objective(
+    config: TrainLmConfig, context, shardings: TrainState | None, rows: slice | None = None, evaluates: bool = True
+) -> Objective:
+    """Next-token loss on ``config.data``'s mixture, evaluated on its validation sets (pretraining and SFT).
+
+    ``rows``: this process's rows of every batch (``TrainerConfig.host_processes``); ``evaluates``: whether this
+    process runs the evaluations."""
     model, trainer = config.model, config.trainer
     sources = {name: src.build() for name, src in config.data.train.items()}
-    validation = {name: src.build() for name, src in config.data.validation.items()}
+    validation = {name: src.build() for name, src in config.data.validation.items()} if evaluates else {}
     batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
     make_batch, place = batches.batch, lambda batch: batch
+    if rows is not None:
+        make_batch = functools.partial(batches.batch, rows=rows)
     if context is not None:
         _check_batches_fit(trainer, batch_shards(context), evaluates=bool(validation))
 
@@ -387,6 +410,12 @@ def lm_objective(config: TrainLmConfig, context, shardings: TrainState | None) -
 def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     """Train ``config.model``: on ``TrainLmConfig.data`` by default, or on ``objective`` (post-training)."""
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
+    hosts, rank = trainer.host_processes, host_parallel.host_rank()
+    if hosts > 1:
+        _check_host_processes(config, objective)
+        cores = [host_parallel.cores_for(r, hosts) for r in range(hosts)] if rank == 0 else None
+        if rank == 0:  # before JAX's runtime starts, so that its thread pool is sized for these cores
+            host_parallel.pin_to_cores(cores[0])
     tune_host_allocator()  # before anything below starts JAX's runtime
     distributed.initialize()  # a no-op unless the executor started this step on several hosts
     if jax.default_backend() == "cpu":
@@ -411,8 +440,23 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         shardings = state_shardings(
             context, model, optimizer, ema=config.optimizer.keeps_average, policy=trainer.precision
         )
+    group, summed = None, None
+    if hosts > 1:
+        if context is not None:
+            raise ValueError(
+                f"TrainerConfig.host_processes={hosts} runs one device per process; the mesh "
+                f"{dict(context.mesh.shape)} has several: use one or the other"
+            )
+        capacity = _exchanged_values(model)
+        if rank == 0:
+            group = host_parallel.HostGroup(config, hosts, capacity, cores)
+            summed = group.sum
+        else:
+            summed = host_parallel.helper_sum()
     if objective is None:
-        objective = lm_objective(config, context, shardings)
+        part = trainer.batch_size // hosts
+        rows = slice(rank * part, (rank + 1) * part) if hosts > 1 else None
+        objective = lm_objective(config, context, shardings, rows=rows, evaluates=rank == 0)
     elif context is not None and jax.process_count() > 1:
         raise ValueError("a custom training objective runs on one host for now (its batches are built whole)")
     with_frozen = objective.frozen is not None
@@ -425,6 +469,7 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         shardings=shardings,
         loss_fn=objective.loss_fn,
         with_frozen=with_frozen,
+        sum_across_processes=summed,
     )
     checkpointer = Checkpointer(
         join(config.output_path, "checkpoints"),
@@ -433,9 +478,33 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     )
     state = load_or_init(config, optimizer, checkpointer, shardings)
     frozen = _place_frozen(objective.frozen, state.params) if with_frozen else None
-    return _run(
-        config, objective, train_step, checkpointer, state, frozen, num_devices=context.mesh.size if context else 1
-    )
+    devices = context.mesh.size if context else 1
+    if group is None:
+        try:
+            return _run(config, objective, train_step, checkpointer, state, frozen, num_devices=devices)
+        finally:
+            if summed is not None:
+                summed.close()
+    with group:
+        return _run(config, objective, train_step, checkpointer, state, frozen, num_devices=hosts)
+
+
+def _check_host_processes(config: RunConfig, objective: Objective | None) -> None:
+    hosts = config.trainer.host_processes
+    if objective is not None:
+        raise ValueError(
+            f"TrainerConfig.host_processes={hosts}: only pretraining's next-token objective splits over processes"
+        )
+    if not _will_run_on_cpu():
+        raise ValueError(f"TrainerConfig.host_processes={hosts} is for CPUs; an accelerator uses its devices (mesh)")
+    if coordinates(os.environ) is not None:
+        raise ValueError(f"TrainerConfig.host_processes={hosts} cannot be combined with a multi-host job")
+
+
+def _exchanged_values(model: LlamaConfig) -> int:
+    """Room for what the processes sum each step: the gradients and a few loss sums (``make_train_step``)."""
+    shapes = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(shapes)) + 1024
 
 
 def _place_frozen(frozen: Any, like: Any) -> Any:

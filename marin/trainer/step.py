@@ -31,6 +31,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from marin.trainer.axes import BATCH, SEQ, ShardingContext, constrain, use_sharding
@@ -192,8 +193,13 @@ def make_train_step(
     shardings: TrainState | None = None,
     loss_fn: LossFn | None = None,
     with_frozen: bool = False,
+    sum_across_processes: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Callable[..., tuple[TrainState, dict]]:
     """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated.
+
+    ``sum_across_processes`` (``TrainerConfig.host_processes``): the batch is this process's rows; the summed
+    loss, token count, metrics and gradients go through it as one float32 vector (a host callback) and come
+    back summed over every process, before the update.
 
     With ``context`` (and the ``shardings`` of ``state_shardings``) the step runs SPMD on its mesh; the
     state must already be placed with ``shardings`` and the batch may be host arrays or placed ones.
@@ -220,6 +226,9 @@ def make_train_step(
             return (loss_sum, weight, sums), _constrain_like_params(grads, axes)
 
         loss_sum, weight, sums, grads = accumulate_gradients(grad_fn, state.params, batch, step_cfg.num_microbatches)
+        if sum_across_processes is not None:
+            summed = _summed_across_processes(sum_across_processes, (loss_sum, weight, sums, grads))
+            loss_sum, weight, sums, grads = summed
         denom = jnp.maximum(weight, 1.0)  # a fully masked batch gives zero gradients, not NaN
         grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -249,6 +258,23 @@ def make_train_step(
         out_shardings=(shardings, context.sharding(())),
         donate_argnums=0,
     )
+
+
+def _summed_across_processes(sum_vector: Callable[[np.ndarray], np.ndarray], tree: Any) -> Any:
+    """``tree`` summed over the machine's training processes: flattened to one float32 vector (``sum_vector``
+    has room for at least that many values), summed on the host, unflattened."""
+    leaves, treedef = jax.tree.flatten(tree)
+    flat = jnp.concatenate([leaf.astype(jnp.float32).ravel() for leaf in leaves])
+
+    def host_sum(vector: np.ndarray) -> np.ndarray:
+        return sum_vector(np.asarray(vector))
+
+    flat = jax.pure_callback(host_sum, jax.ShapeDtypeStruct(flat.shape, jnp.float32), flat)
+    out, offset = [], 0
+    for leaf in leaves:
+        out.append(flat[offset : offset + leaf.size].reshape(leaf.shape).astype(leaf.dtype))
+        offset += leaf.size
+    return jax.tree.unflatten(treedef, out)
 
 
 def make_eval_step(
