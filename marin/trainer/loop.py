@@ -107,11 +107,6 @@ class TrainerConfig:
             raise ValueError(
                 f"TrainerConfig.host_processes must be an int in 1..{host_parallel.MAX_PROCESSES}, got {hosts!r}"
             )
-        if self.batch_size % (hosts * self.num_microbatches):
-            raise ValueError(
-                f"TrainerConfig.batch_size ({self.batch_size}) must split into host_processes ({hosts}) x "
-                f"num_microbatches ({self.num_microbatches}) equal parts"
-            )
         if self.loss_block is not None and self.loss_block < 1:
             raise ValueError(f"TrainerConfig.loss_block must be >= 1 or None, got {self.loss_block}")
         for name in ("num_train_steps", "batch_size", "log_every", "max_eval_sequences"):
@@ -121,6 +116,11 @@ class TrainerConfig:
             raise ValueError(
                 f"TrainerConfig.batch_size ({self.batch_size}) must be a multiple of num_microbatches "
                 f"({self.num_microbatches})"
+            )
+        if self.batch_size % (hosts * self.num_microbatches):
+            raise ValueError(
+                f"TrainerConfig.batch_size ({self.batch_size}) must split into host_processes ({hosts}) x "
+                f"num_microbatches ({self.num_microbatches}) equal parts"
             )
         if self.eval_every is not None and self.eval_every <= 0:
             raise ValueError(f"TrainerConfig.eval_every must be > 0 or None, got {self.eval_every}")

@@ -76,6 +76,7 @@ CHANGES = {
     (TrainerConfig, "tracker"): TrackerConfig(wandb=False, progress_bar=False),
     (TrainerConfig, "mesh"): MeshConfig(data=2, fsdp=-1, expert=2),
     (TrainerConfig, "sharding"): "tp",
+    (TrainerConfig, "host_processes"): 2,
     (PrecisionPolicy, "param_dtype"): "bfloat16",
     (PrecisionPolicy, "compute_dtype"): "float32",
     (PrecisionPolicy, "matmul_dtype"): "float8",
@@ -126,6 +127,7 @@ RUNTIME = {
     (TrainerConfig, "tracker"),
     (TrainerConfig, "mesh"),
     (TrainerConfig, "sharding"),
+    (TrainerConfig, "host_processes"),
     (DataConfig, "prefetch"),
 }
 # Inputs: dependencies, counted by the upstream step's identity, not by value.
@@ -215,6 +217,7 @@ def test_default_train_runtime_knobs_keep_the_path():
         {"loss_block": 1024},
         {"mesh": MeshConfig(data=2, fsdp=-1)},
         {"sharding": "dp"},
+        {"host_processes": 2},
         {"log_every": 1},
         {"eval_every": 7},
         {"save_interval_minutes": None},
