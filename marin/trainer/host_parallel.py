@@ -225,4 +225,3 @@ def main(path: str) -> None:
     with open(path, "rb") as f:
         config = pickle.load(f)
     train(config)
-
