@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -40,8 +41,8 @@ logger = logging.getLogger(__name__)
 
 RANK_ENV, WORLD_ENV = "MARIN_HOST_RANK", "MARIN_HOST_WORLD"
 SEGMENT_ENV, CORES_ENV = "MARIN_HOST_SEGMENT", "MARIN_HOST_CORES"
-_HEADER = 64  # bytes before the slots: one int64 sequence number per rank (at most 8 ranks)
-MAX_PROCESSES = _HEADER // 8
+MAX_PROCESSES = 8
+_HEADER = 8 * (MAX_PROCESSES + 1)  # bytes before the slots: a sequence number per rank, then the slots' size
 
 
 def host_rank() -> int:
@@ -76,21 +77,35 @@ class SharedMemorySum:
     the previous step are finished before it publishes the next. x86's store order makes a published slot
     visible before its sequence number."""
 
-    def __init__(self, name: str, size: int, rank: int, world: int, *, create: bool, timeout: float = 600.0):
+    def __init__(
+        self,
+        name: str,
+        size: int | None,
+        rank: int,
+        world: int,
+        *,
+        create: bool,
+        timeout: float = 600.0,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``create`` (rank 0): make the segment for vectors of up to ``size`` values; otherwise attach to it,
+        waiting up to ``timeout`` for rank 0 to make it, and read ``size`` from it."""
         if not 1 <= world <= MAX_PROCESSES:
             raise ValueError(f"host processes must be 1..{MAX_PROCESSES}, got {world}")
-        self.name, self.size, self.rank, self.world, self.timeout = name, size, rank, world, timeout
-        nbytes = _HEADER + 2 * world * size * 4
+        self.name, self.rank, self.world, self.timeout = name, rank, world, timeout
+        self.alive = alive
+        """False when a peer process is known to be gone (checked while waiting)."""
         if create:
-            self._shm = shared_memory.SharedMemory(name=name, create=True, size=nbytes)
-            self._shm.buf[:_HEADER] = bytes(_HEADER)
+            self._shm = shared_memory.SharedMemory(name=name, create=True, size=_HEADER + 2 * world * size * 4)
+            header = np.ndarray((MAX_PROCESSES + 1,), np.int64, self._shm.buf, 0)
+            header[:] = 0
+            header[MAX_PROCESSES] = size  # last: a rank that sees the size sees a zeroed header
         else:
-            self._shm = _attach(name, timeout)
+            self._shm, size = _attach(name, timeout, lambda: self.alive())
+        self.size = size
         self._seq = np.ndarray((world,), np.int64, self._shm.buf, 0)
         self._slots = np.ndarray((2, world, size), np.float32, self._shm.buf, _HEADER)
         self._step = int(self._seq[rank])
-        self.alive = lambda: True
-        """Set by the owner: False when a peer process is known to be gone (checked while waiting)."""
 
     def __call__(self, vector: np.ndarray) -> np.ndarray:
         """The sum of every rank's ``vector`` (float32, at most ``size`` values, the same length on every rank)."""
@@ -127,43 +142,55 @@ class SharedMemorySum:
             self._shm.unlink()
 
 
-def _attach(name: str, timeout: float) -> shared_memory.SharedMemory:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            # track=False (Python 3.13) does not exist on 3.11; the resource tracker would unlink rank 0's
-            # segment when a helper exits, so unregister it by hand.
-            shm = shared_memory.SharedMemory(name=name)
-            from multiprocessing import resource_tracker
+def _attach(name: str, timeout: float, alive: Callable[[], bool]) -> tuple[shared_memory.SharedMemory, int]:
+    """Rank 0's segment once it exists and holds its size (rank 0 makes it after its helpers start)."""
+    from multiprocessing import resource_tracker
 
-            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
-            return shm
-        except FileNotFoundError:
-            if time.monotonic() > deadline:
-                raise PeerLost(f"host process 0's segment {name} did not appear within {timeout:.0f} s") from None
-            time.sleep(0.01)
+    deadline, shm = time.monotonic() + timeout, None
+    while True:
+        if shm is None:
+            try:
+                # The resource tracker would unlink rank 0's segment when this process exits (Python 3.11 has
+                # no track=False): unregister it.
+                shm = shared_memory.SharedMemory(name=name)
+                resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+            except FileNotFoundError:
+                pass
+        if shm is not None and len(shm.buf) >= _HEADER:
+            size = int(np.ndarray((MAX_PROCESSES + 1,), np.int64, shm.buf, 0)[MAX_PROCESSES])
+            if size:
+                return shm, size
+        if not alive():
+            raise PeerLost(f"host process 0 exited before making its segment {name}")
+        if time.monotonic() > deadline:
+            raise PeerLost(f"host process 0's segment {name} did not appear within {timeout:.0f} s")
+        time.sleep(0.01)
 
 
 class HostGroup:
     """Rank 0's side: the helper processes and the segment they share; a context manager."""
 
-    def __init__(self, config: Any, world: int, size: int, cores: list[list[int]]):
-        self.world, self.cores = world, cores
+    def __init__(self, config: Any, world: int, cores: list[list[int]]):
+        """Start the helpers now (their start overlaps this process's own set-up); ``open`` makes the segment."""
+        self.world, self.cores, self.sum = world, cores, None
         self.segment = f"marin_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        self.sum = SharedMemorySum(self.segment, size, 0, world, create=True)
-        self.sum.alive = self._helpers_alive
         self._dir = tempfile.TemporaryDirectory(prefix="marin-host-")
         path = os.path.join(self._dir.name, "config.pkl")
         with open(path, "wb") as f:
             pickle.dump(config, f)
-        self.helpers = [self._start(path, rank, size) for rank in range(1, world)]
+        self.helpers = [self._start(path, rank) for rank in range(1, world)]
 
-    def _start(self, path: str, rank: int, size: int) -> subprocess.Popen:
+    def open(self, size: int) -> SharedMemorySum:
+        """Rank 0's side of the exchange, for vectors of up to ``size`` values; the helpers attach to it."""
+        self.sum = SharedMemorySum(self.segment, size, 0, self.world, create=True, alive=self._helpers_alive)
+        return self.sum
+
+    def _start(self, path: str, rank: int) -> subprocess.Popen:
         env = {
             **os.environ,
             RANK_ENV: str(rank),
             WORLD_ENV: str(self.world),
-            SEGMENT_ENV: f"{self.segment}:{size}",
+            SEGMENT_ENV: self.segment,
             CORES_ENV: ",".join(map(str, self.cores[rank])),
         }
         entry = f"from marin.trainer.host_parallel import main; main({path!r})"
@@ -188,17 +215,16 @@ class HostGroup:
                 if code != 0 and error is None:
                     raise RuntimeError(f"host process {rank} of {self.world} exited with code {code}")
         finally:
-            self.sum.close(unlink=True)
+            if self.sum is not None:
+                self.sum.close(unlink=True)
             self._dir.cleanup()
 
 
 def helper_sum() -> SharedMemorySum:
     """A helper's side of the exchange, from the environment its rank 0 set."""
-    name, size = os.environ[SEGMENT_ENV].rsplit(":", 1)
-    summed = SharedMemorySum(name, int(size), host_rank(), host_world(), create=False)
-    parent = os.getppid()
-    summed.alive = lambda: os.getppid() == parent
-    return summed
+    parent = _PARENT or os.getppid()
+    alive = lambda: os.getppid() == parent  # noqa: E731
+    return SharedMemorySum(os.environ[SEGMENT_ENV], None, host_rank(), host_world(), create=False, alive=alive)
 
 
 def pin_to_cores(cores: list[int]) -> None:
@@ -215,8 +241,13 @@ def pin_to_cores(cores: list[int]) -> None:
             pass
 
 
+_PARENT: int | None = None  # a helper's rank 0, noted first thing (a helper outliving it is re-parented)
+
+
 def main(path: str) -> None:
     """A helper: pin, then ``train()`` the pickled config as rank ``RANK_ENV``."""
+    global _PARENT
+    _PARENT = os.getppid()
     pin_to_cores([int(c) for c in os.environ[CORES_ENV].split(",")])
     from marin.logs import configure_logging
     from marin.trainer.loop import train

@@ -409,13 +409,19 @@ def lm_objective(
 
 def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     """Train ``config.model``: on ``TrainLmConfig.data`` by default, or on ``objective`` (post-training)."""
+    hosts = config.trainer.host_processes
+    if hosts > 1 and host_parallel.host_rank() == 0:
+        _check_host_processes(config, objective)
+        cores = [host_parallel.cores_for(r, hosts) for r in range(hosts)]
+        host_parallel.pin_to_cores(cores[0])  # before JAX's runtime starts: its thread pool is sized for them
+        with host_parallel.HostGroup(config, hosts, cores) as group:  # the helpers start now
+            return _train(config, objective, group)
+    return _train(config, objective, None)
+
+
+def _train(config: RunConfig, objective: Objective | None, group: host_parallel.HostGroup | None) -> TrainResult:
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
     hosts, rank = trainer.host_processes, host_parallel.host_rank()
-    if hosts > 1:
-        _check_host_processes(config, objective)
-        cores = [host_parallel.cores_for(r, hosts) for r in range(hosts)] if rank == 0 else None
-        if rank == 0:  # before JAX's runtime starts, so that its thread pool is sized for these cores
-            host_parallel.pin_to_cores(cores[0])
     tune_host_allocator()  # before anything below starts JAX's runtime
     distributed.initialize()  # a no-op unless the executor started this step on several hosts
     if jax.default_backend() == "cpu":
@@ -440,19 +446,14 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         shardings = state_shardings(
             context, model, optimizer, ema=config.optimizer.keeps_average, policy=trainer.precision
         )
-    group, summed = None, None
+    summed = None
     if hosts > 1:
         if context is not None:
             raise ValueError(
                 f"TrainerConfig.host_processes={hosts} runs one device per process; the mesh "
                 f"{dict(context.mesh.shape)} has several: use one or the other"
             )
-        capacity = _exchanged_values(model)
-        if rank == 0:
-            group = host_parallel.HostGroup(config, hosts, capacity, cores)
-            summed = group.sum
-        else:
-            summed = host_parallel.helper_sum()
+        summed = group.open(_exchanged_values(model)) if group is not None else host_parallel.helper_sum()
     if objective is None:
         part = trainer.batch_size // hosts
         rows = slice(rank * part, (rank + 1) * part) if hosts > 1 else None
@@ -478,15 +479,12 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     )
     state = load_or_init(config, optimizer, checkpointer, shardings)
     frozen = _place_frozen(objective.frozen, state.params) if with_frozen else None
-    devices = context.mesh.size if context else 1
-    if group is None:
-        try:
-            return _run(config, objective, train_step, checkpointer, state, frozen, num_devices=devices)
-        finally:
-            if summed is not None:
-                summed.close()
-    with group:
-        return _run(config, objective, train_step, checkpointer, state, frozen, num_devices=hosts)
+    devices = hosts if hosts > 1 else context.mesh.size if context else 1
+    try:
+        return _run(config, objective, train_step, checkpointer, state, frozen, num_devices=devices)
+    finally:
+        if summed is not None and group is None:  # a helper's side; rank 0's closes with its group
+            summed.close()
 
 
 def _check_host_processes(config: RunConfig, objective: Objective | None) -> None:

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -22,7 +23,7 @@ PEER = """
 import sys, json, numpy as np
 from marin.trainer.host_parallel import SharedMemorySum
 name, size, rank, world, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-summed = SharedMemorySum(name, size, rank, world, create=False, timeout=60)
+summed = SharedMemorySum(name, None, rank, world, create=False, timeout=60)
 out = [summed(np.arange(size, dtype=np.float32) * (rank + 1) + step / 3).tobytes().hex() for step in range(steps)]
 print(json.dumps(out))
 """
@@ -36,17 +37,18 @@ def test_shared_memory_sum_gives_every_rank_the_same_bits_in_rank_order():
     """Three processes, five steps (both buffers used twice): each rank gets the slots summed in rank order,
     bit for bit, so replicas that start equal stay equal."""
     name, size, world, steps = f"marin_test_{uuid.uuid4().hex[:8]}", 1000, 3, 5
+    peers = [  # started first, as train() starts its helpers: they wait for rank 0's segment and read its size
+        subprocess.Popen(
+            [sys.executable, "-c", PEER, name, str(size), str(rank), str(world), str(steps)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={"PYTHONPATH": str(ROOT)},
+        )
+        for rank in (1, 2)
+    ]
+    time.sleep(0.5)
     summed = SharedMemorySum(name, size, 0, world, create=True, timeout=60)
     try:
-        peers = [
-            subprocess.Popen(
-                [sys.executable, "-c", PEER, name, str(size), str(rank), str(world), str(steps)],
-                stdout=subprocess.PIPE,
-                text=True,
-                env={"PYTHONPATH": str(ROOT)},
-            )
-            for rank in (1, 2)
-        ]
         mine = [summed(_contribution(0, step, size)) for step in range(steps)]
         theirs = [json.loads(p.communicate(timeout=120)[0]) for p in peers]
         assert all(p.returncode == 0 for p in peers)
@@ -122,6 +124,5 @@ def test_rank_0_stops_with_an_error_when_a_helper_dies(tmp_path):
     """A helper that fails (here: it is handed something that is not a config) exits; rank 0, waiting for its
     first gradient exchange, raises instead of spinning."""
     with pytest.raises(PeerLost, match="host process 1 exited"):
-        with HostGroup("not a config", 2, 16, [[0], [0]]) as group:
-            group.sum.timeout = 120
-            group.sum(np.zeros(16, np.float32))
+        with HostGroup("not a config", 2, [[0], [0]]) as group:
+            group.open(16)(np.zeros(16, np.float32))
