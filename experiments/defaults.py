@@ -349,8 +349,16 @@ def default_train(
             initialize_from=initialize_from,
         ),
         description=f"train {name}: {model.param_count / 1e6:.1f}M params, {train.num_train_steps} steps",
-        resources=trainer_resources(train.resources),
+        resources=trainer_resources(_with_host_cores(train)),
     )
+
+
+def _with_host_cores(train: SimpleTrainConfig) -> ResourceConfig:
+    """``train.resources``, with a CPU per process when ``host_processes`` splits the step over the machine's
+    cores (each process is pinned to its own)."""
+    if train.host_processes > train.resources.num_cpus:
+        return dataclasses.replace(train.resources, num_cpus=train.host_processes)
+    return train.resources
 
 
 def trainer_configs(train: SimpleTrainConfig) -> tuple[TrainerConfig, OptimizerConfig]:

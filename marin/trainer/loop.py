@@ -412,10 +412,16 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     hosts = config.trainer.host_processes
     if hosts > 1 and host_parallel.host_rank() == 0:
         _check_host_processes(config, objective)
-        cores = [host_parallel.cores_for(r, hosts) for r in range(hosts)]
-        host_parallel.pin_to_cores(cores[0])  # before JAX's runtime starts: its thread pool is sized for them
-        with host_parallel.HostGroup(config, hosts, cores) as group:  # the helpers start now
-            return _train(config, objective, group)
+        allowed = sorted(os.sched_getaffinity(0))
+        cores = [host_parallel.cores_for(r, hosts, allowed) for r in range(hosts)]
+        # Before JAX's runtime starts, so that its thread pool is sized for these cores; afterwards the caller
+        # gets its cores back (a runtime started in here keeps its smaller pool).
+        host_parallel.pin_to_cores(cores[0])
+        try:
+            with host_parallel.HostGroup(config, hosts, cores) as group:  # the helpers start now
+                return _train(config, objective, group)
+        finally:
+            host_parallel.pin_to_cores(allowed)
     return _train(config, objective, None)
 
 

@@ -117,6 +117,10 @@ def test_cpu_training_steps_start_their_workers_with_the_trainers_malloc_policy(
     assert output_path(gpu) == output_path(cpu)
     ours = pipeline(resources=ResourceConfig(env_vars={"GLIBC_TUNABLES": "x=1"}))["model"]
     assert ours.resource_config.env_vars == {"GLIBC_TUNABLES": "x=1"}  # the experiment's own setting wins
+    # host_processes pins a process to each of its cores: the step asks Ray for that many, same identity
+    split = pipeline(host_processes=2)["model"]
+    assert split.resource_config.num_cpus == 2 and output_path(split) == output_path(cpu)
+    assert pipeline(host_processes=2, resources=ResourceConfig(num_cpus=4))["model"].resource_config.num_cpus == 4
 
 
 def test_mixture_stages_start_at_zero_and_change_at_the_given_steps():

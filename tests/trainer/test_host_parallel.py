@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def test_shared_memory_sum_gives_every_rank_the_same_bits_in_rank_order():
             [sys.executable, "-c", PEER, name, str(size), str(rank), str(world), str(steps)],
             stdout=subprocess.PIPE,
             text=True,
-            env={"PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": str(ROOT)},  # the session's bytecode prefix too
         )
         for rank in (1, 2)
     ]
@@ -95,13 +96,15 @@ def _tiny(out: Path, hosts: int):
     return dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, host_processes=hosts))
 
 
-@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 @pytest.mark.timeout(600)
 def test_two_processes_train_as_one_and_only_rank_0_writes(tmp_path):
     """The tiny model's 5 steps as two processes (each on 8 of the batch's 16 rows, 2 microbatches each) equal
     the one-process run within float rounding; rank 0 alone logs, evaluates and checkpoints."""
     one = train(_tiny(tmp_path / "one", 1))
+    cores = os.sched_getaffinity(0)
     two = train(_tiny(tmp_path / "two", 2))
+    assert os.sched_getaffinity(0) == cores  # rank 0 (this process) got its cores back
     assert two.step == one.step == STEPS
     assert two.train_loss == pytest.approx(one.train_loss, abs=1e-5)
     assert two.eval_metrics == pytest.approx(one.eval_metrics, rel=1e-5)
