@@ -1,8 +1,8 @@
 """Data parallelism over one machine's cores: N processes, each a one-device JAX program on its own cores.
 
 ``TrainerConfig.host_processes=N`` (CPU only). ``train()`` in the calling process becomes rank 0; it starts
-ranks 1..N-1 as fresh Python processes (``host_parallel.main``) running the same config,
-and every process pins itself to its share of the cores it may use. Each step, rank ``r`` trains on rows
+ranks 1..N-1 first thing as fresh Python processes (``main``, on the pickled config), and every process pins
+itself to its share of the cores rank 0 may use. Each step, rank ``r`` trains on rows
 ``r·B/N .. (r+1)·B/N`` of the step's batch (the batch, and so the data order, is the one-process run's) and
 the summed gradients, losses and token counts are exchanged through a shared-memory segment
 (``SharedMemorySum``): every rank adds the N contributions in rank order, so all ranks hold bitwise the same
@@ -23,7 +23,6 @@ naming the rank it waited for, so no process is left spinning.
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import subprocess
@@ -37,8 +36,6 @@ from typing import Any
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
-
 RANK_ENV, WORLD_ENV = "MARIN_HOST_RANK", "MARIN_HOST_WORLD"
 SEGMENT_ENV, CORES_ENV = "MARIN_HOST_SEGMENT", "MARIN_HOST_CORES"
 MAX_PROCESSES = 8
@@ -51,6 +48,7 @@ def host_rank() -> int:
 
 
 def host_world() -> int:
+    """How many training processes this machine runs (1 unless ``host_processes`` started this one)."""
     return int(os.environ.get(WORLD_ENV, "1"))
 
 
