@@ -46,7 +46,7 @@ from marin.trainer.checkpoint import (
 )
 from marin.trainer.data import DataConfig, Prefetcher, TrainBatches, eval_batches
 from marin.trainer.mesh import MeshConfig, ShardingSpec, batch_shards, resolve_rules, shard_batch, sharding_context
-from marin.trainer.model import LlamaConfig, init_params, param_axes
+from marin.trainer.model import LlamaConfig, param_axes
 from marin.trainer.model.hf import check_same_model, import_hf, is_hf_directory
 from marin.trainer.optim import OptimizerConfig
 from marin.trainer.step import (
@@ -459,7 +459,8 @@ def _train(config: RunConfig, objective: Objective | None, group: host_parallel.
                 f"TrainerConfig.host_processes={hosts} runs one device per process; the mesh "
                 f"{dict(context.mesh.shape)} has several: use one or the other"
             )
-        summed = group.open(_exchanged_values(model)) if group is not None else host_parallel.helper_sum()
+        # room for the gradients and a few loss sums (make_train_step's exchange)
+        summed = group.open(model.param_count + 1024) if group is not None else host_parallel.helper_sum()
     if objective is None:
         part = trainer.batch_size // hosts
         rows = slice(rank * part, (rank + 1) * part) if hosts > 1 else None
@@ -503,12 +504,6 @@ def _check_host_processes(config: RunConfig, objective: Objective | None) -> Non
         raise ValueError(f"TrainerConfig.host_processes={hosts} is for CPUs; an accelerator uses its devices (mesh)")
     if coordinates(os.environ) is not None:
         raise ValueError(f"TrainerConfig.host_processes={hosts} cannot be combined with a multi-host job")
-
-
-def _exchanged_values(model: LlamaConfig) -> int:
-    """Room for what the processes sum each step: the gradients and a few loss sums (``make_train_step``)."""
-    shapes = jax.eval_shape(lambda key: init_params(model, key), jax.random.PRNGKey(0))
-    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(shapes)) + 1024
 
 
 def _place_frozen(frozen: Any, like: Any) -> Any:

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 from marin.trainer.axes import BATCH, SEQ, ShardingContext, constrain, use_sharding
 from marin.trainer.mesh import optimizer_state_shardings, tree_shardings
@@ -261,20 +262,15 @@ def make_train_step(
 
 
 def _summed_across_processes(sum_vector: Callable[[np.ndarray], np.ndarray], tree: Any) -> Any:
-    """``tree`` summed over the machine's training processes: flattened to one float32 vector (``sum_vector``
-    has room for at least that many values), summed on the host, unflattened."""
-    leaves, treedef = jax.tree.flatten(tree)
-    flat = jnp.concatenate([leaf.astype(jnp.float32).ravel() for leaf in leaves])
+    """``tree`` summed over the machine's training processes: raveled to one float32 vector (``sum_vector``
+    has room for at least that many values), summed on the host, unraveled to the leaves' dtypes."""
+    flat, unravel = ravel_pytree(jax.tree.map(lambda leaf: leaf.astype(jnp.float32), tree))
 
     def host_sum(vector: np.ndarray) -> np.ndarray:
         return sum_vector(np.asarray(vector))
 
-    flat = jax.pure_callback(host_sum, jax.ShapeDtypeStruct(flat.shape, jnp.float32), flat)
-    out, offset = [], 0
-    for leaf in leaves:
-        out.append(flat[offset : offset + leaf.size].reshape(leaf.shape).astype(leaf.dtype))
-        offset += leaf.size
-    return jax.tree.unflatten(treedef, out)
+    summed = unravel(jax.pure_callback(host_sum, jax.ShapeDtypeStruct(flat.shape, jnp.float32), flat))
+    return jax.tree.map(lambda leaf, like: leaf.astype(like.dtype), summed, tree)
 
 
 def make_eval_step(
