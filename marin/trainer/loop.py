@@ -346,15 +346,20 @@ def tune_host_allocator(*, early_only: bool = False) -> None:
     """The trainer's malloc policy on CPU (``marin.allocator``), applied before this process starts JAX's
     runtime when it can tell the platform without starting it: applied after, it only partly holds (and
     warns). ``early_only``: do nothing once the runtime has started (the import of ``marin.trainer``)."""
-    try:
-        from jax._src.xla_bridge import backends_are_initialized
-    except ImportError:  # a JAX without it: assume nothing ran yet
-        backends_are_initialized = lambda: False  # noqa: E731
-    if backends_are_initialized():
+    if _runtime_started():
         if not early_only and jax.default_backend() == "cpu":
             keep_large_buffers_mapped(late=True)
     elif _will_run_on_cpu():
         keep_large_buffers_mapped()
+
+
+def _runtime_started() -> bool:
+    """Whether this process has started JAX's runtime (its devices, its CPU thread pool) already."""
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # a JAX without it: assume nothing ran yet
+        return False
+    return backends_are_initialized()
 
 
 def _will_run_on_cpu() -> bool:
@@ -416,6 +421,14 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
         cores = [host_parallel.cores_for(r, hosts, allowed) for r in range(hosts)]
         # Before JAX's runtime starts, so that its thread pool is sized for these cores; afterwards the caller
         # gets its cores back (a runtime started in here keeps its smaller pool).
+        if _runtime_started():
+            logger.warning(
+                "TrainerConfig.host_processes=%d: JAX's runtime started before train(), its CPU thread pool sized "
+                "for %d cores; rank 0 now runs it on %s (slower than a runtime started after pinning)",
+                hosts,
+                len(allowed),
+                cores[0],
+            )
         host_parallel.pin_to_cores(cores[0])
         try:
             with host_parallel.HostGroup(config, hosts, cores) as group:  # the helpers start now
@@ -430,6 +443,19 @@ def _train(config: RunConfig, objective: Objective | None, group: host_parallel.
     hosts, rank = trainer.host_processes, host_parallel.host_rank()
     tune_host_allocator()  # before anything below starts JAX's runtime
     distributed.initialize()  # a no-op unless the executor started this step on several hosts
+    if rank == 0:  # the first use of the runtime: after rank 0 pinned itself (train())
+        devices = jax.devices()
+        logger.info(
+            "training %s (%.1fM params) on %d x %s (%d processes%s) for %d steps into %s",
+            type(model).__name__,
+            model.param_count / 1e6,
+            len(devices),
+            devices[0].device_kind,
+            jax.process_count(),
+            f", {hosts} on this machine" if hosts > 1 else "",
+            total,
+            config.output_path,
+        )
     if jax.default_backend() == "cpu":
         keep_large_buffers_mapped(late=True)  # a no-op if applied above; warns if only now
     optimizer = config.optimizer.build(total, param_axes(model))

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 
-import jax
-
 from marin.storage import join, write_atomic
 from marin.trainer import distributed
 from marin.trainer.loop import TrainLmConfig, train, tune_host_allocator
@@ -22,19 +20,10 @@ logger = logging.getLogger(__name__)
 
 
 def train_lm(config: TrainLmConfig) -> None:
+    # Nothing here may start JAX's runtime: train() first pins a host_processes run's rank 0 to its cores,
+    # and XLA sizes its CPU thread pool from the cores the process may use when the runtime starts.
     tune_host_allocator()  # before JAX's runtime starts (marin.allocator)
     distributed.initialize()  # before anything asks JAX for devices
-    devices = jax.devices()
-    logger.info(
-        "training %s (%.1fM params) on %d x %s (%d processes) for %d steps into %s",
-        type(config.model).__name__,
-        config.model.param_count / 1e6,
-        len(devices),
-        devices[0].device_kind,
-        jax.process_count(),
-        config.trainer.num_train_steps,
-        config.output_path,
-    )
     result = train(config)
     if not distributed.is_primary():
         return
