@@ -61,6 +61,28 @@ def test_shared_memory_sum_gives_every_rank_the_same_bits_in_rank_order():
         assert all(bytes.fromhex(t[step]) == expected.tobytes() for t in theirs)
 
 
+def test_contributions_are_an_aligned_block_that_xla_reads_in_place():
+    """The step's input is the segment itself: each step's block of rows starts 64-byte aligned (both parities,
+    any vector length), so ``jax.device_put(..., may_alias=True)`` hands XLA:CPU the shared memory without a
+    copy; the rows are the ranks' vectors, and a block stays intact until the rank's call after next."""
+    name = f"marin_test_{uuid.uuid4().hex[:8]}"
+    summed = SharedMemorySum(name, 1001, 0, 1, create=True, timeout=1)
+    try:
+        blocks = []
+        for step, n in enumerate((1001, 999, 1001)):
+            block = summed.contributions(np.full(n, step, np.float32))
+            assert block.shape == (1, n) and block.flags.c_contiguous and block.ctypes.data % 64 == 0
+            on_device = jax.device_put(block, may_alias=True)
+            assert on_device.unsafe_buffer_pointer() == block.ctypes.data
+            blocks.append((block, on_device))
+            del on_device
+        assert blocks[0][0].ctypes.data == blocks[2][0].ctypes.data != blocks[1][0].ctypes.data  # two buffers
+        assert float(blocks[1][1][0, 0]) == 1.0 and float(blocks[2][1][0, 0]) == 2.0
+    finally:
+        blocks = None
+        summed.close(unlink=True)
+
+
 def test_a_missing_or_dead_peer_is_an_error_naming_it_not_a_hang():
     name = f"marin_test_{uuid.uuid4().hex[:8]}"
     summed = SharedMemorySum(name, 8, 0, 2, create=True, timeout=0.3)
@@ -98,13 +120,17 @@ def _tiny(out: Path, hosts: int):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 @pytest.mark.timeout(600)
-def test_two_processes_train_as_one_and_only_rank_0_writes(tmp_path):
+def test_two_processes_train_as_one_and_only_rank_0_writes(tmp_path, caplog):
     """The tiny model's 5 steps as two processes (each on 8 of the batch's 16 rows, 2 microbatches each) equal
-    the one-process run within float rounding; rank 0 alone logs, evaluates and checkpoints."""
+    the one-process run within float rounding; rank 0 alone logs, evaluates and checkpoints. This process
+    started JAX's runtime long before: a warning says so. Rank 0 gets its cores and its compilation-cache
+    settings back (the group shares one cache while it trains)."""
     one = train(_tiny(tmp_path / "one", 1))
-    cores = os.sched_getaffinity(0)
+    cores, cache = os.sched_getaffinity(0), jax.config.jax_compilation_cache_dir
     two = train(_tiny(tmp_path / "two", 2))
     assert os.sched_getaffinity(0) == cores  # rank 0 (this process) got its cores back
+    assert jax.config.jax_compilation_cache_dir == cache
+    assert "JAX's runtime started before train()" in caplog.text
     assert two.step == one.step == STEPS
     assert two.train_loss == pytest.approx(one.train_loss, abs=1e-5)
     assert two.eval_metrics == pytest.approx(one.eval_metrics, rel=1e-5)
@@ -114,6 +140,46 @@ def test_two_processes_train_as_one_and_only_rank_0_writes(tmp_path):
     assert [m["step"] for m in lines if "train/loss" in m] == list(range(1, STEPS + 1))  # one writer, no duplicates
     written = sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir())
     assert written == sorted(p.name for p in (tmp_path / "one" / "checkpoints").iterdir())
+
+
+PINS_FIRST = """
+import dataclasses, json, sys
+from jax._src.xla_bridge import backends_are_initialized
+from marin.trainer import host_parallel
+from marin.trainer.mesh import MeshConfig
+from marin.trainer.train_lm import train_lm
+from tests.trainer.tiny_run import tiny_config
+
+pin, seen = host_parallel.pin_to_cores, []
+def first_pin_then_stop(cores):
+    seen.append(backends_are_initialized())
+    pin(cores)
+    if len(seen) == 1:
+        raise KeyboardInterrupt  # rank 0 pinned, before its helpers start: enough
+host_parallel.pin_to_cores = first_pin_then_stop
+cfg = tiny_config(sys.argv[1], MeshConfig(data=1, fsdp=1, tensor=1), "dp")
+try:
+    train_lm(dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, host_processes=2)))
+except KeyboardInterrupt:
+    pass
+print(json.dumps(seen))
+"""
+
+
+def test_the_executors_entry_point_pins_rank_0_before_jaxs_runtime_starts(tmp_path):
+    """XLA sizes its CPU thread pool from the cores a process may use when the runtime starts. Through
+    ``train_lm`` (what an experiment's step runs) rank 0 must pin itself first: a runtime started before the
+    pinning ran a two-thread pool on one core (22.0 instead of 20.6 ms a step on the Shakespeare benchmark)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PINS_FIRST, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [False]
 
 
 def test_what_host_processes_cannot_do_is_refused_before_training(tmp_path):

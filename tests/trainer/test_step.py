@@ -65,6 +65,35 @@ def test_train_step_with_microbatches_matches_metrics_and_params(tiny):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-2 * 1e-2), p1, p4)
 
 
+def test_the_exchanging_step_sums_every_processs_vector_in_rank_order(tiny):
+    """``exchange_across_processes`` (host_processes): the step hands the exchange this process's sums and
+    gradients as one float32 vector and updates from the rows it returns, added in rank order. Three copies of
+    this process's vector are three processes on the same rows: three times the tokens, the same mean loss and
+    gradients, so the plain step's update to float rounding; and the exchange gets a fresh vector each step."""
+    batch = _batch(tiny)
+    seen = []
+
+    def three_copies(vector: np.ndarray) -> np.ndarray:
+        seen.append(vector.copy())
+        return np.stack([vector, vector, vector])
+
+    runs = []
+    for exchange in (None, three_copies):
+        opt, tx, state = _state(tiny)
+        cfg = StepConfig(precision=PrecisionPolicy(compute_dtype="float32"))
+        step = make_train_step(tiny, tx, opt.lr_schedule(100), cfg, exchange_across_processes=exchange)
+        for _ in range(2):
+            state, metrics = step(state, batch)
+        runs.append((jax.device_get(metrics), jax.device_get(state.params)))
+    (plain, plain_params), (summed, summed_params) = runs
+    assert summed["tokens"] == 3 * plain["tokens"] == 3 * float(batch["loss_mask"].sum())
+    assert summed["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+    for a, b in zip(jax.tree.leaves(plain_params), jax.tree.leaves(summed_params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert len(seen) == 2 and all(v.dtype == np.float32 and v.ndim == 1 for v in seen)
+    assert len(seen[0]) == tiny.param_count + 2 and not np.array_equal(seen[0], seen[1])  # + loss sum, tokens
+
+
 def test_precision_policy_keeps_fp32_params_under_bf16_compute(tiny):
     policy = PrecisionPolicy(compute_dtype="bfloat16")
     opt, tx, state = _state(tiny, policy=policy)

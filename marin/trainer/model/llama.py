@@ -125,17 +125,27 @@ def param_axes(cfg: LlamaConfig) -> Params:
 def init_params(cfg: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -> Params:
     """Fresh parameters; leaf ``i`` (in tree order) draws from ``fold_in(key, i)``.
 
-    Called eagerly, each leaf's draw is a small cached program: one fused init program for all leaves costs
-    seconds to compile every run, while small programs are compiled once per process and shared by every
-    model whose leaves fall in the same size bucket (``_draw_normal``). Under ``jit`` it fuses as usual.
+    Called eagerly, the leaves come from as few small programs as possible: every normal leaf of up to
+    ``_LARGEST_BUCKETED_DRAW`` values draws one power-of-two bucket (the model's largest such leaf's) and keeps
+    its prefix (``_draw_normal``), and constant leaves are host arrays (no program at all). One fused init
+    program for all leaves costs seconds to compile every run, and a draw program per shape ~0.3 s each;
+    small programs are compiled once per process and shared by every model with the same bucket. Under
+    ``jit`` it fuses as usual.
     """
     specs, treedef = jax.tree.flatten(param_specs(cfg), is_leaf=_is_spec)
+    traced = isinstance(key, jax.core.Tracer)
+    drawn = [math.prod(spec.shape) for spec in specs if spec.init not in ("ones", "zeros")]
+    bucket = 1 << (max([_SMALLEST_DRAW, *(n for n in drawn if n <= _LARGEST_BUCKETED_DRAW)]) - 1).bit_length()
     leaves = []
     for i, spec in enumerate(specs):
         if spec.init in ("ones", "zeros"):
-            leaves.append((jnp.ones if spec.init == "ones" else jnp.zeros)(spec.shape, dtype))
+            fill = 1.0 if spec.init == "ones" else 0.0
+            leaves.append(
+                jnp.full(spec.shape, fill, dtype) if traced else jnp.asarray(np.full(spec.shape, fill, dtype))
+            )
         else:
-            leaves.append(_draw_normal(jax.random.fold_in(key, i), spec.shape, cfg.initializer_range, jnp.dtype(dtype)))
+            key_i = jax.random.fold_in(key, i)
+            leaves.append(_draw_normal(key_i, spec.shape, cfg.initializer_range, jnp.dtype(dtype), bucket))
     return jax.tree.unflatten(treedef, leaves)
 
 
@@ -146,21 +156,22 @@ larger leaves draw exactly their own shape (their program's compile is nothing b
 padding them could double a large transient)."""
 
 
-def _draw_normal(key: jax.Array, shape: tuple[int, ...], std: float, dtype: Any) -> jax.Array:
+def _draw_normal(key: jax.Array, shape: tuple[int, ...], std: float, dtype: Any, bucket: int = 0) -> jax.Array:
     """``normal(key, shape) * std`` as ``dtype``, bit for bit, from as few compiled programs as possible.
 
-    XLA:CPU spends ~0.2-0.3 s compiling a threefry draw, once per distinct shape: a 2-layer model's init
+    XLA:CPU spends ~0.2-0.4 s compiling a threefry draw, once per distinct shape: a 2-layer model's init
     compiled ~10 of them (3 s, every training, eval or export process). With JAX's partitionable threefry
     (its default) the value at each flat index depends only on the key and the index, so the first ``n``
-    values of a larger flat draw are exactly the ``n`` values of a draw of ``n``: leaves draw a power-of-two
-    bucket and keep their prefix, and every small model shares a handful of programs (also across processes,
-    through a persistent compilation cache). Traced (under ``jit``/``eval_shape``), with another PRNG or with
-    the old non-partitionable threefry, it draws the shape itself.
+    values of a larger flat draw are exactly the ``n`` values of a draw of ``n``: a leaf draws ``bucket``
+    values (default: its own power-of-two bucket) and keeps its prefix, so a model's leaves share one program
+    and small models share a handful (also across processes, through a persistent compilation cache).
+    Traced (under ``jit``/``eval_shape``), with another PRNG or with the old non-partitionable threefry, it
+    draws the shape itself.
     """
     size = math.prod(shape)
     if isinstance(key, jax.core.Tracer) or size > _LARGEST_BUCKETED_DRAW or not _prefix_stable(key):
         return _normal(key, shape, std, dtype)
-    bucket = max(_SMALLEST_DRAW, 1 << (size - 1).bit_length())
+    bucket = max(bucket, _SMALLEST_DRAW, 1 << (size - 1).bit_length())
     return _leading(_normal(key, (bucket,), std, dtype), shape)
 
 
