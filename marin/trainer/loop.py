@@ -503,7 +503,7 @@ def _train(config: RunConfig, objective: Objective | None, group: host_parallel.
         shardings=shardings,
         loss_fn=objective.loss_fn,
         with_frozen=with_frozen,
-        exchange_across_processes=summed.contributions if summed is not None else None,
+        exchange_across_processes=summed,
     )
     checkpointer = Checkpointer(
         join(config.output_path, "checkpoints"),

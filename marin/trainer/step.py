@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -195,17 +195,17 @@ def make_train_step(
     shardings: TrainState | None = None,
     loss_fn: LossFn | None = None,
     with_frozen: bool = False,
-    exchange_across_processes: Callable[[np.ndarray], np.ndarray] | None = None,
+    exchange_across_processes: Exchange | None = None,
 ) -> Callable[..., tuple[TrainState, dict]]:
     """The jitted update ``(state, batch) -> (state, metrics)``; the input state's buffers are donated.
 
     ``exchange_across_processes`` (``TrainerConfig.host_processes``): the batch is this process's rows. The
     step becomes two programs: the first returns this process's loss sums, token count, metrics and
-    gradients as one float32 vector; ``exchange_across_processes`` takes it and returns every process's
-    vector as a ``[processes, n]`` array in rank order (``host_parallel.SharedMemorySum.contributions``); the
-    second sums those rows in rank order and updates (the same bits on every process). No host callback
-    sits inside a program: XLA:CPU's callbacks copied the vector in and out (~3 ms of an 18 ms step), and
-    a program holding one is never written to the persistent compilation cache.
+    gradients as one float32 vector; the exchange returns every process's vector as a ``[processes, n]``
+    array in rank order (``host_parallel.SharedMemorySum``); the second sums those rows in rank order and
+    updates (the same bits on every process). No host callback sits inside a program: XLA:CPU's callbacks
+    copied the vector in and out (~3 ms of an 18 ms step), and a program holding one is never written to
+    the persistent compilation cache.
 
     With ``context`` (and the ``shardings`` of ``state_shardings``) the step runs SPMD on its mesh; the
     state must already be placed with ``shardings`` and the batch may be host arrays or placed ones.
@@ -274,9 +274,25 @@ def make_train_step(
     )
 
 
-def _exchanging_step(gradients: Callable, update: Callable, exchange: Callable[[np.ndarray], np.ndarray]) -> Callable:
-    """``(state, batch) -> (state, metrics)`` as two programs with ``exchange`` between them (make_train_step)."""
+class Exchange(Protocol):
+    """Every process's float32 vector, in rank order (``host_parallel.SharedMemorySum``)."""
+
+    rank: int
+    world: int
+
+    def contributions(self, vector: np.ndarray) -> np.ndarray:
+        """``[world, len(vector)]``: this process's ``vector`` is row ``rank``."""
+        ...
+
+
+def _exchanging_step(gradients: Callable, update: Callable, exchange: Exchange) -> Callable:
+    """``(state, batch) -> (state, metrics)`` as two programs with ``exchange`` between them (make_train_step).
+
+    On the first step rank 0 compiles the second program before handing over its vector, the others after
+    the exchange: with the group's shared compilation cache (``host_parallel``) they load rank 0's (~1 s of
+    compile each, while rank 0 would otherwise wait for the later helpers at the exchange anyway)."""
     layout: dict[str, Any] = {}  # how the vector unravels: set when ``contribution`` is traced
+    compiled: list = []  # ``apply``, compiled for this run's state and block
 
     @jax.jit
     def contribution(state: TrainState, batch: dict) -> jax.Array:
@@ -295,8 +311,14 @@ def _exchanging_step(gradients: Callable, update: Callable, exchange: Callable[[
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         mine = np.asarray(contribution(state, batch))  # waits for the program; a view of its output
+        block = jax.ShapeDtypeStruct((exchange.world, len(mine)), jnp.float32)
+        if not compiled and exchange.rank == 0:
+            compiled.append(apply.lower(state, block).compile())
+        everyone = exchange.contributions(mine)
+        if not compiled:
+            compiled.append(apply.lower(state, block).compile())
         # An aligned host array becomes the program's input without a copy (XLA:CPU reads it in place).
-        return apply(state, jax.device_put(exchange(mine), may_alias=True))
+        return compiled[0](state, jax.device_put(everyone, may_alias=True))
 
     return step
 

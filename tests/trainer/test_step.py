@@ -73,9 +73,14 @@ def test_the_exchanging_step_sums_every_processs_vector_in_rank_order(tiny):
     batch = _batch(tiny)
     seen = []
 
-    def three_copies(vector: np.ndarray) -> np.ndarray:
-        seen.append(vector.copy())
-        return np.stack([vector, vector, vector])
+    class ThreeCopies:
+        rank, world = 1, 3
+
+        def contributions(self, vector: np.ndarray) -> np.ndarray:
+            seen.append(vector.copy())
+            return np.stack([vector, vector, vector])
+
+    three_copies = ThreeCopies()
 
     runs = []
     for exchange in (None, three_copies):
@@ -90,8 +95,9 @@ def test_the_exchanging_step_sums_every_processs_vector_in_rank_order(tiny):
     assert summed["loss"] == pytest.approx(plain["loss"], rel=1e-6)
     for a, b in zip(jax.tree.leaves(plain_params), jax.tree.leaves(summed_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert len(seen) == 2 and all(v.dtype == np.float32 and v.ndim == 1 for v in seen)
-    assert len(seen[0]) == tiny.param_count + 2 and not np.array_equal(seen[0], seen[1])  # + loss sum, tokens
+    first, second = seen
+    assert first.dtype == second.dtype == np.float32 and first.shape == second.shape == (tiny.param_count + 2,)
+    assert not np.array_equal(first, second)  # a fresh vector each step (+ the loss sum and the token count)
 
 
 def test_precision_policy_keeps_fp32_params_under_bf16_compute(tiny):
