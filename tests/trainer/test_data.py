@@ -41,6 +41,27 @@ def test_feistel_is_deterministic_and_keyed():
         FeistelPermutation(10, seed=0)(np.array([10]))
 
 
+def test_a_permutation_consulted_again_answers_from_its_table_with_the_same_values(monkeypatch):
+    """The loader asks its permutations every step: from the second call on, one of up to ``_TABLE_MAX`` items
+    answers from its whole table (computed once), with exactly the values the network gives; index errors
+    still raise; a larger one never tabulates."""
+    from marin.trainer.data import permutation
+
+    perm = FeistelPermutation(5000, seed=9)
+    direct = perm(np.arange(5000))  # first call: computed
+    assert perm._table is None
+    picks = np.array([[4999, 0], [17, 2500]])
+    assert np.array_equal(perm(picks), direct[picks]) and perm._table is not None
+    assert np.array_equal(perm(np.arange(5000)), direct)
+    assert np.array_equal(direct, FeistelPermutation(5000, seed=9)(np.arange(5000)))
+    with pytest.raises(IndexError):
+        perm(np.array([5000]))
+    monkeypatch.setattr(permutation, "_TABLE_MAX", 4999)
+    big = FeistelPermutation(5000, seed=9)
+    assert np.array_equal(big(np.arange(5000)), direct) and np.array_equal(big(np.arange(5000)), direct)
+    assert big._table is None
+
+
 def test_epoch_permutation_visits_every_item_once_per_epoch():
     perm = EpochPermutation(97, seed=5)
     first, second = perm(np.arange(97)), perm(np.arange(97, 194))

@@ -76,6 +76,7 @@ class Mixture:
         for s in range(len(stages) - 1):
             used.append(used[-1] + self._stage_counts(s, int(self.stage_starts[s + 1] - self.stage_starts[s])))
         self._used_before_stage = np.stack(used)
+        self._block_orders: dict[tuple[int, int, int], FeistelPermutation] = {}  # the few blocks in use
 
     def _stage_counts(self, stage: int, num_slots: int) -> np.ndarray:
         """Slots per source in the first ``num_slots`` slots of a stage (whole blocks only at the end)."""
@@ -101,12 +102,22 @@ class Mixture:
             length = self._block_length(s, b)
             counts = self._full_counts[s] if length == self.block_size else apportion(self.weights[s], length)
             cum = np.concatenate([[0], np.cumsum(counts)])
-            shuffled = FeistelPermutation(length, mix_seed(self.seed, s, b))(pos[sel])
+            shuffled = self._block_order(s, b, length)(pos[sel])
             src = np.searchsorted(cum, shuffled, side="right") - 1
             before = self._used_before_stage[s] + self._stage_counts(s, b * self.block_size)
             source[sel] = src
             ordinal[sel] = before[src] + shuffled - cum[src]
         return source, ordinal
+
+    def _block_order(self, stage: int, block: int, length: int) -> FeistelPermutation:
+        """The shuffle of one block's slots; kept while its block is in use (a block spans many steps)."""
+        key = (stage, block, length)
+        order = self._block_orders.get(key)
+        if order is None:
+            if len(self._block_orders) >= 8:
+                self._block_orders.pop(next(iter(self._block_orders)))
+            order = self._block_orders[key] = FeistelPermutation(length, mix_seed(self.seed, stage, block))
+        return order
 
 
 def stage_weights(stages: Sequence[MixtureStage], step: int) -> Mapping[str, float]:
