@@ -39,7 +39,8 @@ import numpy as np
 RANK_ENV, WORLD_ENV = "MARIN_HOST_RANK", "MARIN_HOST_WORLD"
 SEGMENT_ENV, CORES_ENV = "MARIN_HOST_SEGMENT", "MARIN_HOST_CORES"
 MAX_PROCESSES = 8
-_HEADER = 128  # bytes before the slots: a sequence number per rank, then the slots' size; 64-byte aligned after
+_HEADER = 128  # bytes before the slots: a sequence number per rank, the slots' size, flags; then 64-byte aligned
+_FLAGS = 4  # words for ``announce``
 
 
 def host_rank() -> int:
@@ -96,13 +97,14 @@ class SharedMemorySum:
         """False when a peer process is known to be gone (checked while waiting)."""
         if create:
             self._shm = shared_memory.SharedMemory(name=name, create=True, size=_HEADER + 2 * _block_bytes(world, size))
-            header = np.ndarray((MAX_PROCESSES + 1,), np.int64, self._shm.buf, 0)
+            header = np.ndarray((MAX_PROCESSES + 1 + _FLAGS,), np.int64, self._shm.buf, 0)
             header[:] = 0
             header[MAX_PROCESSES] = size  # last: a rank that sees the size sees a zeroed header
         else:
             self._shm, size = _attach(name, timeout, lambda: self.alive())
         self.size = size
         self._seq = np.ndarray((world,), np.int64, self._shm.buf, 0)
+        self._flags = np.ndarray((_FLAGS,), np.int64, self._shm.buf, 8 * (MAX_PROCESSES + 1))
         self._step = int(self._seq[rank])
 
     def contributions(self, vector: np.ndarray) -> np.ndarray:
@@ -118,6 +120,20 @@ class SharedMemorySum:
         self._seq[self.rank] = step
         self._wait_for(step)
         return block
+
+    def announce(self, program: int) -> None:
+        """Tell the other ranks that ``program`` (a small integer) is compiled: its word in the header."""
+        self._flags[program] = 1
+
+    def await_announcement(self, program: int, what: str) -> None:
+        """Wait until a rank announced ``program``; ``what`` names it in the error if none does in time."""
+        deadline = time.monotonic() + self.timeout
+        while not self._flags[program]:
+            time.sleep(0.002)
+            if not self.alive():
+                raise PeerLost(f"a host process exited before announcing {what}")
+            if time.monotonic() > deadline:
+                raise PeerLost(f"no host process announced {what} within {self.timeout:.0f} s")
 
     def __call__(self, vector: np.ndarray) -> np.ndarray:
         """The sum of every rank's ``vector``, added in rank order."""
@@ -142,7 +158,7 @@ class SharedMemorySum:
                     raise PeerLost(f"host process {behind[0]} did not reach step {step} within {self.timeout:.0f} s")
 
     def close(self, unlink: bool = False) -> None:
-        self._seq = None
+        self._seq = self._flags = None
         try:
             self._shm.close()
         except BufferError:  # a block still lent to an array: the mapping goes with the process

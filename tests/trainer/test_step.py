@@ -71,7 +71,7 @@ def test_the_exchanging_step_sums_every_processs_vector_in_rank_order(tiny):
     this process's vector are three processes on the same rows: three times the tokens, the same mean loss and
     gradients, so the plain step's update to float rounding; and the exchange gets a fresh vector each step."""
     batch = _batch(tiny)
-    seen = []
+    seen, announced = [], []
 
     class ThreeCopies:
         rank, world = 1, 3
@@ -79,6 +79,12 @@ def test_the_exchanging_step_sums_every_processs_vector_in_rank_order(tiny):
         def contributions(self, vector: np.ndarray) -> np.ndarray:
             seen.append(vector.copy())
             return np.stack([vector, vector, vector])
+
+        def announce(self, program: int) -> None:
+            announced.append(program)
+
+        def await_announcement(self, program: int, what: str) -> None:
+            assert program in announced or what == "the gradient program"  # rank 0's: compiled here instead
 
     three_copies = ThreeCopies()
 
@@ -96,6 +102,7 @@ def test_the_exchanging_step_sums_every_processs_vector_in_rank_order(tiny):
     for a, b in zip(jax.tree.leaves(plain_params), jax.tree.leaves(summed_params), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     first, second = seen
+    assert announced == [1]  # as rank 1, it compiled the update program and said so, once
     assert first.dtype == second.dtype == np.float32 and first.shape == second.shape == (tiny.param_count + 2,)
     assert not np.array_equal(first, second)  # a fresh vector each step (+ the loss sum and the token count)
 
