@@ -69,8 +69,8 @@ TRAIN = SimpleTrainConfig(
     save_interval_minutes=None,
     wandb=False,
     # One process per core, each on half of every batch's rows (marin/trainer/host_parallel.py): XLA:CPU splits
-    # this small step's operations over two threads for nothing (22.1 ms on one core, 23.5 on two; 17-19 ms as
-    # two processes; docs/real_text.md). A runtime field: the same run, its sums taken in another order.
+    # this small step's operations over two threads for nothing (22.1 ms on one core, 23.5 on two; 18-20 ms as
+    # two processes in train(); docs/real_text.md). A runtime field: the same run, its sums taken in another order.
     host_processes=min(2, len(os.sched_getaffinity(0))),
 )
 

