@@ -1,14 +1,16 @@
 """Data parallelism over one machine's cores: N processes, each a one-device JAX program on its own cores.
 
 ``TrainerConfig.host_processes=N`` (CPU only). ``train()`` in the calling process becomes rank 0; it starts
-ranks 1..N-1 first thing as fresh Python processes (``main``, on the pickled config), and every process pins
-itself to its share of the cores rank 0 may use. Each step, rank ``r`` trains on rows
-``r·B/N .. (r+1)·B/N`` of the step's batch (the batch, and so the data order, is the one-process run's) and
-the summed gradients, losses and token counts are exchanged through a shared-memory segment
-(``SharedMemorySum``): every rank adds the N contributions in rank order, so all ranks hold bitwise the same
-sum and take the same update. The result equals the one-process run to float rounding (the sum over the
-batch's rows is taken in another order). Rank 0 alone evaluates and writes (checkpoints, metrics,
-summaries: ``distributed.is_primary``).
+ranks 1..N-1 first thing as fresh Python processes (``start_helper``, then the loop's ``run_host_helper`` on
+the pickled config), and every process pins itself to its share of the cores rank 0 may use. Each step,
+rank ``r`` trains on rows ``r·B/N .. (r+1)·B/N`` of the step's batch (the batch, and so the data order, is
+the one-process run's) and the summed gradients, losses and token counts are exchanged through a
+shared-memory segment (``SharedMemorySum``) between the step's two programs (``make_train_step``): every
+rank adds the N contributions in rank order, so all ranks hold bitwise the same sum and take the same
+update. The result equals the one-process run to float rounding (the sum over the batch's rows is taken in
+another order). Rank 0 alone evaluates and writes (checkpoints, metrics, summaries:
+``distributed.is_primary``). The group shares one persistent compilation cache (``_SharedCompileCache``), so
+each program is compiled once.
 
 Why: at small sizes XLA:CPU splits every operation over the machine's threads for little gain (the baby
 Shakespeare model's step took 22.1 ms on one core and 23.5 ms on two), while a step on half the rows takes
@@ -225,7 +227,10 @@ class HostGroup:
             CORES_ENV: ",".join(map(str, self.cores[rank])),
             **self._cache.env,
         }
-        entry = f"from marin.trainer.host_parallel import main; main({path!r})"
+        entry = (
+            "from marin.trainer.host_parallel import start_helper; start_helper()\n"
+            f"from marin.trainer.loop import run_host_helper; run_host_helper({path!r})"
+        )
         return subprocess.Popen([sys.executable, "-c", entry], env=env)
 
     def _helpers_alive(self) -> bool:
@@ -315,15 +320,15 @@ def pin_to_cores(cores: list[int]) -> None:
 _PARENT: int | None = None  # a helper's rank 0, noted first thing (a helper outliving it is re-parented)
 
 
-def main(path: str) -> None:
-    """A helper: pin, then ``train()`` the pickled config as rank ``RANK_ENV``."""
+def start_helper() -> None:
+    """A helper's first act (before it imports the trainer): note its rank 0 and pin to its cores. Then
+    ``marin.trainer.loop.run_host_helper`` trains (this module never imports the loop that imports it)."""
     global _PARENT
     _PARENT = os.getppid()
     pin_to_cores([int(c) for c in os.environ[CORES_ENV].split(",")])
-    from marin.logs import configure_logging
-    from marin.trainer.loop import train
 
-    configure_logging()
+
+def load_config(path: str) -> Any:
+    """The config rank 0 pickled for its helpers."""
     with open(path, "rb") as f:
-        config = pickle.load(f)
-    train(config)
+        return pickle.load(f)

@@ -438,6 +438,15 @@ def train(config: RunConfig, objective: Objective | None = None) -> TrainResult:
     return _train(config, objective, None)
 
 
+def run_host_helper(path: str) -> None:
+    """A ``host_processes`` helper (started by ``host_parallel.HostGroup``, already pinned): train the config
+    rank 0 pickled at ``path``, as the rank its environment names."""
+    from marin.logs import configure_logging
+
+    configure_logging()
+    train(host_parallel.load_config(path))
+
+
 def _train(config: RunConfig, objective: Objective | None, group: host_parallel.HostGroup | None) -> TrainResult:
     model, trainer, total = config.model, config.trainer, config.trainer.num_train_steps
     hosts, rank = trainer.host_processes, host_parallel.host_rank()
