@@ -89,9 +89,15 @@ def test_a_missing_or_dead_peer_is_an_error_naming_it_not_a_hang():
     try:
         with pytest.raises(PeerLost, match="host process 1 did not reach step 1 within"):
             summed(np.zeros(8, np.float32))
+        with pytest.raises(PeerLost, match="no host process announced the update program within"):
+            summed.await_announcement(1, "the update program")
+        summed.announce(1)
+        summed.await_announcement(1, "the update program")  # announced: returns at once
         summed.timeout, summed.alive = 60, lambda: False
         with pytest.raises(PeerLost, match="host process 1 exited during step 2"):
             summed(np.zeros(8, np.float32))
+        with pytest.raises(PeerLost, match="a host process exited before announcing the gradient program"):
+            summed.await_announcement(0, "the gradient program")
         with pytest.raises(ValueError, match="at most 8 values"):
             summed(np.zeros(9, np.float32))
     finally:
