@@ -129,13 +129,11 @@ class SharedMemorySum:
 
     def await_announcement(self, program: int, what: str) -> None:
         """Wait until a rank announced ``program``; ``what`` names it in the error if none does in time."""
-        deadline = time.monotonic() + self.timeout
-        while not self._flags[program]:
-            time.sleep(0.002)
-            if not self.alive():
-                raise PeerLost(f"a host process exited before announcing {what}")
-            if time.monotonic() > deadline:
-                raise PeerLost(f"no host process announced {what} within {self.timeout:.0f} s")
+        self._wait(
+            lambda: not self._flags[program],
+            lost=f"a host process exited before announcing {what}",
+            late=f"no host process announced {what} within {self.timeout:.0f} s",
+        )
 
     def __call__(self, vector: np.ndarray) -> np.ndarray:
         """The sum of every rank's ``vector``, added in rank order."""
@@ -146,18 +144,27 @@ class SharedMemorySum:
         return total
 
     def _wait_for(self, step: int) -> None:
-        deadline, spins = time.monotonic() + self.timeout, 0
-        while True:
-            behind = [r for r in range(self.world) if self._seq[r] < step]
-            if not behind:
-                return
-            spins += 1
-            if spins > 2000:  # a peer evaluating or checkpointing: stop burning the core
-                time.sleep(0.0005)
-                if not self.alive():
-                    raise PeerLost(f"host process {behind[0]} exited during step {step} of the gradient exchange")
-                if time.monotonic() > deadline:
-                    raise PeerLost(f"host process {behind[0]} did not reach step {step} within {self.timeout:.0f} s")
+        self._wait(
+            lambda: [r for r in range(self.world) if self._seq[r] < step],
+            lost=f"host process {{0[0]}} exited during step {step} of the gradient exchange",
+            late=f"host process {{0[0]}} did not reach step {step} within {self.timeout:.0f} s",
+            spins=2000,
+        )
+
+    def _wait(self, pending: Callable[[], Any], *, lost: str, late: str, spins: int = 0) -> None:
+        """Until ``pending()`` is falsy: ``spins`` quick checks, then one every 0.5 ms (a peer evaluating or
+        checkpointing: stop burning the core) with a ``PeerLost`` when a peer is gone (``lost``) or the
+        timeout passed (``late``); both are formatted with the last ``pending()``."""
+        deadline, checks = time.monotonic() + self.timeout, 0
+        while waiting := pending():
+            checks += 1
+            if checks <= spins:
+                continue
+            time.sleep(0.0005)
+            if not self.alive():
+                raise PeerLost(lost.format(waiting))
+            if time.monotonic() > deadline:
+                raise PeerLost(late.format(waiting))
 
     def close(self, unlink: bool = False) -> None:
         self._seq = self._flags = None
@@ -275,8 +282,8 @@ class _SharedCompileCache:
         import jax
 
         self._previous = {name: getattr(jax.config, name) for name in self._OPTIONS}
-        self.directory = self._previous["jax_compilation_cache_dir"] or directory
-        settings = dict(zip(self._OPTIONS, (self.directory, 0, 0)))
+        shared = self._previous["jax_compilation_cache_dir"] or directory
+        settings = dict(zip(self._OPTIONS, (shared, 0, 0)))
         self.env = {name.upper(): str(value) for name, value in settings.items()}
         """The helpers' environment: JAX reads these settings at import."""
         self._set(settings)
