@@ -46,11 +46,10 @@ def gram_newton_schulz(x, steps: int, coefficients, eps: float, restarts=RESTART
     products' operands in ``dtype`` (bf16 by default) accumulating in fp32."""
     import jax.numpy as jnp
 
-    dtype = jnp.bfloat16 if dtype is None else dtype
-
     from marin.trainer.layouts import row_major
     from marin.trainer.muon import newton_schulz
 
+    dtype = jnp.bfloat16 if dtype is None else dtype
     a, b, c = coefficients
 
     def mm(spec, p, q):
