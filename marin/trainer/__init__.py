@@ -16,7 +16,7 @@ from marin.trainer.data import DataConfig, MixtureStage, NumpySourceConfig, Synt
 from marin.trainer.loop import NonFiniteLoss, TrainerConfig, TrainLmConfig, TrainResult, train, tune_host_allocator
 from marin.trainer.mesh import MeshConfig
 from marin.trainer.model import LlamaConfig, model_preset
-from marin.trainer.optim import OptimizerConfig
+from marin.trainer.optim import OptimizerConfig, schedule_free_eval_params
 from marin.trainer.step import PrecisionPolicy, TrainState
 from marin.trainer.tracking import TrackerConfig
 from marin.trainer.train_lm import train_lm
@@ -40,6 +40,7 @@ __all__ = [
     "TrainState",
     "TrainerConfig",
     "model_preset",
+    "schedule_free_eval_params",
     "train",
     "train_lm",
 ]

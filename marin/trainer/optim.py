@@ -27,10 +27,12 @@ torch's AdamW, Muon and Lion. The direction, per kind (docs/optimizers.md lists 
 - ``schedule_free_adamw``: optax's ``contrib.schedule_free`` around momentum-free AdamW (Defazio et al. 2024,
   "The Road Less Scheduled"): the gradient is taken at ``y = beta1 * x + (1 - beta1) * z``, ``z`` takes the
   AdamW step (``beta2``, ``epsilon``, the decay at ``y``), and ``x`` is the average of the ``z``s weighted by
-  ``lr**2``. The trainer's parameters are ``y``; ``x``, what is evaluated, checkpointed as the model and
-  exported, is kept where an EMA would be (``keeps_average``). Meant for ``schedule="constant"`` with
-  warmup: the averaging replaces the decay. Equal to the authors' ``schedulefree.AdamWScheduleFree``; optax's
-  own weighs each ``z`` by the next update's learning rate (the same without warmup).
+  ``lr**2``. The trainer's parameters are ``y``; ``x``, what is evaluated, checkpointed as the model,
+  exported, sampled and served, is kept where an EMA would be (``keeps_average``), and
+  ``schedule_free_eval_params(opt_state, params)`` computes it from any state. Meant for
+  ``schedule="constant"`` with warmup: the averaging replaces the decay. Equal to the authors'
+  ``schedulefree.AdamWScheduleFree``; optax's own weighs each ``z`` by the next update's learning rate (the
+  same without warmup).
 
 Schedules take ``step`` = the number of updates already applied (the first update uses ``lr(0)``).
 With peak ``p``, floor ``f = min_lr_ratio * p``, ``W`` warmup steps and ``T`` total steps:
@@ -315,6 +317,30 @@ def _select_cycle(pieces: list[Schedule], bounds: tuple[int, ...], step) -> jax.
     for piece, start in zip(pieces[1:], bounds[1:-1]):
         lr = jnp.where(step >= start, piece(step), lr)
     return lr
+
+
+def schedule_free_eval_params(opt_state: Any, params: Any) -> Any:
+    """Schedule-Free's evaluation point ``x``, the model of a ``kind="schedule_free_adamw"`` run, from its
+    optimizer state (which holds ``z``) and its parameters ``params`` (``y``, where gradients are taken)::
+
+        result = train(config)                                                 # a schedule-free run
+        x = schedule_free_eval_params(result.state.opt_state, result.state.params)
+
+    ``x = (y - (1 - beta1) * z) / beta1`` (optax's ``contrib.schedule_free_eval_params``), a tree shaped like
+    ``params``; pure, so it jits. The trainer keeps this ``x`` in its state where an EMA would be
+    (``TrainState.ema``): the eval hook measures it, checkpoints save it as the model, and so export,
+    evaluation, samples and the server read it. Any other optimizer's state is refused."""
+    if not isinstance(opt_state, optax.contrib.ScheduleFreeState):
+        raise ValueError(
+            f"schedule_free_eval_params: opt_state is a {type(opt_state).__name__}, not the state of "
+            "OptimizerConfig(kind='schedule_free_adamw'); other kinds evaluate their params (or their EMA)"
+        )
+    if jax.tree.structure(opt_state.z) != jax.tree.structure(params):
+        raise ValueError(
+            "schedule_free_eval_params: params are not shaped like the optimizer state's z (the y of the same "
+            f"run): {jax.tree.structure(params)} against {jax.tree.structure(opt_state.z)}"
+        )
+    return optax.contrib.schedule_free_eval_params(opt_state, params)
 
 
 def update_ema(ema: Any, params: Any, decay: float) -> Any:

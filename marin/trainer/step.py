@@ -39,7 +39,7 @@ from jax.flatten_util import ravel_pytree
 from marin.trainer.axes import BATCH, SEQ, ShardingContext, constrain, use_sharding
 from marin.trainer.mesh import optimizer_state_shardings, tree_shardings
 from marin.trainer.model import MATMUL_DTYPES, LlamaConfig, init_params, next_token_loss, param_axes, training_loss
-from marin.trainer.optim import Schedule, update_ema
+from marin.trainer.optim import Schedule, schedule_free_eval_params, update_ema
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -107,17 +107,17 @@ class TrainState:
     step: jax.Array  # int32 scalar: completed updates
     params: Any
     opt_state: Any
-    ema: Any  # None unless averaged parameters are kept: the EMA, or schedule-free's x (see next_average)
+    ema: Any  # None unless averaged parameters are kept: the EMA, or schedule-free's x (schedule_free_eval_params)
     rng: jax.Array  # uint32 [2]: raw PRNG key data, split once per step (for stochastic extensions)
 
 
 def next_average(step_cfg: StepConfig, previous: Any, params: Any, opt_state: Any) -> Any:
-    """The averaged parameters after an update (None if the state keeps none): the EMA moved towards the new
-    parameters, or schedule-free's ``x``, which its optimizer state (``z``) and the parameters (``y``) give."""
+    """The state's averaged parameters after an update (None if the state keeps none): the EMA moved towards
+    the new parameters, or schedule-free's ``x`` (``schedule_free_eval_params``, the public way to get it)."""
     if previous is None:
         return None
     if step_cfg.schedule_free:
-        return optax.contrib.schedule_free_eval_params(opt_state, params)
+        return schedule_free_eval_params(opt_state, params)
     return update_ema(previous, params, step_cfg.ema_decay)
 
 
