@@ -2,9 +2,11 @@
    [--temperature 0.8] [--top_p 0.9] [--top_k 50] [--seed 0] [--tokenizer TOK] [--num_samples 1]
    [--stop "." --stop " The"] [--stop_token_id 42]
 
-PATH is a Hugging Face export directory (its tokenizer is used) or a training run's output directory
-(then pass --tokenizer). Samples are generated together by the serving engine (``marin.inference.engine``),
-sample i with seed ``--seed + i``. Generation stops at the end-of-document token, at a ``--stop_token_id``, at a
+PATH is a Hugging Face directory (its own tokenizer files and end-of-text ids are used, as by the server:
+``marin.inference.model_tokenizer``) or a training run's output directory (then pass --tokenizer). Samples are
+generated together by the serving engine (``marin.inference.engine``), sample i with seed ``--seed + i``. The
+prompt is encoded as the tokenizer encodes a text (the lab's put their end-of-document token first).
+Generation stops at an end-of-text token, at a ``--stop_token_id``, at a
 ``--stop`` string (both repeatable) or after --max_new_tokens. Stops are not printed: the text ends right
 before the first stop token or stop string (searched in the generated text only, not the prompt).
 """
@@ -39,14 +41,16 @@ def main(argv=None) -> None:
 
     from marin.inference import load_model, place_params
     from marin.inference.engine import Engine, EngineConfig
+    from marin.inference.model_tokenizer import end_token_ids, model_tokenizer
     from marin.inference.sampling_params import from_flags
-    from marin.tokenize import eos_id, load_tokenizer, text_encoder
+    from marin.tokenize import text_encoder
 
     cfg, params, _ = load_model(args.checkpoint, None)
-    tokenizer = load_tokenizer(args.tokenizer or args.checkpoint)
-    eos = eos_id(tokenizer)
-    prompt = [eos, *text_encoder(tokenizer).encode(args.prompt, add_special_tokens=False).ids]
-    engine = Engine(cfg, place_params(cfg, params), EngineConfig(slots=args.num_samples), end_tokens=(eos,))
+    tokenizer = model_tokenizer(args.checkpoint, args.tokenizer)
+    ends = end_token_ids(args.checkpoint, tokenizer, cfg.vocab_size)
+    # the lab's tokenizers put their EOS (where a training document starts) before the text
+    prompt = text_encoder(tokenizer).encode(args.prompt, add_special_tokens=True).ids
+    engine = Engine(cfg, place_params(cfg, params), EngineConfig(slots=args.num_samples), end_tokens=ends)
     sampling = from_flags(
         max_tokens=args.max_new_tokens,
         temperature=args.temperature,

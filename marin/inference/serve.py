@@ -2,9 +2,11 @@
    [--model_name NAME] [--slots 16] [--prefill_chunk 256] [--mixed_chunk 64] [--max_waiting 256] [--api_key KEY]
    [--dtype auto|float32|bfloat16] [--max_model_len N]
 
-Serve a model with an OpenAI-compatible API (``marin.inference.server``). PATH is a Hugging Face export
-(its tokenizer and, for an instruct model, its chat template are used) or a training or SFT run's output
-directory (then ``--tokenizer`` names the tokenizer, or the SFT run's recorded chat tokenizer is found).
+Serve a model with an OpenAI-compatible API (``marin.inference.server``). PATH is a Hugging Face directory
+(an export, or any model of a family ``import_hf`` reads: its own tokenizer files and, for an instruct model,
+its chat template are used, and generation ends at the ``eos_token_id`` its ``generation_config.json`` or
+``config.json`` declares; ``marin.inference.model_tokenizer``) or a training or SFT run's output directory
+(then ``--tokenizer`` names the tokenizer, or the SFT run's recorded chat tokenizer is found).
 
 The server listens on loopback unless ``--host`` says otherwise; ``--api_key`` (or ``MARIN_API_KEY``)
 makes ``/v1/*`` require ``Authorization: Bearer KEY``. The model is called by ``--model_name`` (default:
@@ -40,16 +42,16 @@ def load_served_model(
     from marin.inference import load_model, place_params
     from marin.inference.chat import find_chat_tokenizer
     from marin.inference.engine import Engine, EngineConfig
-    from marin.inference.hf import document_start_tokenizer
+    from marin.inference.model_tokenizer import end_token_ids, model_tokenizer
     from marin.inference.server import ServedModel
-    from marin.tokenize import eos_id, load_tokenizer, text_encoder
+    from marin.tokenize import text_encoder
 
     cfg, params, _ = load_model(checkpoint)
     chat_dir = find_chat_tokenizer(checkpoint, tokenizer)
     chat = ChatTokenizer.load(chat_dir) if chat_dir else None
-    base = chat.tokenizer if chat else document_start_tokenizer(load_tokenizer(tokenizer or checkpoint))
-    eos = eos_id(base)
-    end_tokens = (chat.eot_id, eos) if chat else (eos,)
+    base = chat.tokenizer if chat else model_tokenizer(checkpoint, tokenizer)
+    ends = end_token_ids(checkpoint, base, cfg.vocab_size)
+    end_tokens = tuple(dict.fromkeys((chat.eot_id, *ends))) if chat else ends
     encoder = text_encoder(base)
     with_prefix = encoder.encode("a", add_special_tokens=True).ids
     prefix = tuple(with_prefix[: len(with_prefix) - len(encoder.encode("a", add_special_tokens=False).ids)])
