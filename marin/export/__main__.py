@@ -1,7 +1,9 @@
-"""python -m marin.export --checkpoint_path RUN --output_path DIR [--tokenizer TOK] [--step N]
+"""python -m marin.export --checkpoint_path RUN_OR_HF_DIR --output_path DIR [--tokenizer TOK] [--step N]
 
-The model config is the one the run stored with its checkpoints; ``--model_preset`` (with ``--vocab_size`` /
-``--seq_len``) is for checkpoints written before runs stored it."""
+``--checkpoint_path`` is a training run's output directory (its newest checkpoint, or ``--step``'s) or a Hugging
+Face directory (``marin.export.step``). The model config is the one the run stored with its checkpoints (or the
+directory's ``config.json``); ``--model_preset`` (with ``--vocab_size`` / ``--seq_len``) is for checkpoints
+written before runs stored it."""
 
 import argparse
 import dataclasses
@@ -12,10 +14,18 @@ from marin.trainer.model.config import model_preset
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Export a training run's checkpoint to Hugging Face format.")
-    parser.add_argument("--checkpoint_path", required=True, help="a training step's output directory")
+    parser = argparse.ArgumentParser(
+        description="Export a training run's checkpoint, or re-save a Hugging Face directory, in Hugging Face format."
+    )
+    parser.add_argument(
+        "--checkpoint_path",
+        required=True,
+        help="a training run's output directory, or a Hugging Face directory (config.json beside safetensors)",
+    )
     parser.add_argument("--output_path", required=True)
-    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument(
+        "--tokenizer", default=None, help="written beside the weights (default: a Hugging Face directory's own)"
+    )
     parser.add_argument(
         "--model_preset", default=None, help="only for checkpoints that do not record their model (e.g. nano)"
     )

@@ -2,7 +2,8 @@
 Qwen3-MoE, OLMoE) directory, and back.
 
     export_hf(cfg, params, "gs://b/export/tiny", tokenizer="local_store/tokenizers/x")
-    cfg, params = import_hf("path/to/Llama-3.2-1B")     # or a Qwen3, Qwen2 or OLMo 2 checkpoint
+    cfg, params = import_hf("path/to/Llama-3.2-1B")     # or any family in FAMILIES: Mistral, Qwen2, Qwen3,
+                                                        # OLMo 2, Mixtral, Qwen3-MoE, OLMoE
 
 Reading a checkpoint and the name/layout maps live with the model (``marin.trainer.model.hf``: the trainer
 starts from HF directories too); this module writes exports: the weights, a ``config.json`` for the family the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from marin.storage import exists, join, read_text, write_atomic
+from marin.storage import exists, join, read_bytes, read_text, write_atomic
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.hf import (
     FAMILIES,
@@ -86,7 +87,8 @@ def hf_config(cfg: LlamaConfig, *, bos_token_id: int | None, eos_token_id: int |
         "bos_token_id": bos_token_id,
         "eos_token_id": eos_token_id,
         "initializer_range": cfg.initializer_range,
-        "torch_dtype": "float32",
+        "torch_dtype": "float32",  # transformers 4's name; 5 reads dtype
+        "dtype": "float32",
     }
 
 
@@ -127,18 +129,58 @@ def _moe_config(cfg: LlamaConfig, model_type: str) -> dict[str, Any]:
     return fields
 
 
-def export_hf(cfg: LlamaConfig, params: dict[str, Any], output_path: str, *, tokenizer: str | None = None) -> None:
-    """Write ``config.json``, ``model.safetensors`` and (if given) the tokenizer files to ``output_path``."""
+# Written by ``hf_config`` but not read back by ``config_from_hf``: an exported HF directory keeps its own value.
+NOT_READ_BACK = ("initializer_range",)
+SPECIAL_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+# An HF directory's tokenizer and generation files, copied unchanged by an export of it without a tokenizer.
+SOURCE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+def export_hf(
+    cfg: LlamaConfig,
+    params: dict[str, Any],
+    output_path: str,
+    *,
+    tokenizer: str | None = None,
+    source: str | None = None,
+) -> None:
+    """Write ``config.json``, ``model.safetensors`` and (if given) the tokenizer files to ``output_path``.
+
+    ``source``: the HF directory ``cfg`` and ``params`` were imported from. The fields of its ``config.json``
+    that the round trip does not read (``NOT_READ_BACK``, ``use_cache``, a field only its authors' code reads;
+    without ``tokenizer`` its special token ids too) are kept as they were, and without ``tokenizer`` its
+    tokenizer and generation files (``SOURCE_FILES``) are copied unchanged."""
     from safetensors.numpy import save
 
     bos = eos = None
     if tokenizer is not None:
         bos, eos = write_hf_tokenizer(tokenizer, output_path, cfg.seq_len)
+    elif source is not None:
+        for name in SOURCE_FILES:
+            if exists(join(source, name)):
+                write_atomic(join(output_path, name), read_bytes(join(source, name)))
     write_atomic(join(output_path, WEIGHTS_FILE), save(to_hf_tensors(cfg, params), metadata={"format": "pt"}))
+    doc = hf_config(cfg, bos_token_id=bos, eos_token_id=eos)
+    if source is not None:
+        doc = _keep_unread_fields(doc, json.loads(read_text(join(source, "config.json"))), tokenizer is None)
     # config.json last: its presence marks a complete export.
-    write_atomic(
-        join(output_path, "config.json"), json.dumps(hf_config(cfg, bos_token_id=bos, eos_token_id=eos), indent=2)
-    )
+    write_atomic(join(output_path, "config.json"), json.dumps(doc, indent=2))
+
+
+def _keep_unread_fields(written: dict[str, Any], source: dict[str, Any], own_tokens: bool) -> dict[str, Any]:
+    """``written`` with the fields of ``source`` that it does not define, or defines without reading them back."""
+    kept = set(source) - set(written) | set(NOT_READ_BACK) | (set(SPECIAL_TOKEN_IDS) if own_tokens else set())
+    return {**written, **{k: source[k] for k in source if k in kept}}
 
 
 def write_hf_tokenizer(tokenizer: str, output_path: str, seq_len: int) -> tuple[int, int]:
