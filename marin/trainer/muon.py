@@ -14,7 +14,8 @@ gradient and ``m`` the momentum (zero at the start), as ``torch.optim.Muon`` and
 ``NS5`` is five quintic Newton–Schulz iterations with coefficients (3.4445, -4.7750, 2.0315) on the matrix
 ``fan_in × fan_out`` that the parameter's reduction and output axes form (every ``layers`` entry separately),
 divided first by its Frobenius norm; its matmuls take fp32 or (``ns_dtype="bfloat16"``, torch's and
-Jordan's precision) bf16 operands and accumulate in fp32. ``scale`` is ``sqrt(max(1, fan_out / fan_in))``
+Jordan's precision) bf16 operands and accumulate in fp32 (in bf16, ``P X`` is two products, so that the
+iterate keeps fp32's precision: ``newton_schulz``). ``scale`` is ``sqrt(max(1, fan_out / fan_in))``
 ("jordan", torch's "original") or ``0.2 * sqrt(max(fan_in, fan_out))`` ("moonlight", Liu et al. 2025, torch's
 "match_rms_adamw": an update of AdamW's RMS, so AdamW's learning rate and weight decay carry over). Parameters
 with ``None`` dims pass through unchanged (``OptimizerConfig`` gives them AdamW).
@@ -87,21 +88,31 @@ def newton_schulz(
     ``U V^T`` of its SVD.
 
     Every matmul's operands are cast to ``dtype`` (fp32, or bf16 as torch's and Jordan's Muon run it) and
-    accumulate in fp32; the iterate is carried in fp32. A tall matrix is transposed to a wide one first, as
-    torch and Jordan do, so that the Gram matrix ``X Xᵀ`` is the smaller one. The iterations run in a
+    accumulate in fp32; the iterate is carried in fp32. In bf16, ``X`` and ``G`` are rounded once and each
+    rounding serves every term it enters (an fp32 ``b G`` beside a bf16 ``G²`` lets the rounding error past
+    the polynomial's cancellation), and ``P X`` is ``P X_lo + P (X - X_lo)``, one product more: rounding the
+    iterate itself, as torch does, loses the directions below bf16's resolution, which the iteration is there
+    to lift (docs/optimizers.md, Precision). A tall matrix is transposed to a wide one first, as torch and
+    Jordan do, so that the Gram matrix ``X Xᵀ`` is the smaller one. The iterations run in a
     ``fori_loop`` because its carry makes that transpose physical: unrolled, XLA:CPU assigns the transposed
     iterate a column-major layout and every matmul then contracts its left operand's first axis, a form
     whose bf16 kernel YNNPACK lacks (measured on ``medium``'s ``w_down``, 8 x 2048 x 768, bf16: 1.10 s
     unrolled in ``Xᵀ X`` form, 2.07 s unrolled transposed, 0.49 s in the loop, as fast as the wide ``w_gate``).
     """
     a, b, c = coefficients
+    rounds = jnp.dtype(dtype) != jnp.float32
 
     def mm(spec: str, p: jax.Array, q: jax.Array) -> jax.Array:
         return jnp.einsum(spec, p.astype(dtype), q.astype(dtype), preferred_element_type=jnp.float32)
 
-    def iteration(_: int, x: jax.Array) -> jax.Array:  # X <- a X + (b G + c G²) X, G = X Xᵀ
-        gram = mm("...ij,...kj->...ik", x, x)
-        return a * x + mm("...ij,...jk->...ik", b * gram + c * mm("...ij,...jk->...ik", gram, gram), x)
+    def iteration(_: int, x: jax.Array) -> jax.Array:  # X <- a X + P X, P = b G + c G², G = X Xᵀ
+        low = x.astype(dtype)
+        gram = mm("...ij,...kj->...ik", low, low).astype(dtype)  # one rounding of G, in both of P's terms
+        poly = (b * gram.astype(jnp.float32) + c * mm("...ij,...jk->...ik", gram, gram)).astype(dtype)
+        product = mm("...ij,...jk->...ik", poly, low)
+        if rounds:  # P X to fp32's precision: P (X_lo + (X - X_lo)), X - X_lo being exact in the low dtype
+            product = product + mm("...ij,...jk->...ik", poly, x - low.astype(jnp.float32))
+        return a * x + product
 
     tall = x.shape[-2] > x.shape[-1]
     if tall:
