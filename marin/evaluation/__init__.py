@@ -2,9 +2,9 @@
 
 from marin.evaluation.perplexity import document_windows, evaluate_documents, unigram_bits_per_byte
 from marin.evaluation.scoring import Scorer
+from marin.evaluation.stats import paired_difference, rate
 from marin.evaluation.tasks import (
     MultipleChoiceTask,
-    accuracy_stats,
     build_prompts,
     load_items,
     load_task_yaml,
@@ -15,12 +15,13 @@ from marin.evaluation.tasks import (
 __all__ = [
     "MultipleChoiceTask",
     "Scorer",
-    "accuracy_stats",
     "build_prompts",
     "document_windows",
     "evaluate_documents",
     "load_items",
     "load_task_yaml",
+    "paired_difference",
+    "rate",
     "score_task",
     "split_context_continuation",
     "unigram_bits_per_byte",

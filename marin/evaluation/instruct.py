@@ -24,7 +24,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +32,7 @@ import numpy as np
 from marin.chat.schema import normalize_record
 from marin.chat.template import ChatTokenizer
 from marin.evaluation.scoring import Scorer
+from marin.evaluation.stats import rate
 from marin.storage import join, write_atomic
 from marin.storage.records import read_records
 from marin.tokenize.inputs import expand_record_paths
@@ -110,12 +110,6 @@ def turns_of(chat: ChatTokenizer, items: list[dict]) -> list[Turn]:
     return turns
 
 
-def _rate(flags: list[bool]) -> dict[str, float]:
-    n = len(flags)
-    p = sum(flags) / n if n else math.nan
-    return {"value": p, "stderr": math.sqrt(p * (1 - p) / max(n - 1, 1)) if n else math.nan, "n": n}
-
-
 def generate_replies(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, turns: list[Turn], config) -> list[str]:
     """Greedy replies, continuously batched through the serving engine (``config.batch_size`` slots); a
     reply gets the context left after its prompt when that is less than ``max_new_tokens``."""
@@ -153,15 +147,18 @@ def score_set(chat: ChatTokenizer, cfg: LlamaConfig, params: Any, scorer: Scorer
     return {
         "items": len(items),
         "turns": len(turns),
-        "exact_match": _rate(exact),
-        "loglik_acc": _rate(loglik) if loglik else None,
+        "exact_match": rate(exact),
+        # per turn, in order: two models' evals compare item by item (marin.evaluation.stats.paired_difference)
+        "exact_hits": [int(h) for h in exact],
+        "turn_kinds": [t.kind for t in turns],
+        "loglik_acc": rate(loglik) if loglik else None,
         "chance": float(np.mean([1 / len(t.choices) for t in turns if t.choices])) if loglik else None,
         "assistant_loss": float(masked.mean()),
         "assistant_tokens": int(masked.size),
         "by_kind": {
             k: {
-                "exact_match": _rate(v["exact"])["value"],
-                "loglik_acc": _rate(v["loglik"])["value"] if v["loglik"] else None,
+                "exact_match": rate(v["exact"])["value"],
+                "loglik_acc": rate(v["loglik"])["value"] if v["loglik"] else None,
             }
             for k, v in sorted(by_kind.items())
         },

@@ -19,7 +19,6 @@ reward needs the reference and says how far DPO moved the preference from where 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +27,7 @@ from marin.chat.preference import normalize_preference
 from marin.chat.preference_cache import encode_pairs
 from marin.chat.template import ChatTokenizer
 from marin.evaluation.scoring import Scorer
+from marin.evaluation.stats import rate
 from marin.storage.records import read_records
 from marin.tokenize.inputs import expand_record_paths
 
@@ -53,13 +53,6 @@ def reply_logps(scorer: Scorer, encoded: Sequence[tuple[np.ndarray, np.ndarray, 
     return np.asarray([score for score, _ in scorer.loglikelihood(requests)], np.float64).reshape(-1, 2)
 
 
-def _rate(hits: np.ndarray) -> dict[str, float]:
-    n = len(hits)
-    p = float(hits.mean()) if n else math.nan
-    stderr = math.sqrt(p * (1 - p) / max(n - 1, 1)) if n else math.nan
-    return {"value": p, "stderr": stderr, "ci95": [max(0.0, p - 1.96 * stderr), min(1.0, p + 1.96 * stderr)]}
-
-
 def score_preferences(
     scorer: Scorer,
     chat: ChatTokenizer,
@@ -76,7 +69,8 @@ def score_preferences(
     margins = logps[:, 0] - logps[:, 1]
     result = {
         "pairs": len(pairs),
-        "accuracy": _rate(margins > 0),
+        "accuracy": rate(margins > 0),
+        "hits": [int(m > 0) for m in margins],  # per pair, in order: phases compare on the same pairs
         "mean_margin": float(margins.mean()),
         "logps": {"chosen": float(logps[:, 0].mean()), "rejected": float(logps[:, 1].mean())},
     }
@@ -85,7 +79,7 @@ def score_preferences(
         reward_margins = rewards[:, 0] - rewards[:, 1]
         result |= {
             "beta": beta,
-            "reward_accuracy": _rate(reward_margins > 0),
+            "reward_accuracy": rate(reward_margins > 0),
             "reward_margin": float(reward_margins.mean()),
             "rewards": {"chosen": float(rewards[:, 0].mean()), "rejected": float(rewards[:, 1].mean())},
         }

@@ -37,10 +37,10 @@ Each comes with its standard error and a 95% Wilson confidence interval.
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 from typing import Any
 
+from marin.evaluation.stats import rate
 from marin.storage import is_absolute, join, read_text
 from marin.storage.records import read_records
 
@@ -218,16 +218,6 @@ def split_context_continuation(encode, context: str, continuation: str) -> tuple
     return context_ids, whole[len(context_ids) :]
 
 
-def accuracy_stats(correct: list[bool]) -> dict[str, float]:
-    """Mean, standard error and 95% Wilson interval of a list of hits."""
-    n = len(correct)
-    p = sum(correct) / n
-    z = 1.959964
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return {"value": p, "stderr": math.sqrt(p * (1 - p) / max(n - 1, 1)), "ci95": [center - half, center + half]}
-
-
 def score_task(task: MultipleChoiceTask, scorer, encode, bos: int) -> dict[str, Any]:
     """acc / acc_norm (with stderr and CI) of ``task``; ``bos`` is prepended to every context."""
     items = load_items(task)[: task.limit]
@@ -255,6 +245,6 @@ def score_task(task: MultipleChoiceTask, scorer, encode, bos: int) -> dict[str, 
         "items": len(items),
         "num_fewshot": task.num_fewshot,
         "chance": chance,
-        "acc": accuracy_stats(acc),
-        "acc_norm": accuracy_stats(acc_norm),
+        "acc": rate(acc),
+        "acc_norm": rate(acc_norm),
     }

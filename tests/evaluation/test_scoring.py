@@ -12,11 +12,11 @@ import pytest
 from marin.evaluation import (
     MultipleChoiceTask,
     Scorer,
-    accuracy_stats,
     build_prompts,
     document_windows,
     evaluate_documents,
     load_task_yaml,
+    rate,
     score_task,
     split_context_continuation,
 )
@@ -194,7 +194,7 @@ def test_context_continuation_split_moves_trailing_space():
     assert bytes(ctx).decode() == "Question: 2+2 =" and bytes(cont).decode() == " 4"
 
 
-def test_accuracy_stats_interval():
-    stats = accuracy_stats([True] * 30 + [False] * 70)
+def test_rate_interval():
+    stats = rate([True] * 30 + [False] * 70)
     assert stats["value"] == 0.3 and stats["ci95"][0] < 0.3 < stats["ci95"][1]
     assert stats["stderr"] == pytest.approx(math.sqrt(0.3 * 0.7 / 99))
