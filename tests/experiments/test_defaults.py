@@ -1,5 +1,7 @@
-"""experiments/defaults.py: stable step names, which fields define a step's result (and so its output
+"""experiments/defaults: stable step names, which fields define a step's result (and so its output
 path), and that speed/placement knobs do not."""
+
+import dataclasses
 
 from experiments.defaults import (
     default_dedupe,
@@ -10,6 +12,7 @@ from experiments.defaults import (
     default_train,
     default_train_tokenizer,
     mixture_stages,
+    trainer_configs,
 )
 from experiments.models import SimpleTrainConfig, llama_nano
 from marin.allocator import large_buffers_env
@@ -150,3 +153,29 @@ def test_phase_two_initializes_from_phase_one_and_depends_on_it():
     plan = Executor(prefix="/lab").plan([phase2])
     planned = {p.name: p for p in plan.steps}
     assert planned["checkpoints/nano-web-2"].inputs["initialize_from"] == planned["checkpoints/nano-web"].output_path
+
+
+def test_every_simple_train_field_reaches_the_trainer_config_of_its_name():
+    """``trainer_configs`` matches fields by name: each field of ``SimpleTrainConfig`` (but the optimizer's kind
+    and the step's resources) must be declared by exactly one of the trainer's configs, or it would be dropped."""
+    train = SimpleTrainConfig(
+        num_train_steps=7,
+        batch_size=3,
+        learning_rate=0.5,
+        optimizer="muon",
+        muon_ns_dtype="bfloat16",
+        beta2=0.9,
+        compute_dtype="float32",
+        matmul_dtype="float8",
+        seed=4,
+        keep_every=9,
+        wandb=False,
+        eval_every=11,
+    )
+    trainer, optimizer = trainer_configs(train)
+    built = (trainer, optimizer, trainer.precision, trainer.checkpoint, trainer.tracker)
+    for field in dataclasses.fields(SimpleTrainConfig):
+        owners = [c for c in built if field.name in {f.name for f in dataclasses.fields(c)}]
+        assert len(owners) == (field.name not in ("optimizer", "resources")), (field.name, owners)
+        assert all(getattr(c, field.name) == getattr(train, field.name) for c in owners), field.name
+    assert optimizer.kind == "muon" and trainer.tracker.progress_bar
