@@ -6,7 +6,7 @@ and the copy (or slice) that ships with the lab for offline runs and tests.
     text.source(bundled=True)     # the directory inside the installed package holding those files
     text.source(bundled=False)    # "https://raw.githubusercontent.com/karpathy/char-rnn/<commit>/data/tinyshakespeare/"
 
-``experiments.defaults.default_public_text`` turns one into a download step (the lab's real download client
+``experiments.real_text.public_text_download`` turns one into a download step (the lab's real download client
 verifies every file against its pin, either way). The bundled route is the default: nothing is fetched from
 the network unless an experiment asks for ``bundled=False``.
 

@@ -1,6 +1,6 @@
 """Configuration of the extract step (raw HTML -> text).
 
-As an experiment declares it (``experiments/defaults.default_extract`` does this)::
+As an experiment declares it (``experiments.defaults.default_extract`` does this)::
 
     ExtractConfig(
         input_path=output_path_of(download, "web"),        # WARC files, record files with "html", .html files

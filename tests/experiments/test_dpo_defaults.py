@@ -1,5 +1,5 @@
-"""The preference builders of experiments/defaults.py: the DAG default_dpo declares (the reference step and what
-it depends on), which fields move a DPO step's output path and which do not."""
+"""The preference builders of experiments/defaults/posttrain.py: the DAG default_dpo declares (the reference step
+and what it depends on), which fields move a DPO step's output path and which do not."""
 
 import dataclasses
 
