@@ -4,8 +4,9 @@
     tx = scale_by_muon(dims, momentum=0.95, nesterov=True, ns_steps=5, lr_scaling="jordan")
 
 For each parameter whose logical axes make it a hidden matrix (``matrix_dims``: ``embed`` against heads,
-head_dim or mlp; never the embedding or the output head, whose ``vocab`` axis marks them), with ``g`` the
-gradient and ``m`` the momentum (zero at the start), as ``torch.optim.Muon`` and Keller Jordan's reference:
+head_dim or mlp; never the embedding or the output head, whose ``vocab`` axis marks them, nor a MoE's router,
+whose output is its ``experts``), with ``g`` the gradient and ``m`` the momentum (zero at the start), as
+``torch.optim.Muon`` and Keller Jordan's reference:
 
     m <- beta * m + (1 - beta) * g
     u  = (1 - beta) * g + beta * m           (nesterov; else u = m)
@@ -64,7 +65,9 @@ def matrix_dims(axes: tuple) -> MatrixDims | None:
 
     A hidden matrix maps the residual stream (``embed``) to features or back: ``embed`` is its first feature
     axis (an input projection: ``x @ W``) or its last (an output projection). ``layers`` and ``experts`` are
-    batch axes: each layer's and each expert's matrix is orthogonalized on its own."""
+    batch axes: each layer's and each expert's matrix is orthogonalized on its own. A MoE's router
+    (``[layers, embed, experts]``) is therefore not one: its experts are its outputs, categorical like the
+    head's vocabulary, and it gets AdamW."""
     features = [i for i, a in enumerate(axes) if a not in _BATCH_AXES]
     names = [axes[i] for i in features]
     if len(names) < 2 or EMBED not in names or VOCAB in names:

@@ -252,7 +252,8 @@ class OptimizerConfig:
 
     def decay_mask(self, axes: Any) -> Any:
         """True for parameters to decay: matrices that read or write the residual stream (an ``embed`` axis and
-        another, besides ``layers``), not embeddings; never norms, QK-norm weights or biases."""
+        another, besides ``layers`` and ``experts``), not embeddings; never norms, QK-norm weights, biases or a
+        MoE's router (``[layers, embed, experts]``)."""
 
         def decays(leaf_axes: tuple) -> bool:
             named = [a for a in leaf_axes if a not in ("layers", "experts")]

@@ -14,16 +14,18 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
-from jax.sharding import AbstractMesh, AxisType
+from jax.sharding import AbstractMesh, AxisType, PartitionSpec
 
 from marin.trainer import train
-from marin.trainer.axes import ShardingContext, use_sharding
+from marin.trainer.axes import ShardingContext, partition_spec, use_sharding
 from marin.trainer.mesh import MESH_AXES, MeshConfig, resolve_rules
 from marin.trainer.model import LlamaConfig, grouped, init_params, model_preset, param_axes, training_loss
 from marin.trainer.model.grouped import block_swiglu, gather_rows
 from marin.trainer.model.moe import expert_capacity, moe_block, route
 from marin.trainer.muon import matrix_dims
+from marin.trainer.optim import OptimizerConfig
 from tests.trainer.tiny_run import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,6 +249,36 @@ def test_counts_follow_active_parameters_and_published_sizes():
     assert dims.reduction == (2,) and dims.output == (3,)
 
 
+@pytest.mark.parametrize("kind", ["muon", "soap"])
+def test_the_router_is_labelled_by_its_experts_so_it_gets_adamw_without_decay(kind):
+    """``router [layers, embed, experts]`` (docs/model_families.md, docs/optimizers.md): its output axis is the
+    experts, a categorical one like the head's vocabulary, so Muon and SOAP leave it to AdamW at the AdamW part's
+    learning rate (as Marin's Grug MoE recipe does), it is not weight-decayed, and expert parallelism's rule
+    splits it with the experts."""
+    axes = param_axes(MOE)
+    assert axes["layers"]["router"] == ("layers", "embed", "experts")
+    assert matrix_dims(axes["layers"]["router"]) is None
+    assert partition_spec(axes["layers"]["router"], resolve_rules("fsdp")) == PartitionSpec(None, "fsdp", "expert")
+    config = OptimizerConfig(
+        kind=kind,
+        learning_rate=0.02,
+        muon_adam_learning_rate=3e-3,
+        weight_decay=0.1,
+        schedule="constant",
+        warmup=0,
+        max_grad_norm=None,
+    )
+    params = init_params(MOE, jax.random.PRNGKey(0))
+    grads = jax.grad(lambda p: training_loss(MOE, p, _batch(MOE))[0])(params)
+    tx = config.build(10, axes)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    lr = 3e-3 if kind == "muon" else 0.02  # SOAP's AdamW part runs at the one learning rate
+    adam = optax.adam(lr, b1=config.beta1, b2=config.beta2, eps=config.epsilon)
+    router = grads["layers"]["router"]
+    expected, _ = adam.update(router, adam.init(router))
+    np.testing.assert_allclose(updates["layers"]["router"], expected, rtol=1e-6, atol=1e-12)
+
+
 def test_shared_experts_add_an_unweighted_swiglu():
     cfg = dataclasses.replace(MOE, shared_experts=2)
     layer = _layer0(init_params(cfg, jax.random.PRNGKey(0)))
@@ -303,6 +335,7 @@ def test_expert_parallelism_on_8_devices_equals_one_device(tmp_path):
         if name != "fsdp":
             assert runs[name]["mesh"]["expert"] == 4
             assert runs[name]["specs"]["params/layers/w_gate"][:2] == [None, "expert"]  # [layers, experts, ...]
+            assert runs[name]["specs"]["params/layers/router"] == [None, "fsdp", "expert"]  # [layers, embed, experts]
         np.testing.assert_allclose(runs[name]["losses"], runs["single"]["losses"], rtol=1e-6)
         assert runs[name]["param_diff"] <= 1e-5 and runs[name]["opt_state_diff"] <= 1e-5
     assert runs["restore:ep:single"]["bitwise_equal"]

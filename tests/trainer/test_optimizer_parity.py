@@ -331,18 +331,15 @@ def test_unknown_kind_and_scaling_are_refused_by_name():
         OptimizerConfig(kind="muon", muon_ns_dtype="float16")
 
 
-def test_the_docs_table_of_which_parameter_gets_what_is_the_code_s():
-    """docs/optimizers.md lists, for llama_8b, each parameter's treatment under Muon: rebuilt here from the code."""
-    from pathlib import Path
-
-    from experiments.models import llama_8b
+def _treatment_rows(cfg) -> dict[str, str]:
+    """docs/optimizers.md's row for each parameter of ``cfg``: logical axes, treatment under Muon, scales, decay."""
     from marin.trainer.model.llama import param_specs
     from marin.trainer.muon import shape_scale
 
-    specs = param_specs(llama_8b())
+    specs = param_specs(cfg)
     is_spec = lambda x: hasattr(x, "axes")  # noqa: E731
     decays = jax.tree.leaves(OptimizerConfig().decay_mask(jax.tree.map(lambda s: s.axes, specs, is_leaf=is_spec)))
-    rows = []
+    rows = {}
     for (path, spec), decay in zip(jax.tree.leaves_with_path(specs, is_leaf=is_spec), decays):
         name = "/".join(str(getattr(k, "key", k)) for k in path)
         d = matrix_dims(spec.axes)
@@ -351,20 +348,34 @@ def test_the_docs_table_of_which_parameter_gets_what_is_the_code_s():
         else:
             fan_in = math.prod(spec.shape[i] for i in d.reduction)
             fan_out = math.prod(spec.shape[i] for i in d.output)
-            treatment = f"Muon: {fan_in} × {fan_out} per layer"
+            per = " and ".join({"layers": "layer", "experts": "expert"}[spec.axes[i]] for i in d.batch)
+            treatment = f"Muon: {fan_in} × {fan_out} per {per}"
             jordan, moonlight = (
                 f"{shape_scale(spec.shape, d, 'jordan'):.2f}",
                 f"{shape_scale(spec.shape, d, 'moonlight'):.1f}",
             )
         axes = ", ".join(spec.axes)
-        rows.append(f"| `{name}` | `{axes}` | {treatment} | {jordan} | {moonlight} | {'yes' if decay else 'no'} |")
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "optimizers.md").read_text()
+        rows[name] = f"| `{name}` | `{axes}` | {treatment} | {jordan} | {moonlight} | {'yes' if decay else 'no'} |"
+    return rows
+
+
+def test_the_docs_tables_of_which_parameter_gets_what_are_the_code_s():
+    """docs/optimizers.md lists, for llama_8b, each parameter's treatment under Muon, then the parameters whose
+    axes a mixture of experts (mixtral_8x7b) changes or adds, the router among them: rebuilt here from the code."""
+    from pathlib import Path
+
+    from experiments.models import llama_8b
+    from marin.trainer.model import model_preset
 
     def cells(row: str) -> list[str]:
         return [c.strip() for c in row.strip("|").split("|")]
 
+    dense, moe = _treatment_rows(llama_8b()), _treatment_rows(model_preset("mixtral_8x7b"))
+    changed = [row for name, row in moe.items() if name not in dense or cells(row)[1] != cells(dense[name])[1]]
+    assert [cells(r)[0] for r in changed] == ["`layers/router`", "`layers/w_down`", "`layers/w_gate`", "`layers/w_up`"]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "optimizers.md").read_text()
     shown = [cells(line) for line in doc.splitlines() if line.startswith("| `") and len(cells(line)) == 6]
-    assert [cells(r) for r in rows] == shown
+    assert [cells(r) for r in [*dense.values(), *changed]] == shown
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])

@@ -80,7 +80,9 @@ def param_specs(cfg: LlamaConfig) -> dict[str, Any]:
     }
     if cfg.is_moe:
         e, me = cfg.num_experts, cfg.resolved_expert_mlp_dim
-        layers["router"] = ParamSpec((n, d, e), (LAYERS, EMBED, None), "normal")
+        # experts: the router's output is a categorical axis like the head's vocab (Muon leaves it to AdamW,
+        # undecayed: docs/optimizers.md), and expert parallelism's rule splits it with the experts
+        layers["router"] = ParamSpec((n, d, e), (LAYERS, EMBED, EXPERTS), "normal")
         layers["w_gate"] = ParamSpec((n, e, d, me), (LAYERS, EXPERTS, EMBED, MLP), "normal")
         layers["w_up"] = ParamSpec((n, e, d, me), (LAYERS, EXPERTS, EMBED, MLP), "normal")
         layers["w_down"] = ParamSpec((n, e, me, d), (LAYERS, EXPERTS, MLP, EMBED), "normal")
