@@ -316,9 +316,9 @@ def test_every_page_fits_a_phone_without_splitting_words_or_numbers(phone, serve
     visit("/compare/runs?" + "&".join(f"step={quote(r, safe='')}" for r in runs), "#charts[data-drawn] canvas")
     visit("/leaderboard", "table.leaderboard", "phone_leaderboard")
     visit(f"/experiment?path={quote(lab['research_record'], safe='')}", "svg.dag")
-    steps = "(t => [t.scrollWidth, t.clientWidth])(document.getElementById('steps'))"
-    wide, box = phone.evaluate(steps)  # the opened configs: the table is wider than the phone, and scrolls
-    assert wide > box and phone.evaluate("getComputedStyle(document.getElementById('steps')).overflowX") == "auto"
+    # the opened configs (issue 47: never squeezed into a column) each take their step card's width
+    configs = "[...document.querySelectorAll('#steps pre')].map((p) => p.clientWidth / p.closest('tr').clientWidth)"
+    assert all(share >= 0.9 for share in phone.evaluate(configs)), phone.evaluate(configs)
     visit(f"/experiment?path={quote(lab['record'], safe='')}", "svg.dag")
     visit(f"/fit?path={quote(lab['fit'], safe='')}", "div.chart canvas")
     visit("/")
@@ -327,6 +327,50 @@ def test_every_page_fits_a_phone_without_splitting_words_or_numbers(phone, serve
     left, right = (quote(f"{lab['raw']}/{name}", safe="") for name in ("docs.jsonl", "deduped.jsonl"))
     visit(f"/compare?left={left}&right={right}", "div.record.right")
     visit(f"/rollouts?path={quote(rl_run, safe='')}&iteration=2", "#rollouts")
+
+
+STEP_ROWS = """() => [...document.querySelectorAll("#steps tr[id^='step-']")].map((row) => {
+  // cells by position: the compare box, the step's name, its state, its duration, its output path and links
+  const [pick, name, state, time, output] = [...row.children].map((td) => td.getBoundingClientRect());
+  const r = row.getBoundingClientRect();
+  // how much of the row its text covers: the area of every line box of every text node in it
+  let text = 0;
+  const walker = document.createTreeWalker(row, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    for (const line of range.getClientRects()) text += line.width * line.height;
+  }
+  return {id: row.id, height: r.height, width: r.width, right: r.right, covered: text / (r.width * r.height),
+          output: output.width, outputTop: output.top, above: Math.max(name.bottom, state.bottom, time.bottom),
+          tops: [pick.top, name.top, state.top, time.top, output.top]};
+})"""
+
+
+def test_a_phone_shows_each_step_as_a_card_with_its_path_across_it(phone, page, server, lab):
+    """Issue 79: on a phone the step table squeezed the output path into a strip at the right of a row wider than
+    the phone, every row ~200 px tall and mostly blank. There each step is a card: name, state and time on top,
+    then its path and links across the card's width; a desktop keeps the table."""
+    from urllib.parse import quote
+
+    url = f"{server}/experiment?path={quote(lab['research_record'], safe='')}"
+    phone.goto(url)
+    phone.wait_for_selector("svg.dag")
+    cards = phone.evaluate(STEP_ROWS)
+    assert len(cards) == 9
+    for card in cards:
+        assert card["right"] <= 390, card  # the whole card on the screen, nothing to scroll sideways to
+        assert card["output"] >= 0.9 * card["width"], card  # the path spans the card, not a strip beside it
+        assert card["above"] <= card["outputTop"] + 1, card  # name, state and time first, then the path
+        assert card["covered"] >= 0.4, card  # not mostly blank (a squeezed row: under a quarter)
+    assert phone.locator("#steps th").first.is_hidden()  # no column headings over cards
+    laid_out_whole(phone)
+
+    page.goto(url)
+    page.wait_for_selector("svg.dag")
+    rows = page.evaluate(STEP_ROWS)
+    assert page.locator("#steps th").first.is_visible()
+    assert all(len({round(t) for t in row["tops"]}) == 1 for row in rows), rows  # one table row per step
 
 
 def test_a_long_experiment_path_leaves_the_leaderboards_numbers_whole_on_a_desktop(page, server):
