@@ -113,7 +113,7 @@ def newton_schulz(
         gram = mm("...ij,...kj->...ik", low, low).astype(dtype)  # one rounding of G, in both of P's terms
         poly = (b * gram.astype(jnp.float32) + c * mm("...ij,...jk->...ik", gram, gram)).astype(dtype)
         product = mm("...ij,...jk->...ik", poly, low)
-        if rounds:  # P X to fp32's precision: P (X_lo + (X - X_lo)), X - X_lo being exact in the low dtype
+        if rounds:  # P X to the fp32 iterate's precision: the residual X - X_lo rounds to ~2^-18 of X in bf16
             product = product + mm("...ij,...jk->...ik", poly, x - low.astype(jnp.float32))
         return a * x + product
 
