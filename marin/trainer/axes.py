@@ -117,6 +117,16 @@ def active_sharding() -> ShardingContext | None:
     return _ACTIVE.get()
 
 
+def target_platform() -> str:
+    """The platform the program being traced is for: that of the active context's mesh devices (a TPU
+    topology's when compiling ahead of time on a CPU, ``marin.trainer.aot``), else JAX's default backend.
+    Trace-time choices (attention kernel, layer scan, MoE dispatch, CPU-only fusions) ask this, never
+    ``jax.default_backend()`` directly."""
+    context = _ACTIVE.get()
+    platform = jax.default_backend() if context is None else context.mesh.devices.flat[0].platform
+    return "gpu" if platform in ("cuda", "rocm") else platform
+
+
 def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     """Label an activation's dimensions; becomes a sharding constraint only under ``use_sharding``."""
     if x.ndim != len(axes):

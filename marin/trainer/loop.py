@@ -25,7 +25,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -37,6 +37,7 @@ from marin.identity import result_dict, runtime_field
 from marin.multihost import coordinates
 from marin.storage import join
 from marin.trainer import distributed, host_parallel
+from marin.trainer.axes import ShardingContext
 from marin.trainer.checkpoint import (
     CheckpointConfig,
     Checkpointer,
@@ -245,18 +246,10 @@ def load_or_init(
     """The newest checkpoint's state, else a fresh one; with ``shardings`` every leaf is placed in them
     (whatever mesh wrote the checkpoint)."""
     trainer = config.trainer
-
-    def init(key):  # eager: per-leaf programs are cached across runs in one process (see init_params)
-        return init_state(config.model, optimizer, key, ema=config.optimizer.keeps_average, policy=trainer.precision)
-
     key = jax.random.PRNGKey(trainer.seed)
-    template = jax.eval_shape(init, key)
-    fresh = init
+    fresh = fresh_state(config, optimizer, shardings)
+    template = jax.eval_shape(fresh, key)
     if shardings is not None:
-        # One program that creates each leaf directly in its shards: no device ever holds a whole
-        # unsharded leaf (an 8B model's stacked MLP weights alone are 7.5 GB). Threefry draws are
-        # partitionable, so the values are those of the single-device init.
-        fresh = jax.jit(init, out_shardings=shardings)
         template = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), template, shardings)
     check_optimizer(checkpointer.base, config.optimizer.kind)
     try:
@@ -281,6 +274,84 @@ def load_or_init(
     state, step = restored
     logger.info("resuming from step %d", step)
     return state
+
+
+def fresh_state(config: RunConfig, optimizer, shardings: TrainState | None = None) -> Callable[[jax.Array], TrainState]:
+    """``key -> TrainState``: a run's fresh state, created in its shardings when it has them."""
+
+    def init(key):  # eager: per-leaf programs are cached across runs in one process (see init_params)
+        policy = config.trainer.precision
+        return init_state(config.model, optimizer, key, ema=config.optimizer.keeps_average, policy=policy)
+
+    if shardings is None:
+        return init
+    # One program that creates each leaf directly in its shards: no device ever holds a whole unsharded leaf
+    # (an 8B model's stacked MLP weights alone are 7.5 GB). Threefry draws are partitionable, so the values are
+    # those of the single-device init.
+    return jax.jit(init, out_shardings=shardings)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLayout:
+    """What a run's programs are built from: its optimizer, step options, mesh and the state's shardings."""
+
+    optimizer: Any
+    """The built ``optax.GradientTransformation``."""
+    step: StepConfig
+    context: ShardingContext | None
+    """None on one device: the unsharded program."""
+    shardings: TrainState | None
+
+
+def run_layout(config: RunConfig, devices: Sequence[jax.Device] | None = None, *, sharded: bool = False) -> RunLayout:
+    """The optimizer, step options, mesh (over ``devices``, by default ``jax.devices()``) and state shardings of
+    ``config``; ``sharded``: a context even on one device (compiling for a one-chip TPU ahead of time)."""
+    model, trainer = config.model, config.trainer
+    optimizer = config.optimizer.build(trainer.num_train_steps, param_axes(model))
+    step_cfg = StepConfig(
+        num_microbatches=trainer.num_microbatches,
+        precision=trainer.precision,
+        z_loss=trainer.z_loss,
+        ema_decay=config.optimizer.ema_decay,
+        schedule_free=config.optimizer.schedule_free,
+        loss_block=trainer.loss_block,
+    )
+    context = sharding_context(trainer.mesh, trainer.sharding, devices)
+    if context is None and sharded:
+        context = ShardingContext(trainer.mesh.build(devices), resolve_rules(trainer.sharding))
+    shardings = None
+    if context is not None:
+        ema = config.optimizer.keeps_average
+        shardings = state_shardings(context, model, optimizer, ema=ema, policy=trainer.precision)
+    return RunLayout(optimizer, step_cfg, context, shardings)
+
+
+def train_step_of(
+    config: RunConfig, layout: RunLayout, objective: Objective | None = None, exchange: Any = None
+) -> Callable[..., tuple[TrainState, dict]]:
+    """The run's jitted update (``make_train_step``) for ``objective`` (None: next-token loss)."""
+    return make_train_step(
+        config.model,
+        layout.optimizer,
+        config.optimizer.lr_schedule(config.trainer.num_train_steps),
+        layout.step,
+        context=layout.context,
+        shardings=layout.shardings,
+        loss_fn=objective.loss_fn if objective is not None else None,
+        with_frozen=objective is not None and objective.frozen is not None,
+        exchange_across_processes=exchange,
+    )
+
+
+def eval_step_of(config: RunConfig, layout: RunLayout) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
+    """The run's jitted held-out loss (``make_eval_step``)."""
+    return make_eval_step(
+        config.model,
+        config.trainer.precision,
+        context=layout.context,
+        param_shardings=layout.shardings.params if layout.shardings else None,
+        loss_block=config.trainer.loss_block,
+    )
 
 
 def initial_params(path: str, model: LlamaConfig, template: Any) -> tuple[Any, int | None]:
@@ -373,13 +444,13 @@ def _will_run_on_cpu() -> bool:
 
 
 def lm_objective(
-    config: TrainLmConfig, context, shardings: TrainState | None, rows: slice | None = None, evaluates: bool = True
+    config: TrainLmConfig, layout: RunLayout, rows: slice | None = None, evaluates: bool = True
 ) -> Objective:
     """Next-token loss on ``config.data``'s mixture, evaluated on its validation sets (pretraining and SFT).
 
     ``rows``: this process's rows of every batch (``TrainerConfig.host_processes``); ``evaluates``: whether this
     process runs the evaluations."""
-    model, trainer = config.model, config.trainer
+    model, trainer, context = config.model, config.trainer, layout.context
     sources = {name: src.build() for name, src in config.data.train.items()}
     validation = {name: src.build() for name, src in config.data.validation.items()} if evaluates else {}
     batches = TrainBatches(sources, config.data, seq_len=model.seq_len, batch_size=trainer.batch_size)
@@ -395,13 +466,7 @@ def lm_objective(
         def place(batch: dict) -> dict:
             return shard_batch(context, lambda rows: {k: v[rows] for k, v in batch.items()}, len(batch["input_ids"]))
 
-    eval_step = make_eval_step(
-        model,
-        trainer.precision,
-        context=context,
-        param_shardings=shardings.params if shardings else None,
-        loss_block=trainer.loss_block,
-    )
+    eval_step = eval_step_of(config, layout)
     run_eval = (lambda params, _: evaluate(config, eval_step, params, validation, place)) if validation else None
     return Objective(
         loss_fn=None,
@@ -467,25 +532,12 @@ def _train(config: RunConfig, objective: Objective | None, group: host_parallel.
         )
     if jax.default_backend() == "cpu":
         keep_large_buffers_mapped(late=True)  # a no-op if applied above; warns if only now
-    optimizer = config.optimizer.build(total, param_axes(model))
-    step_cfg = StepConfig(
-        num_microbatches=trainer.num_microbatches,
-        precision=trainer.precision,
-        z_loss=trainer.z_loss,
-        ema_decay=config.optimizer.ema_decay,
-        schedule_free=config.optimizer.schedule_free,
-        loss_block=trainer.loss_block,
-    )
-    context = sharding_context(trainer.mesh, trainer.sharding)  # None on one device: the unsharded program
+    layout = run_layout(config)  # context None on one device: the unsharded program
+    context, shardings = layout.context, layout.shardings
     if context is not None and config.optimizer.kind == "soap" and jax.default_backend() == "cpu":
         raise ValueError(
             f"OptimizerConfig.kind='soap' on a CPU mesh of {context.mesh.size} devices: XLA:CPU deadlocks in "
             "SOAP's eigh/qr in a multi-device program (marin/trainer/soap.py); use a one-device mesh on a CPU"
-        )
-    shardings = None
-    if context is not None:
-        shardings = state_shardings(
-            context, model, optimizer, ema=config.optimizer.keeps_average, policy=trainer.precision
         )
     summed = None
     if hosts > 1:
@@ -499,28 +551,17 @@ def _train(config: RunConfig, objective: Objective | None, group: host_parallel.
     if objective is None:
         part = trainer.batch_size // hosts
         rows = slice(rank * part, (rank + 1) * part) if hosts > 1 else None
-        objective = lm_objective(config, context, shardings, rows=rows, evaluates=rank == 0)
+        objective = lm_objective(config, layout, rows=rows, evaluates=rank == 0)
     elif context is not None and jax.process_count() > 1:
         raise ValueError("a custom training objective runs on one host for now (its batches are built whole)")
-    with_frozen = objective.frozen is not None
-    train_step = make_train_step(
-        model,
-        optimizer,
-        config.optimizer.lr_schedule(total),
-        step_cfg,
-        context=context,
-        shardings=shardings,
-        loss_fn=objective.loss_fn,
-        with_frozen=with_frozen,
-        exchange_across_processes=summed,
-    )
+    train_step = train_step_of(config, layout, objective, exchange=summed)
     checkpointer = Checkpointer(
         join(config.output_path, "checkpoints"),
         trainer.checkpoint,
         metadata={"model": result_dict(model), "optimizer": config.optimizer.kind},
     )
-    state = load_or_init(config, optimizer, checkpointer, shardings)
-    frozen = _place_frozen(objective.frozen, state.params) if with_frozen else None
+    state = load_or_init(config, layout.optimizer, checkpointer, shardings)
+    frozen = _place_frozen(objective.frozen, state.params) if objective.frozen is not None else None
     devices = hosts if hosts > 1 else context.mesh.size if context else 1
     try:
         return _run(config, objective, train_step, checkpointer, state, frozen, num_devices=devices)

@@ -143,10 +143,48 @@ class MeshConfig:
         # Auto axes: GSPMD propagates shardings from the pinned inputs, outputs and ``constrain`` calls
         # (jax.make_mesh defaults to Explicit axes, which would make every op's sharding part of its type).
         axis_types = (AxisType.Auto,) * len(MESH_AXES)
+        slices = num_slices(devices)
+        if slices > 1:
+            if used != len(devices):
+                raise ValueError(
+                    f"MeshConfig({self._describe()}) uses {used} of {len(devices)} devices of {slices} slices"
+                )
+            return Mesh(_multislice_devices(sizes, devices, slices), MESH_AXES, axis_types=axis_types)
         if used == len(devices):  # all devices: let JAX order them for the physical topology
             return jax.make_mesh(shape, MESH_AXES, axis_types, devices=devices)
         logger.warning("mesh %s uses %d of %d devices", sizes, used, len(devices))
         return Mesh(np.asarray(devices[:used]).reshape(shape), MESH_AXES, axis_types=axis_types)
+
+
+def num_slices(devices: Sequence[jax.Device]) -> int:
+    """How many TPU slices the devices span (multislice: slices joined by the data-centre network); 1 elsewhere."""
+    return len({getattr(d, "slice_index", 0) for d in devices})
+
+
+def dcn_axis(sizes: Mapping[str, int], slices: int) -> str:
+    """The mesh axis that spans the slices: the first of ``MESH_AXES`` (data, fsdp, expert, tensor) whose size
+    the number of slices divides, so that ``data`` crosses the slow network when it can (one gradient
+    all-reduce per step) and ``fsdp`` otherwise (parameter gathers over DCN: slower)."""
+    for name in MESH_AXES:
+        if sizes[name] % slices == 0:
+            return name
+    described = ", ".join(f"{name}={size}" for name, size in sizes.items())
+    raise ValueError(
+        f"a mesh over {slices} slices needs an axis whose size is a multiple of {slices} to span them, "
+        f"got {described}; e.g. MeshConfig(data={slices}, fsdp=-1)"
+    )
+
+
+def _multislice_devices(sizes: Mapping[str, int], devices: Sequence[jax.Device], slices: int) -> np.ndarray:
+    """Devices arranged for a mesh of ``sizes`` over several slices: ``dcn_axis`` is split into slices x
+    (its size / slices), each slice's devices ordered for its own torus (``create_hybrid_device_mesh``)."""
+    from jax.experimental import mesh_utils  # noqa: PLC0415 (only multislice runs need it)
+
+    across = dcn_axis(sizes, slices)
+    dcn = [slices if name == across else 1 for name in MESH_AXES]
+    ici = [sizes[name] // d for name, d in zip(MESH_AXES, dcn)]
+    split = devices[0].device_kind in ("TPU v5 lite", "TPU v5e")  # as jax.make_mesh does
+    return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices, allow_split_physical_axes=split)
 
 
 def resolve_rules(sharding: ShardingSpec | Sequence, *, field: str = "sharding") -> ShardingRules:

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from marin.trainer.attention.blockwise import blockwise_attention
+from marin.trainer.axes import target_platform
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def register_attention_backend(
 
 def default_backends(platform: str | None = None) -> tuple[str, ...]:
     """The platform's default backends in order of preference (the first that can serve the inputs runs)."""
-    return _PLATFORM_DEFAULTS.get(platform or jax.default_backend(), (FALLBACK_BACKEND,))
+    return _PLATFORM_DEFAULTS.get(platform or target_platform(), (FALLBACK_BACKEND,))
 
 
 def resolve_backend(name: str) -> str:

@@ -37,6 +37,7 @@ from marin.trainer.attention.backends import (
     local_window,
     register_attention_backend,
 )
+from marin.trainer.axes import target_platform
 
 MAX_PACKED_SEGMENTS = 32
 """Documents per row cuDNN's packed layout is given room for (a static shape: offsets are [batch, M+1]).
@@ -80,8 +81,8 @@ def attention_route(segment_ids: jax.Array, max_segments: int = MAX_PACKED_SEGME
 
 
 def _cudnn_unsupported(q, k, v, segment_ids) -> str | None:
-    if jax.default_backend() != "gpu":
-        return f"cuDNN runs only on a GPU (platform: {jax.default_backend()})"
+    if target_platform() != "gpu":
+        return f"cuDNN runs only on a GPU (platform: {target_platform()})"
     if q.dtype not in (jnp.bfloat16, jnp.float16):
         return f"dtype {q.dtype} is not bfloat16 or float16"
     if q.shape[-1] % 8 or q.shape[-1] > 128:

@@ -55,6 +55,7 @@ from jax.experimental.pallas import triton as pltriton
 
 from marin.trainer.attention.backends import register_attention_backend
 from marin.trainer.attention.tiling import from_kernel_layout, pad_segment_ids, tiling, to_kernel_layout
+from marin.trainer.axes import target_platform
 
 # Finite, so fully masked tiles never produce inf - inf = nan (see the module docstring); 0.7 leaves
 # headroom for subtracting a running max without overflowing. Same choice as JAX's Pallas attention.
@@ -394,7 +395,7 @@ def flash_attention(
     ``platform`` picks the lowering, by default ``jax.default_backend()``: "cpu" interprets, "gpu" is
     Triton, "tpu" is Mosaic. Raises ValueError when the kernel cannot serve the inputs there.
     """
-    platform = platform or jax.default_backend()
+    platform = platform or target_platform()
     reason = unsupported_reason(q.shape, k.shape, q.dtype, config, platform)
     if reason is not None:
         raise ValueError(f"pallas attention cannot serve these inputs: {reason}")
@@ -408,7 +409,7 @@ def flash_attention(
 
 
 def _backend_unsupported_reason(q, k, v, segment_ids) -> str | None:
-    return unsupported_reason(q.shape, k.shape, q.dtype, PallasAttentionConfig(), jax.default_backend())
+    return unsupported_reason(q.shape, k.shape, q.dtype, PallasAttentionConfig(), target_platform())
 
 
 @register_attention_backend("pallas", unsupported_reason=_backend_unsupported_reason)

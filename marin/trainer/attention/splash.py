@@ -46,7 +46,17 @@ from jax.sharding import PartitionSpec
 
 from marin.trainer.attention.backends import register_attention_backend
 from marin.trainer.attention.tiling import from_kernel_layout, pad_segment_ids, tiling, to_kernel_layout
-from marin.trainer.axes import BATCH, HEAD_DIM, HEADS, KV_HEADS, SEQ, ShardingContext, active_sharding, partition_spec
+from marin.trainer.axes import (
+    BATCH,
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    SEQ,
+    ShardingContext,
+    active_sharding,
+    partition_spec,
+    target_platform,
+)
 
 _LANES = 128  # splash's blocks must be multiples of the TPU's 128 lanes (its NUM_LANES)
 _SUPPORTED_DTYPES = (jnp.float32, jnp.bfloat16)
@@ -170,7 +180,7 @@ def splash_attention(
 
     ``platform`` defaults to ``jax.default_backend()``; on "cpu" the kernel is interpreted. Raises
     ValueError when splash cannot serve the inputs there."""
-    platform = platform or jax.default_backend()
+    platform = platform or target_platform()
     context = active_sharding()
     reason = unsupported_reason(q.shape, k.shape, q.dtype, platform, context)
     if reason is not None:
@@ -189,7 +199,7 @@ def splash_attention(
 
 
 def _backend_unsupported_reason(q, k, v, segment_ids) -> str | None:
-    return unsupported_reason(q.shape, k.shape, q.dtype, jax.default_backend(), active_sharding())
+    return unsupported_reason(q.shape, k.shape, q.dtype, target_platform(), active_sharding())
 
 
 @register_attention_backend("splash", unsupported_reason=_backend_unsupported_reason)

@@ -33,7 +33,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from marin.trainer.axes import BATCH, EMBED, VOCAB, active_sharding, constrain
+from marin.trainer.axes import BATCH, EMBED, VOCAB, active_sharding, constrain, target_platform
 from marin.trainer.layouts import as_bits, from_bits
 from marin.trainer.mesh import batch_shards
 
@@ -87,7 +87,7 @@ def _chunked(x, w, targets, mask, z_loss: float, rows: int):
 def _chunked_fwd(x, w, targets, mask, z_loss: float, rows: int):
     shards = batch_shards(active_sharding())  # 1 off a mesh
     shards = shards if targets.shape[0] % shards == 0 else 1
-    on_cpu = jax.default_backend() == "cpu"
+    on_cpu = target_platform() == "cpu"
 
     def body(carry, xs):
         total, dw = carry

@@ -37,6 +37,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from marin.trainer.axes import target_platform
 from marin.trainer.layouts import row_major
 from marin.trainer.model.fp8 import fp8_matmul
 
@@ -58,7 +59,7 @@ def dense(x: jax.Array, w: jax.Array, n_in: int = 1, out_dtype=None, matmul_dtyp
     if matmul_dtype == "float8":
         y = fp8_matmul(x2, w2, jnp.dtype(out_dtype or x.dtype))
     else:
-        y = _matmul_compute_dtype_grads(x2, w2, jnp.dtype(out_dtype or x.dtype), jax.default_backend() == "cpu")
+        y = _matmul_compute_dtype_grads(x2, w2, jnp.dtype(out_dtype or x.dtype), target_platform() == "cpu")
     # y: [tokens, out]
     return y.reshape(*x.shape[:-n_in], *outer)
 

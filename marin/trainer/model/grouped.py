@@ -32,6 +32,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from marin.trainer.axes import target_platform
 from marin.trainer.layouts import as_bits, from_bits, row_major
 from marin.trainer.model.activations import swiglu_backward, swiglu_forward, swiglu_hidden
 from marin.trainer.model.dense import NN, NT, dot_for_backend
@@ -101,7 +102,7 @@ def block_swiglu(
         raise ValueError(f"block_swiglu: w_gate {w_gate.shape}, w_up {w_up.shape}, w_down {w_down.shape} disagree")
     if x.ndim != 3 or owner.shape != x.shape[:1] or x.shape[-1] != w_gate.shape[1]:
         raise ValueError(f"block_swiglu: x {x.shape}, w_gate {w_gate.shape} and owner {owner.shape} do not agree")
-    if jax.default_backend() != "cpu":
+    if target_platform() != "cpu":
         hidden = swiglu_hidden(_gathered_product(x, w_gate, owner), _gathered_product(x, w_up, owner))
         return _gathered_product(hidden, w_down, owner)
     used = jnp.asarray(x.shape[0] if used is None else used, jnp.int32)

@@ -49,6 +49,7 @@ from marin.trainer.axes import (
     VOCAB,
     Axes,
     constrain,
+    target_platform,
 )
 from marin.trainer.model.activations import swiglu_hidden
 from marin.trainer.model.chunked_loss import chunked_token_loss
@@ -317,7 +318,7 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
     each layer gets the block of its window; under ``scan`` one compiled block serves every layer, so a stack
     that mixes windowed and full layers scans a per-layer flag and ``lax.cond`` picks the variant."""
     windows = cfg.layer_windows
-    scan = cfg.scan_layers if cfg.scan_layers is not None else jax.default_backend() == "tpu"
+    scan = cfg.scan_layers if cfg.scan_layers is not None else target_platform() == "tpu"
 
     def block_with(window: int | None):
         def block(x, layer):

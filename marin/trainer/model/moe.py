@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, partition_spec
+from marin.trainer.axes import BATCH, EMBED, EXPERTS, SEQ, active_sharding, partition_spec, target_platform
 from marin.trainer.model.activations import swiglu_hidden
 from marin.trainer.model.config import LlamaConfig
 from marin.trainer.model.dense import dense
@@ -172,7 +172,7 @@ def dispatch_name(cfg: LlamaConfig, matmul_dtype: str = "default") -> str:
                 "use 'blocked', 'ragged' or 'default'"
             )
         return cfg.moe_dispatch
-    return "ragged" if jax.default_backend() == "tpu" and matmul_dtype != "float8" else "blocked"
+    return "ragged" if target_platform() == "tpu" and matmul_dtype != "float8" else "blocked"
 
 
 def _routed_experts(
