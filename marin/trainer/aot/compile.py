@@ -38,7 +38,7 @@ from marin.trainer.aot.targets import GIB, TpuTarget, parse_target, topology_dev
 from marin.trainer.axes import BATCH, SEQ
 from marin.trainer.data.loader import assemble
 from marin.trainer.loop import RunConfig, RunLayout, eval_step_of, fresh_state, run_layout, train_step_of
-from marin.trainer.mesh import dcn_axis, num_slices
+from marin.trainer.mesh import MeshConfig, batch_shards, dcn_axis, num_slices
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,8 @@ class ProgramReport:
     optimal_seconds: float | None = None
     """libtpu's cost model as returned (negative: it could not cost every op)."""
     collectives: tuple[Collective, ...] = ()
+    mosaic_kernels: int = 0
+    """Pallas kernels lowered through Mosaic (``tpu_custom_call``s: splash's forward and backward, ...)."""
     error: str | None = None
     """The compiler's refusal (e.g. RESOURCE_EXHAUSTED with its bytes), when it did not compile."""
     needed_bytes: float | None = None
@@ -145,7 +147,8 @@ def _describe_program(r: ProgramReport, capacity: int) -> str:
         f"{r.name:10s} {r.hbm_bytes / GIB:7.2f} GiB per chip {verdict} "
         f"(headroom {(capacity - r.hbm_bytes) / GIB:.2f}): "
         f"args {r.argument_bytes / GIB:.2f}, out {r.output_bytes / GIB:.2f}, aliased {r.alias_bytes / GIB:.2f}, "
-        f"temp {r.temp_bytes / GIB:.2f}, code {r.code_bytes / 2**20:.1f} MiB; compiled in {r.compile_seconds:.1f} s"
+        f"temp {r.temp_bytes / GIB:.2f}, code {r.code_bytes / 2**20:.1f} MiB; {r.mosaic_kernels} Mosaic kernels; "
+        f"compiled in {r.compile_seconds:.1f} s"
     )
 
 
@@ -181,7 +184,7 @@ def _compile(name: str, jitted: Any, args: tuple, slice_of: list[int]) -> Progra
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return ProgramReport(name, time.perf_counter() - start, error=message, needed_bytes=_needed_bytes(str(e)))
     seconds = time.perf_counter() - start
-    memory = compiled.memory_analysis()
+    memory, text = compiled.memory_analysis(), compiled.as_text()
     cost = compiled.cost_analysis() or {}
     cost = cost[0] if isinstance(cost, list) else cost
     return ProgramReport(
@@ -195,7 +198,8 @@ def _compile(name: str, jitted: Any, args: tuple, slice_of: list[int]) -> Progra
         flops=cost.get("flops"),
         bytes_accessed=cost.get("bytes accessed"),
         optimal_seconds=cost.get("optimal_seconds"),
-        collectives=tuple(collectives(compiled.as_text(), slice_of)),
+        collectives=tuple(collectives(text, slice_of)),
+        mosaic_kernels=text.count('custom_call_target="tpu_custom_call"'),
     )
 
 
@@ -217,8 +221,8 @@ def compile_run(
 ) -> RunReport:
     """Compile ``config``'s programs (``init``, ``train_step``, ``eval_step``) for ``target`` with libtpu."""
     target = parse_target(target) if isinstance(target, str) else target
-    devices = devices if devices is not None else topology_devices(target)
     _check_mesh(config, target)
+    devices = devices if devices is not None else topology_devices(target)
     layout = run_layout(config, devices, sharded=True)
     mesh = layout.context.mesh
     slice_of = [getattr(d, "slice_index", 0) for d in mesh.devices.flat]
@@ -263,3 +267,141 @@ def _check_mesh(config: RunConfig, target: TpuTarget) -> None:
             f"MeshConfig({described}) covers {math.prod(sizes.values())} devices, but {target.name} has {chips} chips: "
             "give one axis -1 or sizes whose product is the chip count"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether a run's train step fits its slice, and if not, the first change that does (compiled to prove it)."""
+
+    target: TpuTarget
+    fits: bool
+    report: RunReport | None
+    """The train step as configured (None where its state alone exceeds the chips: not compiled)."""
+    state_bytes: int
+    """Parameters, optimizer state and averages per chip, from their shardings (resident in every program)."""
+    lever: str | None = None
+    """The change that made it fit on this slice, e.g. "remat='full', num_microbatches=4"."""
+    fitting: RunConfig | None = None
+    fitting_report: RunReport | None = None
+    smallest_slice: TpuTarget | None = None
+    """Where no lever fits on ``target``: the smallest slice of its generation where the run fits as configured."""
+    tried: tuple[tuple[str, str], ...] = ()
+    """(change, outcome) of every configuration compiled or ruled out, in order."""
+
+    def describe(self) -> str:
+        capacity = self.target.chip.hbm_bytes
+        if self.fits:
+            return f"fits {self.target.name}: {self.report.programs['train_step'].hbm_bytes / GIB:.2f} GiB per chip"
+        lines = [f"does not fit {self.target.name} ({capacity / GIB:.0f} GiB per chip):"]
+        lines += [f"  {change}: {outcome}" for change, outcome in self.tried]
+        if self.lever:
+            lines.append(f"  fits with {self.lever}")
+        elif self.smallest_slice:
+            lines.append(
+                f"  no lever fits {self.target.name}; the smallest slice that fits: {self.smallest_slice.name}"
+            )
+        else:
+            lines.append("  nothing tried fits: a larger generation or slice is needed")
+        return "\n".join(lines)
+
+
+_REMAT_ORDER = ("none", "minimal", "full")
+
+
+def lever_configs(config: RunConfig, batch_shards: int) -> list[tuple[str, RunConfig]]:
+    """Changes that cut HBM per chip in order of cost, each on top of the one before: stronger remat (recompute),
+    more microbatches (smaller matmuls), the whole mesh on fsdp, then tensor parallelism over 2 and 4 chips."""
+    model, trainer = config.model, config.trainer
+    out: list[tuple[str, RunConfig]] = []
+    current = config
+    for remat in _REMAT_ORDER[_REMAT_ORDER.index(model.remat) + 1 :]:
+        current = dataclasses.replace(current, model=dataclasses.replace(current.model, remat=remat))
+        out.append((f"remat={remat!r}", current))
+    micro = trainer.num_microbatches
+    while trainer.batch_size % (micro * 2) == 0 and (trainer.batch_size // (micro * 2)) % batch_shards == 0:
+        micro *= 2
+        changed = dataclasses.replace(current.trainer, num_microbatches=micro)
+        out.append(
+            (f"remat={current.model.remat!r}, num_microbatches={micro}", dataclasses.replace(current, trainer=changed))
+        )
+    if out:
+        current = out[-1][1]
+    if current.trainer.mesh.data != 1 or current.trainer.sharding not in ("fsdp", "fsdp_tp"):
+        mesh = dataclasses.replace(current.trainer.mesh, data=1, fsdp=-1)
+        current = dataclasses.replace(current, trainer=dataclasses.replace(current.trainer, mesh=mesh, sharding="fsdp"))
+        out.append(("the whole mesh on fsdp", current))
+    for tensor in (2, 4):
+        mesh = MeshConfig(data=1, fsdp=-1, expert=current.trainer.mesh.expert, tensor=tensor)
+        changed = dataclasses.replace(current.trainer, mesh=mesh, sharding="fsdp_tp")
+        out.append((f"tensor={tensor} (fsdp_tp)", dataclasses.replace(current, trainer=changed)))
+    return out
+
+
+def fit_verdict(config: RunConfig, target: str | TpuTarget, *, prove_slice: bool = True) -> Verdict:
+    """Does ``config``'s train step fit ``target``? If not, the first lever that fits (``lever_configs``), else
+    the smallest slice of the generation that fits (its state per chip first, then, with ``prove_slice``, compiled)."""
+    target = parse_target(target) if isinstance(target, str) else target
+    capacity = target.chip.hbm_bytes
+    devices = topology_devices(target)
+    state_bytes = _state_bytes(config, devices)
+    tried: list[tuple[str, str]] = []
+    report = None
+    if state_bytes <= capacity:
+        report = compile_run(config, target, ("train_step",), devices=devices)
+        if report.fits():
+            return Verdict(target, True, report, state_bytes)
+        tried.append(("as configured", _outcome(report)))
+        layout = run_layout(config, devices, sharded=True)
+        for change, candidate in lever_configs(config, batch_shards(layout.context)):
+            try:
+                if _state_bytes(candidate, devices) > capacity:
+                    tried.append((change, "state alone exceeds the chip"))
+                    continue
+                attempt = compile_run(candidate, target, ("train_step",), devices=devices)
+            except ValueError as e:  # a lever the model's shapes cannot take (e.g. heads not divisible by tensor)
+                tried.append((change, f"not applicable: {e}"))
+                continue
+            tried.append((change, _outcome(attempt)))
+            if attempt.fits():
+                return Verdict(target, False, report, state_bytes, change, candidate, attempt, None, tuple(tried))
+    else:
+        tried.append(("as configured", f"state alone needs {state_bytes / GIB:.2f} GiB per chip; no lever shrinks it"))
+    bigger = _smallest_slice(config, target, prove_slice, tried)
+    return Verdict(target, False, report, state_bytes, smallest_slice=bigger, tried=tuple(tried))
+
+
+def _outcome(report: RunReport) -> str:
+    step = report.programs["train_step"]
+    if not step.compiled:
+        needed = f"needs {step.needed_bytes / GIB:.2f} GiB" if step.needed_bytes else step.error[:120]
+        return f"does not compile ({needed})"
+    return f"{step.hbm_bytes / GIB:.2f} GiB per chip" + (" fits" if report.fits() else "")
+
+
+def _state_bytes(config: RunConfig, devices: list) -> int:
+    return per_device_bytes(state_shapes(config, run_layout(config, devices, sharded=True)))
+
+
+def _smallest_slice(config: RunConfig, target: TpuTarget, prove: bool, tried: list) -> TpuTarget | None:
+    from marin.trainer.aot.targets import _TOPOLOGIES  # noqa: PLC0415
+
+    for chips in sorted(c for c in _TOPOLOGIES[target.generation] if c > target.chips):
+        candidate = TpuTarget(target.generation, chips, target.slices)
+        try:
+            _check_mesh(config, candidate)
+            devices = topology_devices(candidate)
+            state = _state_bytes(config, devices)
+        except ValueError as e:
+            tried.append((candidate.name, f"not applicable: {e}"))
+            continue
+        if state > target.chip.hbm_bytes:
+            tried.append((candidate.name, f"state alone needs {state / GIB:.2f} GiB per chip"))
+            continue
+        if not prove:
+            tried.append((candidate.name, f"state {state / GIB:.2f} GiB per chip (not compiled)"))
+            return candidate
+        report = compile_run(config, candidate, ("train_step",), devices=devices)
+        tried.append((candidate.name, _outcome(report)))
+        if report.fits():
+            return candidate
+    return None

@@ -10,7 +10,9 @@ collective into the fusions that start, overlap and finish it; the clones share 
 channel counts once per execution of the computation that holds it. ``bytes`` is the whole buffer the
 collective is about (an all-gather's result, a reduce-scatter's operand, an all-reduce's value) per device and
 execution; ``wire_bytes`` what a ring moves per device for it (``(n - 1) / n`` of that, twice for an
-all-reduce). Replica groups index the program's devices in mesh order; a group spanning two slices crosses DCN.
+all-reduce). Replica groups index the program's devices in mesh order; a group spanning two slices crosses DCN (on
+several slices XLA:TPU compiles one program per slice and sends what crosses them through the Megascale
+runtime: those sends are the DCN collectives).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _computations(text: str) -> tuple[dict[str, _Computation], str | None]:
                 comps[current.name] = current
                 entry = current.name if line.startswith("ENTRY") else entry
             continue
-        if line.startswith("}"):
+        if line.rstrip() == "}":  # not "}}, metadata=...": an attribute may run over several lines
             current = None
         else:
             current.lines.append(line)
@@ -147,7 +149,12 @@ def _collective(kind: str, opcode: str, shape_text: str, attributes: str, slice_
 
 
 def collectives(text: str, slice_of: Sequence[int]) -> list[Collective]:
-    """The program's collectives, merged by (kind, bytes, group size, DCN), most bytes first."""
+    """The program's collectives, merged by (kind, bytes, group size, DCN), most bytes first.
+
+    On several slices XLA compiles one program per slice: its replica groups stay within the slice (ICI), and
+    what crosses slices is a ``send`` to the Megascale runtime naming the collective it is part of; each such
+    send counts as that collective over the slices, its bytes the chunk it sends."""
+    slices = len(set(slice_of))
     comps, entry = _computations(text)
     found: dict[tuple, int] = {}
 
@@ -161,7 +168,12 @@ def collectives(text: str, slice_of: Sequence[int]) -> list[Collective]:
                 continue
             opcode = match.group(3)
             kind = opcode.removesuffix("-start")
-            if kind in KINDS and not opcode.endswith("-done"):
+            megascale = re.search(r'_xla_megascale_transfer_type="(\w+)"', line) if opcode == "send" else None
+            if megascale:  # a collective across slices: host transfers through the Megascale runtime, over DCN
+                arrays = _array_bytes(match.group(2).split("u32[]")[0])
+                parsed = (megascale.group(1).lower().replace("_", "-"), sum(arrays), slices, True)
+                found[parsed] = found.get(parsed, 0) + times
+            elif kind in KINDS and not opcode.endswith("-done"):
                 channel = re.search(r"channel_id=(\d+)", line)
                 key = channel.group(1) if channel else match.group(1)
                 if key not in seen:
