@@ -1,27 +1,25 @@
 """The quickstart's post-training results under several seeds: how much of each number is the recipe, how much
-the draw. Issue #47.
+the draw. Issues #47 and #80.
 
 The base model is the quickstart's own (``make quickstart`` first: nothing of it reruns). For each seed the
 instruct phase (SFT data order), the preference phase (DPO pair order) and the RL phase (GRPO prompt order and
 every rollout's sampling seed) run again from it, each seed a set of steps of its own (``-s1``, ``-s2``; seed 0
-is the quickstart itself), and every model is evaluated on the same held-out instructions and pairs.
+is the quickstart itself), and every model is evaluated on the same held-out and practice questions and pairs.
 
-    python experiments/exp47_quickstart_seeds.py --dry_run true   # the quickstart's steps, plus 2 x 13 new ones
+    python experiments/exp47_quickstart_seeds.py --dry_run true   # the quickstart's steps, plus 2 x 16 new ones
     python experiments/exp47_quickstart_seeds.py                  # ~8 minutes on 2 cores after make quickstart
 
-It prints, per seed, exact match base -> SFT -> RL and preference accuracy SFT -> DPO, then each quantity's
-range over the seeds (the table of docs/quickstart.md).
+It prints, per seed, what each phase changed item by item (``quickstart.post_training_gains``), then each
+quantity's range over the seeds (the table of docs/quickstart.md). ``exp80_quickstart_spread.py`` runs it under
+several CPU kernel settings.
 """
-
-import json
-import os
 
 from experiments import quickstart
 from experiments.models import llama_nano
 from marin.execution import executor_main
 
 SEEDS = (0, 1, 2)
-RESULTS = ("instruct_eval_base", "instruct_eval_sft", "instruct_eval_rl", "preference_eval_sft", "preference_eval_dpo")
+RESULTS = (*quickstart.INSTRUCT_EVALS, *quickstart.PREFERENCE_EVALS)
 
 
 def build(seeds=SEEDS) -> dict[int, dict]:
@@ -39,40 +37,67 @@ def build(seeds=SEEDS) -> dict[int, dict]:
     return out
 
 
-PHASES = build()
+def targets(phases: dict[int, dict]) -> list:
+    return [steps[k] for steps in phases.values() for k in RESULTS]
 
 
-def summarize(result) -> dict:
-    """Per seed: exact match base/SFT/RL and preference accuracy SFT/DPO; printed with their ranges."""
-    paths = {p.name: p.output_path for p in result.plan.steps}
-
-    def read(step, section: str, name: str) -> float:
-        with open(os.path.join(paths[step.name], "results.json")) as f:
-            r = json.load(f)[section][name]
-        return r["exact_match"]["value"] if section == "instruct" else r["accuracy"]["value"]
-
-    rows = {
-        seed: {
-            "base": read(steps["instruct_eval_base"], "instruct", "instructions"),
-            "sft": read(steps["instruct_eval_sft"], "instruct", "instructions"),
-            "rl": read(steps["instruct_eval_rl"], "instruct", "instructions"),
-            "pref_sft": read(steps["preference_eval_sft"], "preference", "instruction_pairs"),
-            "pref_dpo": read(steps["preference_eval_dpo"], "preference", "instruction_pairs"),
-        }
-        for seed, steps in PHASES.items()
+def gains_by_seed(phases: dict[int, dict], output_paths: dict[str, str]) -> dict[int, dict]:
+    """``quickstart.post_training_gains`` of every seed, from step name -> output path."""
+    return {
+        seed: quickstart.post_training_gains({k: output_paths[steps[k].name] for k in RESULTS})
+        for seed, steps in phases.items()
     }
-    print("\nseed   exact match base -> SFT -> RL   preference accuracy SFT -> DPO")
-    for seed, r in rows.items():
-        exact = f"{r['base']:.3f} -> {r['sft']:.3f} -> {r['rl']:.3f}"
-        print(f"  {seed}    {exact}        {r['pref_sft']:.3f} -> {r['pref_dpo']:.3f}")
-    for key in ("sft", "rl", "pref_sft", "pref_dpo"):
-        values = [r[key] for r in rows.values()]
-        print(f"  {key:8s} range {min(values):.3f} - {max(values):.3f}")
+
+
+def summary_rows(gains: dict[int, dict]) -> list[dict]:
+    """One flat row per seed: the numbers docs/quickstart.md tabulates."""
+    rows = []
+    for seed, g in gains.items():
+        held, practice, pref = g["instructions"], g["practice"], g["preference"]
+        rows.append(
+            {
+                "seed": seed,
+                "base": held["base"],
+                "sft": held["sft"],
+                "rl": held["rl"],
+                "rl_gained_lost": (held["rl_vs_sft"]["gained"], held["rl_vs_sft"]["lost"]),
+                "rl_ci95": held["rl_vs_sft"]["ci95"],
+                "practice_sft": practice["sft"],
+                "practice_rl": practice["rl"],
+                "practice_ci95": practice["rl_vs_sft"]["ci95"],
+                "pref_sft": pref["sft"],
+                "pref_dpo": pref["dpo"],
+                "dpo_gained_lost": (pref["dpo_vs_sft"]["gained"], pref["dpo_vs_sft"]["lost"]),
+                "dpo_ci95": pref["dpo_vs_sft"]["ci95"],
+                "margin_sft": pref["margin"][0],
+                "margin_dpo": pref["margin"][1],
+            }
+        )
     return rows
 
 
-if __name__ == "__main__":
-    targets = [steps[k] for steps in PHASES.values() for k in RESULTS]
-    result = executor_main(steps=targets, description="the quickstart's post-training phases under seeds 0, 1, 2")
+def print_rows(rows: list[dict]) -> None:
+    print("\nseed  held-out base -> SFT -> RL (+/-)   practice SFT -> RL   preference SFT -> DPO (+/-)   margin")
+    for r in rows:
+        print(
+            f"  {r['seed']}   {r['base']:.3f} -> {r['sft']:.3f} -> {r['rl']:.3f} (+{r['rl_gained_lost'][0]}/-"
+            f"{r['rl_gained_lost'][1]})   {r['practice_sft']:.3f} -> {r['practice_rl']:.3f}   {r['pref_sft']:.3f} -> "
+            f"{r['pref_dpo']:.3f} (+{r['dpo_gained_lost'][0]}/-{r['dpo_gained_lost'][1]})   "
+            f"{r['margin_sft']:.2f} -> {r['margin_dpo']:.2f}"
+        )
+    for key in ("sft", "rl", "practice_sft", "practice_rl", "pref_sft", "pref_dpo"):
+        values = [r[key] for r in rows]
+        print(f"  {key:12s} range {min(values):.3f} - {max(values):.3f}")
+
+
+def main(seeds=SEEDS, args: list[str] | None = None) -> None:
+    phases = build(seeds)
+    result = executor_main(
+        steps=targets(phases), description=f"the quickstart's post-training phases under seeds {seeds}", args=args
+    )
     if result is not None:
-        summarize(result)
+        print_rows(summary_rows(gains_by_seed(phases, {p.name: p.output_path for p in result.plan.steps})))
+
+
+if __name__ == "__main__":
+    main()

@@ -39,10 +39,10 @@ from experiments.defaults.evaluation import (
 from experiments.defaults.inputs import CPU_DATA, Input
 from experiments.defaults.ladders import ScalingLadder, default_scaling_ladder
 from experiments.defaults.posttrain import (
-    default_arithmetic_prompts,
     default_chat_data,
     default_dpo,
     default_environment,
+    default_instruction_prompts,
     default_preference_data,
     default_preference_tokenize,
     default_prompt_set,
@@ -58,7 +58,7 @@ __all__ = [
     "CPU_DATA",
     "Input",
     "ScalingLadder",
-    "default_arithmetic_prompts",
+    "default_instruction_prompts",
     "default_chat_data",
     "default_classify",
     "default_dedupe",

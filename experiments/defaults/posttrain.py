@@ -6,7 +6,7 @@
     pairs = default_preference_data("pairs", [raw / "pairs.jsonl"], validation_fraction=0.05)
     dpo_data = default_preference_tokenize("pairs-dpo", pairs, tokenizer=sft_data / "tokenizer")
     dpo = default_dpo("nano-dpo", dpo_data, model, dpo_train, initialize_from=sft)
-    rl = default_rl("nano-rl", sft, {"addition": default_environment(default_arithmetic_prompts())}, ...)
+    rl = default_rl("nano-rl", sft, {"addition": default_environment(default_instruction_prompts())}, ...)
 
 Chat data and preference pairs take the same two data steps: rows of any public shape normalized into
 ``train/`` and ``validation/`` (explicit files, or a share held out by hash), then rendered with the chat
@@ -35,10 +35,10 @@ from marin.chat import (
     tokenize_preferences,
 )
 from marin.environments import (
-    ArithmeticPromptsConfig,
     EnvironmentConfig,
     Gsm8kConfig,
-    generate_arithmetic_prompts,
+    InstructionPromptsConfig,
+    generate_instruction_prompts,
     prepare_gsm8k,
 )
 from marin.execution import ExecutorStep, ResourceConfig, this_output_path, versioned
@@ -347,14 +347,19 @@ def default_prompt_set(name: str, source: Input, *, max_rows: int | None = None)
     )
 
 
-def default_arithmetic_prompts(kind: str = "addition", seed: int = 0) -> ExecutorStep:
-    """``environments/<kind>``: the quickstart's addition or counting questions in the instruct data's training
-    phrasings (never its held-out ones), answered as the instruct data answers them."""
+def default_instruction_prompts(kind: str = "addition", seed: int = 0, phrasings: str = "training") -> ExecutorStep:
+    """``environments/<kind>`` (``-practice`` for the practice phrasings): the quickstart's questions of one kind
+    (sums, counts, animal sounds, opposites) in the instruct data's training phrasings or in the practice ones
+    (never its held-out ones), answered as the instruct data answers them."""
+    suffix, phrased = ("", "the training instructions") if phrasings == "training" else (f"-{phrasings}", phrasings)
+    config = InstructionPromptsConfig(output_path=this_output_path(), kind=versioned(kind), seed=versioned(seed))
+    if phrasings != "training":  # a field only where it differs, so the training phrasings' steps keep their identity
+        config = dataclasses.replace(config, phrasings=versioned(phrasings))
     return ExecutorStep(
-        name=f"environments/{kind}",
-        fn=generate_arithmetic_prompts,
-        config=ArithmeticPromptsConfig(output_path=this_output_path(), kind=versioned(kind), seed=versioned(seed)),
-        description=f"{kind} prompts for RL, phrased as the training instructions",
+        name=f"environments/{kind}{suffix}",
+        fn=generate_instruction_prompts,
+        config=config,
+        description=f"{kind} prompts for RL, phrased as {phrased}",
         resources=CPU_DATA,
     )
 

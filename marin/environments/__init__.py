@@ -10,9 +10,9 @@ from marin.environments.answers import final_answer, marked_answer, numbers_equa
 from marin.environments.environment import BadPromptRecord, Environment, EnvironmentConfig, RewardError
 from marin.environments.prompt_sets import (
     GSM8K_URLS,
-    ArithmeticPromptsConfig,
     Gsm8kConfig,
-    generate_arithmetic_prompts,
+    InstructionPromptsConfig,
+    generate_instruction_prompts,
     prepare_gsm8k,
 )
 from marin.environments.rewards import REWARDS, get_reward, register_reward
@@ -20,14 +20,14 @@ from marin.environments.rewards import REWARDS, get_reward, register_reward
 __all__ = [
     "GSM8K_URLS",
     "REWARDS",
-    "ArithmeticPromptsConfig",
+    "InstructionPromptsConfig",
     "BadPromptRecord",
     "Environment",
     "EnvironmentConfig",
     "Gsm8kConfig",
     "RewardError",
     "final_answer",
-    "generate_arithmetic_prompts",
+    "generate_instruction_prompts",
     "get_reward",
     "marked_answer",
     "numbers_equal",

@@ -1,8 +1,8 @@
-"""Prompt-set steps: public math data and the quickstart's arithmetic as prompt records with verifiable answers.
+"""Prompt-set steps: public math data and the quickstart's instructions as prompt records with verifiable answers.
 
     prepare_gsm8k(Gsm8kConfig(input_paths=("<download>/train.jsonl",), output_path=...))
     # prompts.jsonl   {"id": "gsm8k-0", "prompt": "Natalia sold clips to 48 ...", "answer": "72", "solution": "..."}
-    generate_arithmetic_prompts(ArithmeticPromptsConfig(output_path=..., kind="addition"))
+    generate_instruction_prompts(InstructionPromptsConfig(output_path=..., kind="addition"))
     # prompts.jsonl   {"id": "addition-0", "prompt": "What is 3 + 4?", "answer": "3 + 4 = 7"}
 
 GSM8K (Cobbe et al., 2021; ``openai/grade-school-math``, MIT) is plain JSONL, one ``{"question", "answer"}`` per
@@ -13,9 +13,10 @@ line, the answer a worked solution ending ``#### <number>``. The whole set comes
 and a slice of it ships with the tests (``tests/data/gsm8k_slice``, with its licence). A row whose answer has
 no ``####`` line is refused naming the file, row and field (``on_error="skip"`` counts and drops it).
 
-The arithmetic prompts are the quickstart's CPU-sized environments: the addition and counting questions of the
-bundled instruction data (``marin.corpus.instruct``), asked with the *training* phrasings only, so no prompt is
-one of the held-out instructions the quickstart evaluates on (those use ``HELD_OUT_QUESTIONS``).
+The instruction prompts are the quickstart's CPU-sized environments: the questions of the bundled instruction
+data (``marin.corpus.instruct``: sums, counts, animal sounds, opposites), asked with the SFT data's *training*
+phrasings or with the *practice* phrasings no SFT item or held-out item uses, never with the held-out ones the
+quickstart evaluates on (``HELD_OUT_QUESTIONS``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import json
 import logging
 import random
 
-from marin.corpus.domains import NUMBER_WORDS
-from marin.corpus.instruct import FACTS, HELD_OUT_QUESTIONS, QUESTIONS
+from marin.corpus.domains import ANIMAL_SOUNDS, NUMBER_WORDS, OPPOSITE_OF
+from marin.corpus.instruct import FACTS, HELD_OUT_QUESTIONS, KINDS, PHRASINGS
 from marin.environments.answers import GSM8K_MARKER
 from marin.storage import join, write_atomic
 from marin.storage.records import ReadStats, read_records, write_records
@@ -85,25 +86,40 @@ def prepare_gsm8k(config: Gsm8kConfig) -> dict:
     return _write_prompt_set(config.output_path, records, {"source": "gsm8k", "skipped": stats.skipped})
 
 
-ARITHMETIC_KINDS = ("addition", "counting")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ArithmeticPromptsConfig:
+class InstructionPromptsConfig:
     output_path: str
     kind: str = "addition"
-    """"addition" (``What is 3 + 4?`` -> ``3 + 4 = 7``) or "counting" (``Count from four to seven.`` ->
-    ``four, five, six, seven``): the quickstart's arithmetic, as its instruction data asks it."""
+    """Which of the instruction data's kinds (``marin.corpus.instruct.KINDS``): "addition" (``What is 3 + 4?``
+    -> ``3 + 4 = 7``), "counting" (``Count from four to seven.`` -> ``four, five, six, seven``), "animal_sound"
+    or "opposite"."""
+    phrasings: str = "training"
+    """"training" asks as the SFT data does, "practice" as neither it nor the held-out items do
+    (``marin.corpus.instruct.PHRASINGS``); the held-out phrasings are never offered."""
     seed: int = 0
 
     def __post_init__(self):
-        check("ArithmeticPromptsConfig", "kind", self.kind, lambda v: v in ARITHMETIC_KINDS, str(ARITHMETIC_KINDS))
+        check("InstructionPromptsConfig", "kind", self.kind, lambda v: v in KINDS, str(KINDS))
+        check(
+            "InstructionPromptsConfig",
+            "phrasings",
+            self.phrasings,
+            lambda v: v in PROMPT_PHRASINGS,
+            str(PROMPT_PHRASINGS),
+        )
+
+
+PROMPT_PHRASINGS = ("training", "practice")
 
 
 def _facts(kind: str) -> list[tuple[dict, str]]:
     """(template fields, reference reply) of every fact of ``kind`` the instruction data draws from."""
     if kind == "addition":
         return [({"a": a, "b": b}, f"{a} + {b} = {a + b}") for a, b in FACTS["addition"]]
+    if kind == "animal_sound":
+        return [({"x": x}, f"The {x} says {ANIMAL_SOUNDS[x]}.") for x in FACTS["animal_sound"]]
+    if kind == "opposite":
+        return [({"x": x}, f"The opposite of {x} is {OPPOSITE_OF[x]}.") for x in FACTS["opposite"]]
     return [
         ({"a": NUMBER_WORDS[start], "b": NUMBER_WORDS[start + n]}, ", ".join(NUMBER_WORDS[start : start + n + 1]))
         for start in FACTS["counting"]
@@ -111,11 +127,13 @@ def _facts(kind: str) -> list[tuple[dict, str]]:
     ]
 
 
-def arithmetic_records(seed: int, kind: str = "addition") -> list[dict]:
-    """Every fact of ``kind`` asked once in each training phrasing, shuffled by ``seed``; the answer is the
+def instruction_records(seed: int, kind: str = "addition", phrasings: str = "training") -> list[dict]:
+    """Every fact of ``kind`` asked once in each of the ``phrasings``, shuffled by ``seed``; the answer is the
     reply the instruct data teaches (``exact`` and, for sums, ``numeric`` rewards both read it)."""
-    rng = random.Random(f"{seed}-{kind}-prompts")
-    rows = [(template.format(**fields), reply) for template in QUESTIONS[kind] for fields, reply in _facts(kind)]
+    # the training phrasings keep the seed stream they were first drawn with (the quickstart's addition prompts)
+    rng = random.Random(f"{seed}-{kind}-prompts" + ("" if phrasings == "training" else f"-{phrasings}"))
+    questions = PHRASINGS[phrasings][kind]
+    rows = [(template.format(**fields), reply) for template in questions for fields, reply in _facts(kind)]
     rng.shuffle(rows)
     return [{"id": f"{kind}-{i}", "prompt": prompt, "answer": reply} for i, (prompt, reply) in enumerate(rows)]
 
@@ -125,11 +143,11 @@ def held_out_phrasings(kind: str) -> set[str]:
     return {t.format(**fields) for t in HELD_OUT_QUESTIONS[kind] for fields, _ in _facts(kind)}
 
 
-def generate_arithmetic_prompts(config: ArithmeticPromptsConfig) -> dict:
-    records = arithmetic_records(config.seed, config.kind)
+def generate_instruction_prompts(config: InstructionPromptsConfig) -> dict:
+    records = instruction_records(config.seed, config.kind, config.phrasings)
     if held_out_phrasings(config.kind) & {r["prompt"] for r in records}:  # disjoint by construction; kept so
         raise RuntimeError("an RL prompt is phrased as a held-out instruction")
-    summary = {"source": f"arithmetic/{config.kind}", "seed": config.seed}
+    summary = {"source": f"instructions/{config.kind}/{config.phrasings}", "seed": config.seed}
     return _write_prompt_set(config.output_path, records, summary)
 
 

@@ -21,7 +21,7 @@ from marin.environments import (
     register_reward,
 )
 from marin.environments.answers import boxed, last_number
-from marin.environments.prompt_sets import arithmetic_records
+from marin.environments.prompt_sets import instruction_records
 from marin.environments.rewards import REWARDS
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "gsm8k_slice"
@@ -89,7 +89,7 @@ def test_parse_number_is_exact():
 
 
 def test_exact_and_format_rewards_on_the_quickstart_arithmetic():
-    record = arithmetic_records(0, "addition")[0]
+    record = instruction_records(0, "addition")[0]
     sums, total = record["answer"].split(" = ")
     a, b = sums.split(" + ")
     assert int(a) + int(b) == int(total) and a in record["prompt"] and b in record["prompt"]
@@ -107,13 +107,13 @@ def test_arithmetic_prompts_are_never_phrased_as_the_held_out_instructions():
     generate_instructions(InstructionsConfig(output_path="memory://instr"))
     held = {r["messages"][0]["content"]: r for r in read_records("memory://instr/validation/instructions.jsonl")}
     for kind, count in (("addition", 300), ("counting", 156)):
-        records = arithmetic_records(0, kind)
+        records = instruction_records(0, kind)
         prompts = [r["prompt"] for r in records]
         assert len(prompts) == len(set(prompts)) == count and not set(held) & set(prompts)
         # the same facts and reply form as the held-out items of that kind: only the phrasing differs
         replies = {r["answer"] for r in records}
         assert {h["messages"][1]["content"] for h in held.values() if h["kind"] == kind} <= replies
-    counting = arithmetic_records(0, "counting")[0]
+    counting = instruction_records(0, "counting")[0]
     assert get_reward("exact")(counting, counting["answer"]) == 1.0 and counting["prompt"].startswith("Count")
 
 

@@ -14,7 +14,8 @@ from marin.execution import Executor
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT_FLOOR = 0.7
-"""Held-out exact match every seed of the SFT phase (and of the RL phase after it) reached, with a margin."""
+"""Held-out exact match every seed and kernel variation of the SFT phase (and of the RL phase after it) reached,
+with a margin (docs/quickstart.md)."""
 
 
 @pytest.mark.slow
@@ -60,9 +61,10 @@ def test_instruct_phase_beats_the_base_model_on_held_out_instructions(quickstart
 
 
 @pytest.mark.slow
-def test_preference_phase_raises_the_held_out_preference_over_the_sft_model(quickstart_run):
+def test_preference_phase_raises_the_held_out_margin_and_keeps_the_accuracy(quickstart_run):
     """Mechanics, on verifiable pairs: DPO from the SFT model against itself moves held-out preferences the way
-    the labels point (measured over seeds 0-2: accuracy 0.97-0.98 -> 0.99, docs/dpo.md)."""
+    the labels point. What moves on every host and seed is the margin (docs/dpo.md); the accuracy starts at
+    0.96-0.99 on near misses, so the test bounds its change item by item: no significant loss at 95%."""
     paths = quickstart_run["paths"]
     before, after = (
         json.loads((Path(paths[key]) / "results.json").read_text())["preference"]["instruction_pairs"]
@@ -72,10 +74,8 @@ def test_preference_phase_raises_the_held_out_preference_over_the_sft_model(quic
     assert before["reward_accuracy"]["value"] == 0.0  # the SFT model is its own reference: every reward is 0
     assert after["reward_accuracy"]["value"] > 0.75 and after["reward_margin"] > 0.1, after
     assert after["mean_margin"] > before["mean_margin"] + 1.0 and after["accuracy"]["value"] >= 0.9, (before, after)
-    # DPO does not lower the held-out accuracy: 0.97-0.98 -> 0.99 over seeds 0-2 on the AMD host, but on an Intel
-    # host the SFT model already ranked all 200 pairs right and DPO 197 (1.0 -> 0.985, docs/dpo.md), so within
-    # 4 pairs of 200
-    assert after["accuracy"]["value"] >= before["accuracy"]["value"] - 0.02, (before, after)
+    change = quickstart.post_training_gains(paths)["preference"]["dpo_vs_sft"]
+    assert change["ci95"][1] >= 0, change  # DPO does not lower the held-out accuracy beyond chance
     metrics = [json.loads(line) for line in (Path(paths["dpo"]) / "metrics.jsonl").read_text().splitlines()]
     final = [m for m in metrics if "eval/validation/rewards/accuracies" in m][-1]
     assert final["step"] == 40 and final["eval/validation/pairs"] == 200
