@@ -37,6 +37,7 @@ from marin.identity import result_dict, runtime_field
 from marin.multihost import coordinates
 from marin.storage import join
 from marin.trainer import distributed, host_parallel
+from marin.trainer.attention.context import check_sequence_split
 from marin.trainer.axes import ShardingContext
 from marin.trainer.checkpoint import (
     CheckpointConfig,
@@ -319,6 +320,7 @@ def run_layout(config: RunConfig, devices: Sequence[jax.Device] | None = None, *
     context = sharding_context(trainer.mesh, trainer.sharding, devices)
     if context is None and sharded:
         context = ShardingContext(trainer.mesh.build(devices), resolve_rules(trainer.sharding))
+    check_sequence_split(model.seq_len, context, what="LlamaConfig.seq_len")
     shardings = None
     if context is not None:
         ema = config.optimizer.keeps_average

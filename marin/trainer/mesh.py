@@ -67,19 +67,22 @@ from marin.trainer.axes import (
 
 logger = logging.getLogger(__name__)
 
-DATA, FSDP, EXPERT, TENSOR = "data", "fsdp", "expert", "tensor"
-MESH_AXES: tuple[str, ...] = (DATA, FSDP, EXPERT, TENSOR)
+DATA, FSDP, EXPERT, CONTEXT, TENSOR = "data", "fsdp", "expert", "context", "tensor"
+MESH_AXES: tuple[str, ...] = (DATA, FSDP, EXPERT, CONTEXT, TENSOR)
 
 # The expert axis splits a MoE's experts (``moe.py`` exchanges tokens all-to-all over it) and, like fsdp,
 # the batch everywhere else; at its default size 1 it changes no placement.
 _BATCH_RULE = (BATCH, (DATA, FSDP, EXPERT))
 _EXPERT_RULE = (EXPERTS, EXPERT)
+# Context parallelism: every sequence's positions split over the context axis (``attention/context.py`` attends
+# across the split); at its default size 1 it changes no placement either.
+_CONTEXT_RULE = (SEQ, CONTEXT)
 _TP_RULES = ((HEADS, TENSOR), (KV_HEADS, TENSOR), (MLP, TENSOR), (VOCAB, TENSOR))
 SHARDING_PRESETS: dict[str, ShardingRules] = {
-    "dp": (_BATCH_RULE, _EXPERT_RULE),
-    "fsdp": (_BATCH_RULE, _EXPERT_RULE, (EMBED, FSDP)),
-    "tp": (_BATCH_RULE, _EXPERT_RULE, *_TP_RULES),
-    "fsdp_tp": (_BATCH_RULE, _EXPERT_RULE, (EMBED, FSDP), *_TP_RULES),
+    "dp": (_BATCH_RULE, _EXPERT_RULE, _CONTEXT_RULE),
+    "fsdp": (_BATCH_RULE, _EXPERT_RULE, _CONTEXT_RULE, (EMBED, FSDP)),
+    "tp": (_BATCH_RULE, _EXPERT_RULE, _CONTEXT_RULE, *_TP_RULES),
+    "fsdp_tp": (_BATCH_RULE, _EXPERT_RULE, _CONTEXT_RULE, (EMBED, FSDP), *_TP_RULES),
 }
 
 # Literals, not ``str``: draccus decodes a union by trying its members in order, and ``str`` accepts a
@@ -100,6 +103,9 @@ class MeshConfig:
     """Devices that split the parameters and optimizer state (under the fsdp rules) and the batch."""
     expert: int = 1
     """Devices that split a mixture-of-experts' experts (expert parallelism) and the batch elsewhere."""
+    context: int = 1
+    """Devices that split every sequence (context parallelism): each holds ``seq_len / context`` positions of
+    every row, attention exchanges keys and values over the axis (``attention/context.py``)."""
     tensor: int = 1
     """Devices that split heads and the MLP (under the tp rules); keep it within a fast interconnect."""
 

@@ -86,7 +86,9 @@ def test_a_mesh_that_does_not_divide_the_chips_names_axes_and_sizes():
     with pytest.raises(ValueError, match=r"v5e-4 has 4 chips: MeshConfig\(data=3, fsdp=-1.*not a multiple of 3"):
         aot_compile.compile_run(config, "v5e-4")
     config = run_config(nano(), batch_size=8, mesh=MeshConfig(data=1, fsdp=2, tensor=1))
-    with pytest.raises(ValueError, match=r"MeshConfig\(data=1, fsdp=2, expert=1, tensor=1\) covers 2 devices.*4 chips"):
+    with pytest.raises(
+        ValueError, match=r"MeshConfig\(data=1, fsdp=2, expert=1, context=1, tensor=1\) covers 2 devices.*4 chips"
+    ):
         aot_compile.compile_run(config, "v5e-4")
 
 
@@ -147,7 +149,7 @@ def test_nano_fsdp_on_v5e_4_with_splash(libtpu):
     model = lane_sized()
     config = run_config(model, batch_size=8)
     report = aot_compile.compile_run(config, "v5e-4")
-    assert report.mesh == {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1} and report.dcn_axis is None
+    assert report.mesh == {"data": 1, "fsdp": 4, "expert": 1, "context": 1, "tensor": 1} and report.dcn_axis is None
     step = report.programs["train_step"]
     assert step.compiled and report.fits() and report.fits("init") and report.fits("eval_step")
     assert step.mosaic_kernels == 3 * model.num_layers or step.mosaic_kernels >= 3  # splash forward, dq, dkv

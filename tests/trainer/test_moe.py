@@ -305,7 +305,7 @@ def test_bad_moe_configs_are_refused_naming_the_field(change, match):
 
 
 def test_experts_that_do_not_divide_over_the_expert_axis_are_refused():
-    mesh = AbstractMesh((1, 1, 4, 1), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
+    mesh = AbstractMesh((1, 1, 4, 1, 1), MESH_AXES, axis_types=(AxisType.Auto,) * 5)
     cfg = MOE  # 6 experts over 4 devices
     layer = jax.eval_shape(lambda: _layer0(init_params(cfg, jax.random.PRNGKey(0))))
     x = jax.ShapeDtypeStruct((4, 8, cfg.hidden_dim), jnp.float32)

@@ -179,10 +179,10 @@ def test_state_shardings_are_what_the_rules_say(run, report, request):
     assert (
         entry["mesh"]
         == {
-            "dp": {"data": 8, "fsdp": 1, "expert": 1, "tensor": 1},
-            "fsdp": {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1},
-            "tp": {"data": 4, "fsdp": 1, "expert": 1, "tensor": 2},
-            "fsdp_tp": {"data": 2, "fsdp": 2, "expert": 1, "tensor": 2},
+            "dp": {"data": 8, "fsdp": 1, "expert": 1, "context": 1, "tensor": 1},
+            "fsdp": {"data": 1, "fsdp": 8, "expert": 1, "context": 1, "tensor": 1},
+            "tp": {"data": 4, "fsdp": 1, "expert": 1, "context": 1, "tensor": 2},
+            "fsdp_tp": {"data": 2, "fsdp": 2, "expert": 1, "context": 1, "tensor": 2},
         }[run]
     )
     specs = entry["specs"]
@@ -270,24 +270,51 @@ def test_loss_in_blocks_reduces_the_heads_gradient_once_after_its_loop(slow_repo
 # In process (one device; larger meshes as AbstractMesh where only shapes and specs matter)
 
 
-def _abstract_context(data=2, fsdp=2, tensor=2, sharding="fsdp_tp", expert=1) -> ShardingContext:
-    mesh = AbstractMesh((data, fsdp, expert, tensor), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
+def _abstract_context(data=2, fsdp=2, tensor=2, sharding="fsdp_tp", expert=1, context=1) -> ShardingContext:
+    mesh = AbstractMesh((data, fsdp, expert, context, tensor), MESH_AXES, axis_types=(AxisType.Auto,) * 5)
     return ShardingContext(mesh, resolve_rules(sharding))
 
 
 def test_mesh_config_resolves_sizes_and_validates_naming_the_field():
-    assert MeshConfig().axis_sizes(8) == {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}
-    assert MeshConfig(data=2, fsdp=-1, tensor=2).axis_sizes(8) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 2}
-    assert MeshConfig(data=-1, fsdp=1, tensor=2).axis_sizes(8) == {"data": 4, "fsdp": 1, "expert": 1, "tensor": 2}
-    assert MeshConfig(data=1, fsdp=1).axis_sizes(8) == {"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}  # 1 of 8
-    assert MeshConfig(fsdp=2, expert=-1).axis_sizes(8) == {"data": 1, "fsdp": 2, "expert": 4, "tensor": 1}
+    assert MeshConfig().axis_sizes(8) == {"data": 1, "fsdp": 8, "expert": 1, "context": 1, "tensor": 1}
+    assert MeshConfig(data=2, fsdp=-1, tensor=2).axis_sizes(8) == {
+        "data": 2,
+        "fsdp": 2,
+        "expert": 1,
+        "context": 1,
+        "tensor": 2,
+    }
+    assert MeshConfig(data=-1, fsdp=1, tensor=2).axis_sizes(8) == {
+        "data": 4,
+        "fsdp": 1,
+        "expert": 1,
+        "context": 1,
+        "tensor": 2,
+    }
+    assert MeshConfig(data=1, fsdp=1).axis_sizes(8) == {  # 1 of 8
+        "data": 1,
+        "fsdp": 1,
+        "expert": 1,
+        "context": 1,
+        "tensor": 1,
+    }
+    assert MeshConfig(fsdp=2, expert=-1).axis_sizes(8) == {
+        "data": 1,
+        "fsdp": 2,
+        "expert": 4,
+        "context": 1,
+        "tensor": 1,
+    }
+    assert MeshConfig(fsdp=2, context=-1).axis_sizes(8)["context"] == 4
     with pytest.raises(
         ValueError, match=r"MeshConfig.tensor must be a positive int or -1 \(the remaining devices\), got 0"
     ):
         MeshConfig(tensor=0)
-    with pytest.raises(ValueError, match="at most one axis may be -1, got data=-1, fsdp=-1, expert=1, tensor=1"):
+    with pytest.raises(
+        ValueError, match="at most one axis may be -1, got data=-1, fsdp=-1, expert=1, context=1, tensor=1"
+    ):
         MeshConfig(data=-1)
-    not_multiple = r"MeshConfig\(data=3, fsdp=-1, expert=1, tensor=1\): 8 devices are not a multiple of 3"
+    not_multiple = r"MeshConfig\(data=3, fsdp=-1, expert=1, context=1, tensor=1\): 8 devices are not a multiple of 3"
     with pytest.raises(ValueError, match=not_multiple):
         MeshConfig(data=3).axis_sizes(8)
     with pytest.raises(ValueError, match="needs 16 devices, only 8 available"):
@@ -295,7 +322,12 @@ def test_mesh_config_resolves_sizes_and_validates_naming_the_field():
 
 
 def test_rules_by_preset_or_explicit_and_validated():
-    assert resolve_rules("fsdp") == ((BATCH, ("data", "fsdp", "expert")), ("experts", "expert"), ("embed", "fsdp"))
+    assert resolve_rules("fsdp") == (
+        (BATCH, ("data", "fsdp", "expert")),
+        ("experts", "expert"),
+        ("seq", "context"),
+        ("embed", "fsdp"),
+    )
     explicit = [["batch", ["data", "fsdp"]], ["embed", "fsdp"], ["mlp", None]]  # as YAML would parse it
     assert resolve_rules(explicit) == (("batch", ("data", "fsdp")), ("embed", "fsdp"), ("mlp", None))
     with pytest.raises(ValueError, match=r"TrainerConfig.sharding must be one of \['dp', 'fsdp', 'fsdp_tp', 'tp'\]"):
@@ -315,7 +347,8 @@ def test_presets_place_parameters_as_the_worked_example_says():
                 name,
             )
         # every preset splits the batch over data x fsdp x expert (the expert axis is data-parallel outside MoE)
-        assert partition_spec((BATCH, SEQ), SHARDING_PRESETS[preset]) == P(("data", "fsdp", "expert"), None)
+        # and each sequence over the context axis
+        assert partition_spec((BATCH, SEQ), SHARDING_PRESETS[preset]) == P(("data", "fsdp", "expert"), "context")
 
 
 def test_state_shardings_mirror_parameters_onto_adam_moments():

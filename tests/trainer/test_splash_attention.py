@@ -136,7 +136,7 @@ def _four_device_report() -> dict:
 
 def test_sharding_rules_splash_cannot_follow_are_named():
     """Pure shape logic, on an abstract 8-device mesh (no devices needed)."""
-    mesh = AbstractMesh((2, 2, 1, 2), ("data", "fsdp", "expert", "tensor"))
+    mesh = AbstractMesh((2, 2, 1, 1, 2), ("data", "fsdp", "expert", "context", "tensor"))
     reason = functools.partial(unsupported_reason, dtype=jnp.float32, platform="tpu")
     tp = ShardingContext(mesh, SHARDING_PRESETS["fsdp_tp"])  # batch over data x fsdp x expert (4), heads on tensor
     assert reason((4, 256, 8, 64), (4, 256, 2, 64), context=tp) is None

@@ -331,7 +331,9 @@ def lever_configs(config: RunConfig, batch_shards: int) -> list[tuple[str, RunCo
         current = dataclasses.replace(current, trainer=dataclasses.replace(current.trainer, mesh=mesh, sharding="fsdp"))
         out.append(("the whole mesh on fsdp", current))
     for tensor in (2, 4):
-        mesh = MeshConfig(data=1, fsdp=-1, expert=current.trainer.mesh.expert, tensor=tensor)
+        mesh = MeshConfig(
+            data=1, fsdp=-1, expert=current.trainer.mesh.expert, context=current.trainer.mesh.context, tensor=tensor
+        )
         changed = dataclasses.replace(current.trainer, mesh=mesh, sharding="fsdp_tp")
         out.append((f"tensor={tensor} (fsdp_tp)", dataclasses.replace(current, trainer=changed)))
     return out

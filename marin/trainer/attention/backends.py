@@ -38,8 +38,10 @@ from typing import Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from marin.trainer.attention.blockwise import blockwise_attention
+from marin.trainer.attention.context import context_parallel_attention, sequence_shards
 from marin.trainer.axes import target_platform
 
 logger = logging.getLogger(__name__)
@@ -110,10 +112,17 @@ def attention(
     *,
     backend: str = "default",
     window: int | None = None,
+    positions: np.ndarray | None = None,
+    context_method: str = "default",
 ) -> jax.Array:
     """Causal grouped-query attention, within a sliding ``window`` if one is given; see the module docstring
     for shapes, masking and how ``backend`` is chosen (an explicit backend that cannot serve the inputs
-    raises ValueError; "default" falls back)."""
+    raises ValueError; "default" falls back).
+
+    When the active sharding splits ``seq`` (the mesh's ``context`` axis), ``context.py`` attends across the
+    split by ``context_method`` ("ring", "all_gather" or "default"); ``positions`` [seq] (static) are then the
+    global positions of the slots in the order the arrays hold them (``context.zigzag_order``). Without a
+    split they must be None or in order."""
     batch, seq, heads, head_dim = q.shape
     check_window(window)
     if k.shape != v.shape or k.shape[:2] != (batch, seq) or k.shape[3] != head_dim:
@@ -122,6 +131,15 @@ def attention(
         raise ValueError(f"attention: {heads} query heads not a multiple of {k.shape[2]} kv heads")
     if segment_ids is not None and segment_ids.shape != (batch, seq):
         raise ValueError(f"attention: segment_ids {segment_ids.shape} != (batch, seq) {(batch, seq)}")
+    if sequence_shards() > 1:
+        if backend != "default" and resolve_backend(backend) != "blockwise":
+            raise ValueError(
+                f"attention backend {backend!r} cannot serve a sequence split over the context axis: context "
+                "parallelism runs blockwise's math in a ring (or over all-gathered keys); use 'default' or 'blockwise'"
+            )
+        return context_parallel_attention(q, k, v, segment_ids, positions, window=window, method=context_method)
+    if positions is not None and not np.array_equal(positions, np.arange(seq)):
+        raise ValueError("attention: positions out of order need a sequence split over the context axis")
     if backend != "default":
         name = resolve_backend(backend)
         reason = cannot_serve(name, q, k, v, segment_ids)

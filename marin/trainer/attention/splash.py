@@ -136,7 +136,7 @@ def _ways(context: ShardingContext, target) -> int:
 def _sharding_unsupported_reason(q_shape, kv_shape, context: ShardingContext) -> str | None:
     q_spec, kv_spec, _ = _specs(context)
     for logical, target in ((SEQ, q_spec[1]), (HEAD_DIM, q_spec[3]), (SEQ, kv_spec[1]), (HEAD_DIM, kv_spec[3])):
-        if target is not None:
+        if _ways(context, target) > 1:  # every preset names the context axis for seq: at size 1 it splits nothing
             return f"the sharding rules split {logical!r} over {target}; splash shards only batch and heads"
     if q_spec[2] != kv_spec[2]:
         return (

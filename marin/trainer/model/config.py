@@ -19,6 +19,7 @@ from typing import Any
 from marin.identity import added_field, runtime_field
 
 _REMAT_POLICIES = ("none", "minimal", "full")
+CONTEXT_ATTENTION = ("default", "ring", "all_gather")
 QK_NORMS = ("none", "head", "full")
 NORM_PLACEMENTS = ("pre", "post")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
@@ -122,6 +123,9 @@ class LlamaConfig:
     the elementwise work), "full" (save only each block's input, recompute the whole block)."""
     attention_backend: str = runtime_field("default")
     """A name from ``marin.trainer.attention.ATTENTION_BACKENDS``; "default" picks one per platform."""
+    context_attention: str = runtime_field("default")
+    """How attention crosses a sequence split over the mesh's context axis (``attention/context.py``): "ring"
+    (keys and values passed round), "all_gather" (gathered whole, Llama 3's way) or "default" (the platform's)."""
     moe_dispatch: str = runtime_field("default")
     """How a dropless MoE layer computes (the same result either way): "ragged" sorts the assignments by expert
     and runs grouped matmuls (``jax.lax.ragged_dot``), "blocked" pads the sorted groups to blocks of rows and
@@ -145,6 +149,10 @@ class LlamaConfig:
             )
         if self.resolved_head_dim % 2:
             raise ValueError(f"LlamaConfig.head_dim must be even for RoPE, got {self.resolved_head_dim}")
+        if self.context_attention not in CONTEXT_ATTENTION:
+            raise ValueError(
+                f"LlamaConfig.context_attention must be one of {CONTEXT_ATTENTION}, got {self.context_attention!r}"
+            )
         if self.remat not in _REMAT_POLICIES:
             raise ValueError(f"LlamaConfig.remat must be one of {_REMAT_POLICIES}, got {self.remat!r}")
         if self.initializer_range <= 0:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin.trainer.attention import attention
+from marin.trainer.attention.context import sequence_shards, zigzag_order
 from marin.trainer.axes import (
     BATCH,
     EMBED,
@@ -265,11 +266,29 @@ def residual(cfg: LlamaConfig, x: jax.Array, sublayer: Callable[[jax.Array], jax
 
 
 def attention_block(
-    cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default", window: int | None = None
+    cfg: LlamaConfig,
+    layer: Params,
+    x,
+    cos,
+    sin,
+    segment_ids,
+    matmul_dtype="default",
+    window: int | None = None,
+    positions: np.ndarray | None = None,
 ) -> jax.Array:
+    """``positions``: the slots' global positions when the sequence is split over the context axis (zigzag)."""
     q, k, v = project_qkv(cfg, layer, x, cos, sin, matmul_dtype)
     q = constrain(q, (BATCH, SEQ, HEADS, HEAD_DIM))
-    out = attention(q, k, v, segment_ids, backend=cfg.attention_backend, window=window)  # [b, seq, heads, hd]
+    out = attention(
+        q,
+        k,
+        v,
+        segment_ids,
+        backend=cfg.attention_backend,
+        window=window,
+        positions=positions,
+        context_method=cfg.context_attention,
+    )  # [batch, seq, heads, head_dim]
     return dense(out, layer["wo"], n_in=2, matmul_dtype=matmul_dtype)  # [batch, seq, embed]
 
 
@@ -289,10 +308,20 @@ def feed_forward(cfg: LlamaConfig, layer: Params, x: jax.Array, matmul_dtype: st
 
 
 def decoder_block(
-    cfg: LlamaConfig, layer: Params, x, cos, sin, segment_ids, matmul_dtype="default", window: int | None = None
+    cfg: LlamaConfig,
+    layer: Params,
+    x,
+    cos,
+    sin,
+    segment_ids,
+    matmul_dtype="default",
+    window: int | None = None,
+    positions: np.ndarray | None = None,
 ):
     """One layer (attending within ``window`` keys if given): ``(x, router stats or None)``."""
-    attend = functools.partial(attention_block, cfg, layer, cos=cos, sin=sin, segment_ids=segment_ids, window=window)
+    attend = functools.partial(
+        attention_block, cfg, layer, cos=cos, sin=sin, segment_ids=segment_ids, window=window, positions=positions
+    )
     x = residual(cfg, x, lambda y: attend(y, matmul_dtype=matmul_dtype), layer["attn_norm"])
     stats = []
 
@@ -311,7 +340,7 @@ _REMAT: dict[str, Callable[..., bool] | None] = {
 }
 
 
-def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, matmul_dtype: str):
+def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, matmul_dtype: str, positions=None):
     """The blocks in order: the last hidden states and the router statistics summed over layers (None: dense).
 
     A layer's attention window is static in its block (the kernels skip the key blocks it hides). Unrolled,
@@ -322,7 +351,7 @@ def _layer_stack(cfg: LlamaConfig, layers: Params, x, cos, sin, segment_ids, mat
 
     def block_with(window: int | None):
         def block(x, layer):
-            return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype, window)
+            return decoder_block(cfg, layer, x, cos, sin, segment_ids, matmul_dtype, window, positions)
 
         if cfg.remat != "none":
             block = jax.checkpoint(block, policy=_REMAT[cfg.remat], prevent_cse=not scan)
@@ -395,17 +424,22 @@ def hidden_states_and_router_stats(
     segment_ids: jax.Array | None = None,
     *,
     matmul_dtype: str = "default",
+    positions: np.ndarray | None = None,
 ) -> tuple[jax.Array, RouterStats | None]:
-    """``hidden_states`` and a MoE's router statistics summed over its layers (None for a dense model)."""
+    """``hidden_states`` and a MoE's router statistics summed over its layers (None for a dense model).
+
+    ``positions`` [seq] (static): the global position of each slot when the tokens are not in order (the zigzag
+    layout of context parallelism, ``attention/context.py``); RoPE and the attention masks follow them."""
     seq = tokens.shape[1]
-    angles = np.arange(seq)[:, None] * rope_frequencies(cfg)[None, :]  # [seq, head_dim/2], built at trace time
+    pos = np.arange(seq) if positions is None else np.asarray(positions)
+    angles = pos[:, None] * rope_frequencies(cfg)[None, :]  # [seq, head_dim/2], built at trace time
     cos, sin = jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32)
     # Gather whole rows: the table's embed dimension is un-sharded first (what FSDP does to every weight
     # before use); a gather from a table split along embed cannot be re-split by batch without
     # replicating the result (XLA's "involuntary full rematerialization" under fsdp_tp).
     table = constrain(params["embed"], (VOCAB, None))  # [vocab, embed]
     x = constrain(table[tokens], (BATCH, SEQ, EMBED))  # [batch, seq, embed]
-    x, stats = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids, matmul_dtype)
+    x, stats = _layer_stack(cfg, params["layers"], x, cos, sin, segment_ids, matmul_dtype, positions)
     return rms_norm(x, params["final_norm"], cfg.norm_eps), stats
 
 
@@ -420,10 +454,13 @@ def forward_and_router_stats(
     segment_ids: jax.Array | None = None,
     *,
     matmul_dtype: str = "default",
+    positions: np.ndarray | None = None,
 ) -> tuple[jax.Array, RouterStats | None]:
     """``forward``'s logits and a MoE's router statistics summed over its layers (None for a dense model): what
-    an objective needs to add the router losses (``moe.router_losses``)."""
-    x, stats = hidden_states_and_router_stats(cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype)
+    an objective needs to add the router losses (``moe.router_losses``). ``positions``: as ``hidden_states``'s."""
+    x, stats = hidden_states_and_router_stats(
+        cfg, params, tokens, segment_ids, matmul_dtype=matmul_dtype, positions=positions
+    )
     return dense(x, output_projection(cfg, params), out_dtype=jnp.float32), stats
 
 
@@ -483,10 +520,18 @@ def training_loss(
     return loss_sum + router["router_loss"] * weight, weight, {k: v * weight for k, v in router.items()}
 
 
+_SEQUENCE_LEAVES = ("input_ids", "targets", "segment_ids", "loss_mask")
+
+
 def _token_loss(cfg, params, batch, z_loss, matmul_dtype, loss_block=None):
+    # Context parallelism: the sequence in zigzag order (attention/context.py), so that every device of the context
+    # axis does the same causal work; the loss is a sum over tokens, indifferent to their order.
+    positions = zigzag_order(batch["input_ids"].shape[1], sequence_shards())
+    if positions is not None:
+        batch = {k: constrain(v[:, positions], (BATCH, SEQ)) if k in _SEQUENCE_LEAVES else v for k, v in batch.items()}
     if loss_block:  # the logits a block at a time (chunked_loss.py): same loss, never [batch, seq, vocab] whole
         x, stats = hidden_states_and_router_stats(
-            cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
+            cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype, positions=positions
         )
         w = output_projection(cfg, params)
         loss_sum, weight = chunked_token_loss(
@@ -494,7 +539,7 @@ def _token_loss(cfg, params, batch, z_loss, matmul_dtype, loss_block=None):
         )
         return loss_sum, weight, stats
     logits, stats = forward_and_router_stats(
-        cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype
+        cfg, params, batch["input_ids"], batch["segment_ids"], matmul_dtype=matmul_dtype, positions=positions
     )  # [batch, seq, vocab] fp32
     log_z = jax.nn.logsumexp(logits, axis=-1)  # [batch, seq]
     target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]

@@ -362,9 +362,10 @@ def _sharded_block(
             f"the mesh has an expert axis of {ep} devices but the sharding rules do not put 'experts' on it "
             f"(rules {context.rules}); add ('experts', 'expert')"
         )
-    batch_axes = partition_spec((BATCH, SEQ, EMBED), context.rules)[0]
-    reduce_axes = (batch_axes,) if isinstance(batch_axes, str) else tuple(batch_axes or ())
-    x_spec = PartitionSpec(batch_axes, None, None)
+    batch_axes, seq_axes, _ = partition_spec((BATCH, SEQ, EMBED), context.rules)
+    names = lambda axes: (axes,) if isinstance(axes, str) else tuple(axes or ())  # noqa: E731
+    reduce_axes = names(batch_axes) + names(seq_axes)  # router statistics sum over every token's device
+    x_spec = PartitionSpec(batch_axes, seq_axes, None)  # a sequence split over the context axis stays split
     expert_spec = PartitionSpec(EXPERT_AXIS if ep > 1 else None, None, None)
     method = "ragged" if dispatch_name(cfg, matmul_dtype) == "ragged" else "blocked"
 
