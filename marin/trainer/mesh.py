@@ -314,8 +314,10 @@ def shard_batch(
             built[(start, stop)] = rows(slice(start, stop))
         return built[(start, stop)]
 
-    # Any part tells the leaves' names and sequence lengths (the sequence dimension is never padded).
-    sample = part(next(iter(sharding.addressable_devices_indices_map((num_rows, 1)).values())))
+    # Any part tells the leaves' names and sequence lengths (the sequence dimension is never padded); asked of the
+    # rows alone, as the sequence may be split too (the context axis)
+    rows_only = context.sharding((BATCH,)).addressable_devices_indices_map((num_rows,))
+    sample = part(next(iter(rows_only.values())))
     return {
         key: jax.make_array_from_callback((num_rows, leaf.shape[1]), sharding, lambda i, k=key: part(i)[k][:, i[1]])
         for key, leaf in sample.items()

@@ -58,6 +58,10 @@ RUNS = {
     # expert parallelism (with --moe): 4 experts over the expert axis, tokens exchanged all-to-all
     "ep": (MeshConfig(data=1, fsdp=2, expert=4, tensor=1), "fsdp"),
     "ep_tp": (MeshConfig(data=1, fsdp=1, expert=4, tensor=2), "fsdp_tp"),
+    # context parallelism: each sequence split over the context axis (zigzag), attention across it
+    "cp8": (MeshConfig(data=1, fsdp=1, context=8), "fsdp"),
+    "cp4_fsdp2": (MeshConfig(data=1, fsdp=2, context=4), "fsdp"),
+    "cp2_tp2_fsdp2": (MeshConfig(data=1, fsdp=2, context=2, tensor=2), "fsdp_tp"),
 }
 
 
