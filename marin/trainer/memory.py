@@ -96,6 +96,8 @@ def memory_plan(model: LlamaConfig, trainer, optimizer, num_devices: int) -> Mem
     batch_ways = math.prod(sizes[n] for n in ((batch_spec,) if isinstance(batch_spec, str) else batch_spec or ()))
     rows = max(1, trainer.batch_size // trainer.num_microbatches // batch_ways)
     tensor = sizes.get("tensor", 1)
+    seq_spec = partition_spec((BATCH, SEQ), rules)[1]  # context parallelism: each device holds seq / context
+    seq_ways = math.prod(sizes[n] for n in ((seq_spec,) if isinstance(seq_spec, str) else seq_spec or ()))
     named = [
         (jax.tree_util.keystr(path, simple=True, separator="/"), tuple(s.shape), tuple(partition_spec(a, rules)))
         for (path, s), a in zip(
@@ -110,8 +112,8 @@ def memory_plan(model: LlamaConfig, trainer, optimizer, num_devices: int) -> Mem
             "grads": param_bytes,
             "optimizer": float(sum(jax.tree.leaves(state_bytes))),
             "average": param_bytes if optimizer.keeps_average else 0.0,
-            "activations": _activation_bytes(model, rows, tensor),
-            "logits": 2 * 4 * model.seq_len * rows * model.vocab_size / tensor,
+            "activations": _activation_bytes(model, rows, tensor) / seq_ways,
+            "logits": 2 * 4 * model.seq_len * rows * model.vocab_size / tensor / seq_ways,
         },
         rows_per_device=rows,
     )

@@ -1,6 +1,6 @@
 """The device mesh and the sharding presets: parallelism is two config fields, never model code.
 
-A mesh arranges the devices on four named axes (data, fsdp, expert, tensor), and a rule table (``axes.py``)
+A mesh arranges the devices on five named axes (data, fsdp, expert, context, tensor), and a rule table (``axes.py``)
 maps the logical axes that parameters and activations carry onto them::
 
     TrainerConfig(..., mesh=MeshConfig(data=1, fsdp=-1, tensor=1), sharding="fsdp")     # ZeRO-3
@@ -31,7 +31,9 @@ The presets (``SHARDING_PRESETS``) differ only in which rules they contain:
 Every preset puts the batch over ``data``, ``fsdp`` *and* ``expert``, so an axis a preset leaves idle for
 parameters still does data parallelism (``dp`` on an fsdp-sized mesh is plain DP, not wasted devices), and
 every preset puts a mixture-of-experts' ``experts`` axis on ``expert`` (expert parallelism, ``MeshConfig.expert``;
-``model/moe.py`` exchanges the tokens all-to-all over it). At its default size 1 the expert axis changes nothing.
+``model/moe.py`` exchanges the tokens all-to-all over it), and every preset puts each sequence's positions (``seq``)
+on ``context`` (context parallelism, ``MeshConfig.context``; ``attention/context.py`` attends across the split). At
+their default size 1 the expert and context axes change nothing.
 
 A mesh of one device gives no ``ShardingContext`` at all (``sharding_context`` returns None): the
 trainer then runs exactly the single-device program it always ran.
