@@ -35,5 +35,5 @@ def test_the_exact_parts_are_the_parameters_bytes_over_their_shards(kind, moment
     assert plan.bytes_per_device["average"] == plan.bytes_per_device["params"]  # the EMA
     optimizer = plan.bytes_per_device["optimizer"]
     assert moments * plan.bytes_per_device["params"] <= optimizer < moments * plan.bytes_per_device["params"] + 64
-    assert plan.rows_per_device == 2 and plan.mesh == {"data": 2, "fsdp": 4, "expert": 1, "tensor": 1}
+    assert plan.rows_per_device == 2 and plan.mesh == {"data": 2, "fsdp": 4, "expert": 1, "context": 1, "tensor": 1}
     assert np.isclose(plan.total, sum(plan.bytes_per_device.values()))
