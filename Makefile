@@ -35,9 +35,14 @@ chromium:
 # servers, CPU torch + transformers from export-test, lm-eval and playwright from dev, Debian chromium) is an
 # error naming it (tests/requirements.py). Every one of them is installed by the two prerequisites.
 # A run killed by a signal ends by naming the test and the crashing thread's stack (tests/crash_log.py).
+# Two xdist workers (tests/conftest.py groups each module's tests, the quickstart's readers and the books' tests
+# on one worker each): the tests that wait on processes, servers and leases overlap with those that compile.
 CRASH_LOG := .pytest_cache/crash.txt
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: $(VENV)/.installed-dev chromium lint
-	MARIN_REQUIRE_ALL=1 MARIN_CRASH_LOG=$(CRASH_LOG) $(PY) -m pytest -q --durations=25 || \
+	rm -f $(CRASH_LOG)*
+	MARIN_REQUIRE_ALL=1 MARIN_CRASH_LOG=$(CRASH_LOG) $(PY) -m pytest -q $(XDIST) --durations=25 || \
 		{ status=$$?; $(PY) -m tests.crash_log $(CRASH_LOG); exit $$status; }
 
 # One formatter and linter for the whole tree (settings in pyproject.toml); `ruff format .` fixes the layout.
@@ -46,7 +51,7 @@ lint: $(VENV)/.installed-dev
 	$(PY) -m ruff format --check .
 
 test-fast: $(VENV)/.installed-dev chromium
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not slow"
 
 bench: $(VENV)/.installed-dev
 	$(PY) benchmarks/executor_bench.py

@@ -88,6 +88,7 @@ DOMAINS = ("stories", "arithmetic")
 HOST_PROCESSES = min(2, len(os.sched_getaffinity(0)))
 VOCAB = 2048
 DPO_STEPS = 40
+DPO_LOSS = PreferenceLossConfig(type="sigmoid", beta=0.1)
 # 300 SFT steps (7.8 epochs of the 4,000 conversations' 158k tokens, packed 256 to a row): at 100 the held-out
 # exact match was 0.60 on one host and 0.29-0.50 on others and across seeds; at 300 it is 0.77-0.85 over three seeds
 # (docs/quickstart.md, issue 47).
@@ -435,6 +436,7 @@ def preference_phase(
     rejected: str = "near_miss",
     train_phrasings: str = "practice",
     learning_rate: float = 1e-4,
+    loss: PreferenceLossConfig = DPO_LOSS,
 ) -> dict[str, ExecutorStep]:
     """Steps of the preference phase, keyed by role; ``sft`` is the instruct step DPO starts from and compares to,
     ``seed`` orders the pairs (other seeds give other step names). ``rejected``, ``train_phrasings``: the pairs'
@@ -473,7 +475,6 @@ def preference_phase(
         seed=seed,
         wandb=False,
     )
-    loss = PreferenceLossConfig(type="sigmoid", beta=0.1)
     dpo = default_dpo(
         seeded("quickstart-nano-dpo", seed), pair_caches, model, dpo_config, initialize_from=sft, loss=loss
     )

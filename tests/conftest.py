@@ -12,7 +12,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Ray's socket paths must stay short: a private dir directly under /tmp, removed at exit (after Ray's own
 # shutdown hook, registered later, has run): the runtime-env test clones the venv into it (~3 GB a run).
-if "RAY_TMPDIR" not in os.environ:
+# Each xdist worker (``make test`` runs two) starts its own cluster, in a directory of its own.
+if "RAY_TMPDIR" not in os.environ or os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="mray", dir="/tmp")
     atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
 # Bytecode for every process of the session (Ray workers and subprocesses import the lab afresh, ~0.13 s of
@@ -30,7 +31,11 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 # GCE metadata server on every new filesystem. fsspec reads FSSPEC_<PROTOCOL>_<ARG> when it is imported.
 os.environ.setdefault("FSSPEC_GS_TOKEN", "anon")
 
-from tests.compile_cache import TEST_XLA_FLAGS  # noqa: E402
+from tests.compile_cache import TEST_XLA_FLAGS, share_compilation_cache  # noqa: E402
+
+# One persistent compilation cache for the session's processes (set here, before the xdist workers start, so that
+# they share it too); tests/conftest.py's IN_PROCESS_CACHE_DIRS says where the pytest processes use it.
+share_compilation_cache()
 
 USERS_XLA_FLAGS = os.environ.get("XLA_FLAGS")
 if os.environ.get("MARIN_TEST_XLA_DEFAULTS") != "1" and os.environ.get("MARIN_TEST_JAX_PLATFORMS", "cpu") == "cpu":
@@ -186,29 +191,55 @@ def _uses_quickstart(item) -> bool:
     return "quickstart_run" in getattr(item, "fixturenames", ())
 
 
-def pytest_collection_modifyitems(items):
-    """The modules whose tests read the quickstart's outputs run last, in their order: the whole-suite run
-    that validated ``IN_PROCESS_CACHE_DIRS`` ran them after the trainer's tests, and the run that crashed with
-    the cache on ran them before (docs/installation.md). Whichever of them first asks for ``quickstart_run``
-    pays for training the model (minutes on 2 busy cores), so they get a longer per-test timeout than the
-    suite's default."""
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks added here
+def pytest_collection_modifyitems(config, items):
+    """The modules whose tests read the quickstart's outputs run together, in their order: last in a run on one
+    process (the whole-suite run that validated ``IN_PROCESS_CACHE_DIRS`` ran them after the trainer's tests,
+    docs/installation.md), first on several workers (``make test``: training the quickstart is the suite's
+    longest piece of work, so it starts at once on one worker while the others take everything else).
+    Whichever of them first asks for ``quickstart_run`` pays for training the model (minutes on 2 busy cores),
+    so they get a longer per-test timeout than the suite's default.
+
+    Under xdist (``--dist loadgroup``) every test is grouped with its module, so module- and session-scoped
+    fixtures are built once as in one process, and the quickstart's readers, and the tests sharing the bundled
+    books' store, form one group each."""
     readers = {item.nodeid.split("::")[0] for item in items if _uses_quickstart(item)}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] in readers)  # stable: each part keeps its order
+    first = hasattr(config, "workerinput")  # an xdist worker
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] in readers) != first)  # stable: parts keep order
     for item in items:
+        module = item.nodeid.split("::")[0]
         if _uses_quickstart(item):
             item.add_marker(pytest.mark.timeout(QUICKSTART_TIMEOUT_S))
+        group = "quickstart" if module in readers else "books" if "books_store" in item.fixturenames else module
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin, which sends dumps to stderr
 def pytest_configure(config):
     """With ``MARIN_CRASH_LOG`` set (``make test``), a fatal signal's dump goes to that file, with the
     running test's id beside it (tests/crash_log.py says why). Taken out of the environment: a test's
-    subprocess (a pytest run among them) must not write over this run's file."""
+    subprocess (a pytest run among them) must not write over this run's file. Under xdist each worker writes
+    ``<file>.<worker id>`` (``python -m tests.crash_log <file>`` reads them all)."""
     path = os.environ.pop("MARIN_CRASH_LOG", None)
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        path = worker.get("marin_crash_log")
+    elif path and config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+        config.pluginmanager.register(_CrashLogPerWorker(path))
     if path:
         from tests import crash_log
 
         crash_log.enable(path)
+
+
+class _CrashLogPerWorker:
+    """Hands each xdist worker its own crash-log file (an xdist hook, registered only where xdist runs)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def pytest_configure_node(self, node):
+        node.workerinput["marin_crash_log"] = f"{self.path}.{node.gateway.id}"
 
 
 RELEASES: list[tuple[str, int, int]] = []

@@ -11,6 +11,7 @@ runs when pytest fails, prints the test and the crashing thread's stack, a few l
 from __future__ import annotations
 
 import faulthandler
+import glob
 import os
 import sys
 import threading
@@ -85,20 +86,22 @@ def summary(dump: str, running: str | None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    """Print the crash report of ``path`` and of every xdist worker's ``path.<worker id>``."""
     [path] = argv
-    try:
-        with open(path) as f:
-            dump = f.read()
-    except FileNotFoundError:
-        return 0
-    try:
-        with open(running_path(path)) as f:
-            running = f.read()
-    except FileNotFoundError:
-        running = None
-    report = summary(dump, running)
-    if report:
-        print("\n".join(["", f"== the run crashed ({path}) =="] + report))
+    for dump_path in [path, *sorted(glob.glob(glob.escape(path) + ".gw*[0-9]"))]:
+        try:
+            with open(dump_path) as f:
+                dump = f.read()
+        except FileNotFoundError:
+            continue
+        try:
+            with open(running_path(dump_path)) as f:
+                running = f.read()
+        except FileNotFoundError:
+            running = None
+        report = summary(dump, running)
+        if report:
+            print("\n".join(["", f"== the run crashed ({dump_path}) =="] + report))
     return 0
 
 

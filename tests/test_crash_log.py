@@ -40,23 +40,29 @@ def test_third_never_runs():
 CONFTEST = "from tests.conftest import pytest_configure, pytest_runtest_logstart  # noqa: F401\n"
 
 
-def test_a_segfaulting_run_names_the_test_and_the_crashing_frames(tmp_path):
+def _crashing_run(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    """The crashing tests run by pytest with ``args``, and what ``python -m tests.crash_log`` then prints."""
     (tmp_path / "test_crashing.py").write_text(CRASHING)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     log = tmp_path / "out" / "crash.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MARIN_CRASH_LOG": str(log)}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_crashing.py")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tmp_path / "test_crashing.py")],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert run.returncode < 0 or run.returncode >= 128, run.stdout + run.stderr  # killed by the signal
     report = subprocess.run(
         [sys.executable, "-m", "tests.crash_log", str(log)], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
+    return run, report
+
+
+def test_a_segfaulting_run_names_the_test_and_the_crashing_frames(tmp_path):
+    run, report = _crashing_run(tmp_path)
+    assert run.returncode < 0 or run.returncode >= 128, run.stdout + run.stderr  # killed by the signal
     lines = report.strip().splitlines()
     assert lines[1] == "Fatal Python error: Segmentation fault"
     assert lines[2] == "while running: test_crashing.py::test_second_crashes"
@@ -66,6 +72,19 @@ def test_a_segfaulting_run_names_the_test_and_the_crashing_frames(tmp_path):
     assert not any("/_pytest/" in frame for frame in frames)
     assert not any("idle_handler" in line for line in lines)
     assert lines[-1].endswith("other threads in the dump") and int(lines[-1].split()[0]) >= 3
+
+
+def test_a_worker_that_segfaults_under_xdist_is_named_in_its_own_crash_log(tmp_path):
+    """``make test`` runs two xdist workers: the one that crashed wrote ``crash.txt.<worker id>``."""
+    run, report = _crashing_run(tmp_path, "-n", "2")
+    assert run.returncode == 1 and "test_second_crashes" in run.stdout, run.stdout + run.stderr
+    lines = report.strip().splitlines()
+    assert lines[0].startswith("== the run crashed (") and ".gw" in lines[0], report
+    assert lines[1:3] == [
+        "Fatal Python error: Segmentation fault",
+        "while running: test_crashing.py::test_second_crashes",
+    ]
+    assert "in crash_here" in report
 
 
 def test_a_run_that_fails_without_a_crash_prints_nothing(tmp_path):
