@@ -407,8 +407,8 @@ def _tree_map_specs(tree: dict[str, Any], fn) -> dict[str, Any]:
 
 
 def import_hf(path: str) -> tuple[LlamaConfig, dict[str, Any]]:
-    """Load a HF Llama, Qwen2, Qwen3 or OLMo 2 directory (single ``model.safetensors`` or sharded with an
-    index) into our format."""
+    """Load a HF directory of any family in ``FAMILIES`` (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Mixtral,
+    Qwen3-MoE, OLMoE; a single ``model.safetensors`` or shards with an index) into our format."""
     doc = json.loads(read_text(join(path, "config.json")))
     cfg = config_from_hf(doc, where=f"{path}/config.json")
     index_url = join(path, "model.safetensors.index.json")
