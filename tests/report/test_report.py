@@ -376,7 +376,7 @@ def test_report_for_the_quickstart_outputs(quickstart_run, tmp_path, monkeypatch
     assert f"({REPO}/blob/{record['git_commit']}/experiments/quickstart.py)" in body
 
     planned = quickstart_run["result"].plan.steps
-    assert len(planned) == len(quickstart_run["steps"]) == 33
+    assert len(planned) == len(quickstart_run["steps"]) == 36
     for p in planned:
         row = next(line for line in body.splitlines() if line.startswith(f"| `{p.name}` |"))
         assert "SUCCESS" in row and f"({BROWSER}/browse?path={quote(p.output_path, safe='')})" in row
